@@ -1,0 +1,159 @@
+"""Chunked matrix kernels in torch: GPU when present, BLAS on the CPU otherwise.
+
+Every pairwise or Gram computation in the package goes through here, so memory stays
+bounded (rows are processed in chunks; no n x n matrix is ever built) and the same code
+runs on ``cpu`` and ``cuda``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from .progress import progress
+
+#: bytes a single chunk of work may use (about 256 MiB); chunk sizes derive from it
+CHUNK_BYTES = 256 * 2**20
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """Map ``"auto" | "cpu" | "cuda"`` to a torch device (``auto`` = cuda when available)."""
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was requested but torch sees no CUDA device; use 'auto' or 'cpu'")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', not {device!r}")
+    return torch.device(device)
+
+
+def as_numpy(X) -> np.ndarray:
+    """Return a 2-D float array view of a numpy array or torch tensor (no copy when possible)."""
+    if isinstance(X, torch.Tensor):
+        X = X.detach().cpu().numpy()
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise ValueError(f"expected a 2-D array of shape (n, d), got shape {X.shape}")
+    return X
+
+
+def chunk_rows(n_rows: int, row_bytes: int, budget: int = CHUNK_BYTES) -> int:
+    """Number of rows per chunk so that one chunk uses at most ``budget`` bytes."""
+    return int(max(1, min(n_rows, budget // max(row_bytes, 1))))
+
+
+def iter_chunks(X, *, device: torch.device, dtype=torch.float64, rows: int | None = None,
+                desc: str | None = None) -> Iterator[tuple[int, torch.Tensor]]:
+    """Yield ``(start, chunk)`` with ``chunk = X[start:start+rows]`` as a tensor on ``device``."""
+    X = as_numpy(X)
+    n, d = X.shape
+    rows = rows or chunk_rows(n, d * 8 * 4)
+    starts = range(0, n, rows)
+    if desc:
+        starts = progress(starts, desc=desc, total=len(starts))
+    for s in starts:
+        yield s, torch.as_tensor(np.ascontiguousarray(X[s:s + rows]), dtype=dtype, device=device)
+
+
+def unit_rows(x: torch.Tensor) -> torch.Tensor:
+    """L2-normalise rows (zero rows stay zero)."""
+    return x / x.norm(dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+
+
+@dataclass(frozen=True)
+class BlockMoments:
+    """First and second moments of a row set, kept per block of rows.
+
+    Rows are assigned to ``n_blocks`` blocks by a seeded random permutation. Block ``b``
+    keeps ``count[b]``, ``s[b] = sum_i x_i`` and ``G[b] = sum_i x_i x_i^T`` (over its rows,
+    after subtracting ``shift`` for numerical stability). Whole-set statistics are the
+    sums over blocks; a bootstrap replicate re-weights blocks with multinomial counts,
+    so resampling costs O(blocks * d^2) instead of a pass over the data.
+    """
+
+    count: np.ndarray  # (B,)
+    s: np.ndarray      # (B, d)
+    G: np.ndarray      # (B, d, d)
+    shift: np.ndarray  # (d,)
+
+    def total(self, weights: np.ndarray | None = None) -> tuple[float, np.ndarray, np.ndarray]:
+        """``(N, sum x, sum x x^T)`` for block weights (all ones by default)."""
+        w = np.ones(len(self.count)) if weights is None else np.asarray(weights, float)
+        return float(w @ self.count), np.tensordot(w, self.s, 1), np.tensordot(w, self.G, 1)
+
+
+def column_mean(X, *, device="auto") -> np.ndarray:
+    """Column mean of ``X`` in one chunked float64 pass."""
+    dev = resolve_device(device)
+    X = as_numpy(X)
+    acc = torch.zeros(X.shape[1], dtype=torch.float64, device=dev)
+    for _, x in iter_chunks(X, device=dev):
+        acc += x.sum(0)
+    return (acc / len(X)).cpu().numpy()
+
+
+def block_moments(X, *, transform=None, shift: np.ndarray | None = None, n_blocks: int = 1,
+                  seed: int = 0, device="auto", desc: str | None = None) -> BlockMoments:
+    """Accumulate :class:`BlockMoments` of ``transform(X) - shift`` in one chunked pass.
+
+    ``transform`` maps a chunk of rows (float64 tensor on the device) to new rows, for example
+    :func:`unit_rows`; ``shift`` is subtracted afterwards (pass the column mean to keep the
+    covariance of a strongly shifted set free of cancellation error). Accumulation is float64
+    and exact: the result does not depend on the chunk size.
+    """
+    dev = resolve_device(device)
+    X = as_numpy(X)
+    n, d = X.shape
+    n_blocks = int(max(1, min(n_blocks, n)))
+    block_of = np.empty(n, dtype=np.int64)
+    block_of[np.random.default_rng(seed).permutation(n)] = np.arange(n) % n_blocks
+    shift = np.zeros(d) if shift is None else np.asarray(shift, float)
+    shift_t = torch.as_tensor(shift, device=dev)
+    count = torch.zeros(n_blocks, dtype=torch.float64, device=dev)
+    S = G = None
+    for start, x in iter_chunks(X, device=dev, desc=desc):
+        if transform is not None:
+            x = transform(x)
+        x = x - shift_t
+        if S is None:
+            S = torch.zeros(n_blocks, x.shape[1], dtype=torch.float64, device=dev)
+            G = torch.zeros(n_blocks, x.shape[1], x.shape[1], dtype=torch.float64, device=dev)
+        b = torch.as_tensor(block_of[start:start + len(x)], device=dev)
+        if n_blocks == 1:
+            count[0] += len(x)
+            S[0] += x.sum(0)
+            G[0] += x.T @ x
+            continue
+        count.index_add_(0, b, torch.ones(len(x), dtype=torch.float64, device=dev))
+        S.index_add_(0, b, x)
+        for blk in torch.unique(b).tolist():
+            xb = x[b == blk]
+            G[blk] += xb.T @ xb
+    return BlockMoments(count.cpu().numpy(), S.cpu().numpy(), G.cpu().numpy(), shift)
+
+
+def random_pairs(n: int, n_pairs: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n_pairs`` index pairs ``(i, j)`` drawn uniformly from all ordered pairs with ``i != j``."""
+    rng = np.random.default_rng(seed)
+    i = rng.integers(0, n, n_pairs)
+    j = (i + rng.integers(1, n, n_pairs)) % n
+    return i, j
+
+
+def pair_cosines(X, i: np.ndarray, j: np.ndarray, *, transform=None, device="auto") -> np.ndarray:
+    """Cosine similarity of rows ``X[i]`` and ``X[j]`` (after ``transform`` of the rows, if given)."""
+    X = as_numpy(X)
+    dev = resolve_device(device)
+    out = np.empty(len(i))
+    step = chunk_rows(len(i), X.shape[1] * 8 * 4)
+    for s in range(0, len(i), step):
+        a = torch.as_tensor(X[i[s:s + step]], dtype=torch.float64, device=dev)
+        b = torch.as_tensor(X[j[s:s + step]], dtype=torch.float64, device=dev)
+        if transform is not None:
+            a, b = transform(a), transform(b)
+        out[s:s + step] = (unit_rows(a) * unit_rows(b)).sum(1).cpu().numpy()
+    return out

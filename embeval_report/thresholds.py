@@ -1,0 +1,83 @@
+"""Verdict machinery: the seeds' threshold tables as data.
+
+A verdict is ``"healthy"``, ``"concerning"`` or ``"problematic"``; ``None`` where no table
+applies. Each :class:`Bands` row cites the table it comes from, and that citation is what
+``metrics.json`` records as the metric's ``reference``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+VERDICTS = ("healthy", "concerning", "problematic")
+SEVERITY = {None: 0, "healthy": 0, "concerning": 1, "problematic": 2}
+
+TABLE_217_2 = "Table 217.2 (seed 000 §217.0.7)"
+BOX_21_1_1 = "Isotropy Benchmarks box (seed 001 §21.1.1)"
+
+
+@dataclass(frozen=True)
+class Bands:
+    """Three bands on one quantity.
+
+    ``direction="lower"``: value < ``healthy`` is healthy, value > ``problematic`` is
+    problematic, anything between (edges included) is concerning. ``"higher"`` mirrors it.
+    """
+
+    direction: str
+    healthy: float
+    problematic: float
+    table: str
+    text: str  # the row as the table prints it, shown next to the verdict
+
+    def verdict(self, value: float | None) -> str | None:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return None
+        sign = 1.0 if self.direction == "lower" else -1.0
+        if sign * value < sign * self.healthy:
+            return "healthy"
+        if sign * value > sign * self.problematic:
+            return "problematic"
+        return "concerning"
+
+
+#: quantity -> bands. Quantities expressed as a fraction of d are named ``*_fraction``.
+THRESHOLDS: dict[str, Bands] = {
+    "apcs": Bands("lower", 0.1, 0.3, TABLE_217_2, "healthy < 0.1, concerning 0.1–0.3, problematic > 0.3"),
+    "participation_ratio_fraction": Bands(
+        "higher", 0.5, 0.2, TABLE_217_2, "healthy > 50 %, concerning 20–50 %, problematic < 20 % of d"),
+    "condition_number": Bands("lower", 10.0, 100.0, TABLE_217_2, "healthy < 10, concerning 10–100, problematic > 100"),
+    "dims_for_90pct_variance_fraction": Bands(
+        "higher", 0.3, 0.1, TABLE_217_2, "healthy > 30 %, concerning 10–30 %, problematic < 10 % of d"),
+    "top10_variance_ratio": Bands(
+        "lower", 0.2, 0.5, BOX_21_1_1, "good < 20 %, warning sign > 50 % of variance in the top 10 components"),
+}
+
+#: Table 217.1 (seed 000 §217.0.5.2.1): interpretation of the condition number, upper edges.
+TABLE_217_1 = (
+    (5.0, "healthy, minor differences across dimensions"),
+    (20.0, "mild anisotropy, probably fine"),
+    (100.0, "moderate anisotropy, worth investigating"),
+    (1000.0, "severe anisotropy, likely problematic"),
+    (math.inf, "extreme: some dimensions essentially unused"),
+)
+
+
+def verdict(quantity: str, value: float | None) -> str | None:
+    """Verdict for ``value`` of ``quantity`` from :data:`THRESHOLDS` (``None`` if no table)."""
+    bands = THRESHOLDS.get(quantity)
+    return bands.verdict(value) if bands else None
+
+
+def condition_number_reading(kappa: float) -> str:
+    """Table 217.1's interpretation of a condition number."""
+    for edge, text in TABLE_217_1:
+        if kappa < edge:
+            return text
+    return TABLE_217_1[-1][1]
+
+
+def worst(verdicts) -> str | None:
+    """The most severe verdict among ``verdicts`` (``None`` when none is set)."""
+    vs = [v for v in verdicts if v]
+    return max(vs, key=SEVERITY.__getitem__) if vs else None
