@@ -1,0 +1,30 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Each creates the virtual environment on first use: torch pinned first (a CPU build where
+# no GPU is present; a plain `torch` requirement would pull several GB of CUDA packages),
+# then the package with its test extras.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+OUT ?= demo-report
+BIN := $(VENV)/bin
+
+.PHONY: demo test bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/embeval-report demo --out $(OUT)
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest -q
+
+bench: $(BIN)/.installed
+	$(BIN)/python benchmarks/bench_isotropy.py
+
+clean:
+	rm -rf $(VENV) $(OUT)
