@@ -140,7 +140,7 @@ def _block_count(n: int, d: int) -> int:
     return int(min(64, n, BOOTSTRAP_BYTES // (2 * 8 * d * d)))
 
 
-def isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, level: float = 0.95,
+def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, level: float = 0.95,
              seed: int = 0, device="auto") -> IsotropyResult:
     r"""Isotropy metrics of an embedding set with bootstrap confidence intervals.
 
@@ -161,7 +161,7 @@ def isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, level: flo
     Examples
     --------
     >>> import numpy as np
-    >>> r = isotropy(np.random.default_rng(0).standard_normal((2000, 16)), n_boot=0)
+    >>> r = measure_isotropy(np.random.default_rng(0).standard_normal((2000, 16)), n_boot=0)
     >>> round(r.values["apcs"], 2), r.metrics["apcs"].verdict
     (0.0, 'healthy')
     """
@@ -191,7 +191,8 @@ def isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, level: flo
     cis = {}
     if n_boot:
         names = list(values)
-        reps = weighted_bootstrap(lambda w: [compute(w)[0][k] for k in names], blocks, n_boot=n_boot, seed=seed)
+        reps = weighted_bootstrap(lambda w: (lambda v: [v[k] for k in names])(compute(w)[0]), blocks,
+                                  n_boot=n_boot, seed=seed)
         cis = {k: basic_interval(values[k], reps[:, i], level, _BOUNDS.get(k, (-1.0, np.inf)))
                for i, k in enumerate(names)}
     ci_method = (f"{level:.0%} basic bootstrap, {n_boot} resamples of {blocks} random row blocks"
@@ -286,7 +287,7 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
     pcs = PrincipalDirections.fit(X, device=dev)
     i, j = random_pairs(n, sample_size, seed=seed)
     rows, samples = [], {}
-    base = base or isotropy(X, n_boot=0, sample_size=sample_size, seed=seed, device=dev)
+    base = base or measure_isotropy(X, n_boot=0, sample_size=sample_size, seed=seed, device=dev)
     rows.append(dict(setting="original", removed=None, **{k: base.values[k] for k in _ABTT_COLUMNS}))
     samples[-1] = base.pair_cosines
     for D in removals:

@@ -87,7 +87,7 @@ def execute_chapter(ch: Chapter, staging: Path, params: dict, *, timeout: int | 
     try:
         pm.execute_notebook(str(ch.notebook), str(target), parameters=params, kernel_name="python3",
                             progress_bar=False, cwd=str(target.parent), execution_timeout=timeout,
-                            report_mode=False)
+                            extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
     except Exception as exc:  # a failing chapter must not lose the report
         status, reason = "failed", _error_text(exc)
     if target.exists():
@@ -145,7 +145,10 @@ def run_report(source, out, *, chapters: list[str] | None = None, seed: int = 0,
             outcomes.append(execute_chapter(ch, staging, dict(base, chapter=ch.name), timeout=timeout))
         not_selected = [c for c in all_chapters if c not in chosen]
         outcomes += [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in not_selected]
-        run_info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name, source=str(Path(source)),
+        final_source = Path(source).resolve()
+        if final_source.is_relative_to(staging):  # input created inside the report (the demo)
+            final_source = out / final_source.relative_to(staging)
+        run_info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name, source=str(final_source),
                         seed=seed, device=dev, version=__version__, n=es.n, d=es.d,
                         generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
         _write_plan(staging, outcomes, run_info)

@@ -8,7 +8,7 @@ from scipy.stats import entropy
 from sklearn.metrics.pairwise import cosine_similarity
 
 from embeval_report import kernels
-from embeval_report.isotropy import (all_but_the_top, all_but_the_top_effect, cosine_moments, isotropy,
+from embeval_report.isotropy import (all_but_the_top, all_but_the_top_effect, cosine_moments, measure_isotropy,
                                      spectral_metrics)
 
 
@@ -29,7 +29,7 @@ def test_spectral_metrics_match_numpy_closed_forms(seed):
     rng = np.random.default_rng(100 + seed)
     n, d = int(rng.integers(200, 900)), int(rng.integers(5, 60))
     X = anisotropic(n, d, seed, shift=rng.uniform(0, 5))
-    r = isotropy(X, n_boot=0, seed=seed)
+    r = measure_isotropy(X, n_boot=0, seed=seed)
     lam, C = reference_spectrum(X)
     np.testing.assert_allclose(r.eigenvalues, lam, rtol=1e-6, atol=1e-9)
     assert r.values["condition_number"] == pytest.approx(np.linalg.cond(C, 2), rel=1e-6)
@@ -47,7 +47,7 @@ def test_apcs_and_spread_equal_brute_force_over_all_pairs(seed):
     X = anisotropic(400, 24, seed, shift=1.5)
     S = cosine_similarity(X.astype(np.float64))
     off = S[~np.eye(len(X), dtype=bool)]
-    r = isotropy(X, n_boot=0, seed=seed)
+    r = measure_isotropy(X, n_boot=0, seed=seed)
     assert r.values["apcs"] == pytest.approx(off.mean(), abs=1e-10)
     assert r.values["apcs_std"] == pytest.approx(off.std(), abs=1e-9)
 
@@ -67,7 +67,7 @@ def test_hand_computed_spectrum():
 def test_isotropic_gaussian_matches_theory():
     n, d = 20_000, 64
     X = np.random.default_rng(7).standard_normal((n, d)).astype(np.float32)
-    r = isotropy(X, n_boot=100, seed=1)
+    r = measure_isotropy(X, n_boot=100, seed=1)
     # E[PR] of a Wishart sample covariance ≈ d / (1 + d/n) (Marchenko–Pastur second moment)
     assert r.values["participation_ratio"] == pytest.approx(d / (1 + d / n), rel=2e-3)
     assert abs(r.values["apcs"]) < 3 * (1 / math.sqrt(d)) * math.sqrt(2 / n)
@@ -80,7 +80,7 @@ def test_isotropic_gaussian_matches_theory():
 
 def test_apcs_interval_matches_u_statistic_standard_error():
     X = anisotropic(3000, 16, 3, shift=0.7)
-    r = isotropy(X, n_boot=300, seed=0)
+    r = measure_isotropy(X, n_boot=300, seed=0)
     U = X / np.linalg.norm(X, axis=1, keepdims=True)
     h1 = U @ U.mean(0)  # Hoeffding projection of the pair kernel
     se = 2 * h1.std() / math.sqrt(len(X))
@@ -91,9 +91,9 @@ def test_apcs_interval_matches_u_statistic_standard_error():
 
 def test_result_does_not_depend_on_chunking(monkeypatch):
     X = anisotropic(700, 12, 5, shift=2.0)
-    whole = isotropy(X, n_boot=20, seed=3)
+    whole = measure_isotropy(X, n_boot=20, seed=3)
     monkeypatch.setattr(kernels, "CHUNK_BYTES", 12 * 8 * 4 * 37)  # 37-row chunks
-    chunked = isotropy(X, n_boot=20, seed=3)
+    chunked = measure_isotropy(X, n_boot=20, seed=3)
     for k in whole.values:
         assert chunked.values[k] == pytest.approx(whole.values[k], rel=1e-9)
         assert chunked.metrics[k].ci_low == pytest.approx(whole.metrics[k].ci_low, rel=1e-7)
@@ -101,7 +101,7 @@ def test_result_does_not_depend_on_chunking(monkeypatch):
 
 def test_torch_input_and_rank_deficient_set():
     X = torch.randn(10, 32, generator=torch.Generator().manual_seed(0))
-    r = isotropy(X, n_boot=0)
+    r = measure_isotropy(X, n_boot=0)
     assert math.isinf(r.values["condition_number"])
     assert r.metrics["condition_number"].verdict == "problematic"
     assert r.metrics["condition_number"].to_json()["value"] is None  # JSON has no infinity
@@ -111,7 +111,7 @@ def test_torch_input_and_rank_deficient_set():
 def test_verdicts_follow_table_217_2():
     rng = np.random.default_rng(0)
     cone = (rng.standard_normal((2000, 32)) * 0.1 + 1.0).astype(np.float32)  # narrow cone
-    r = isotropy(cone, n_boot=0)
+    r = measure_isotropy(cone, n_boot=0)
     assert r.values["apcs"] > 0.9 and r.metrics["apcs"].verdict == "problematic"
     assert r.metrics["apcs"].reference.endswith("Table 217.2")
     assert r.metrics["participation_ratio"].verdict is None

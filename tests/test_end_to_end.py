@@ -1,0 +1,156 @@
+"""End to end: the CLI on small sets writes a complete report; failures stay isolated."""
+import json
+import shutil
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+from pypdf import PdfReader
+
+from embeval_report import chapters as chapters_mod
+from embeval_report.cli import main
+from embeval_report.render import quarto_available
+from embeval_report.resources import notebooks_dir
+
+METRIC_KEYS = {"value", "ci_low", "ci_high", "verdict", "direction", "reference"}
+ISOTROPY_METRICS = {"condition_number", "participation_ratio", "participation_ratio_fraction", "apcs", "apcs_std",
+                    "dims_for_90pct_variance", "effective_dim_entropy", "top10_variance_ratio"}
+
+
+def write_set(folder, n=240, d=12, seed=0, shift=0.0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)).astype(np.float32) + shift
+    np.save(folder / "vecs.npy", X)
+    ids = [f"e{i}" for i in range(n)]
+    (folder / "ids.txt").write_text("\n".join(ids))
+    pd.DataFrame({"id": ids, "label": rng.choice(["a", "b<script>"], n)}).to_csv(folder / "meta.csv", index=False)
+    (folder / "m.yaml").write_text("name: tiny <set>\nvectors: vecs.npy\nids: ids.txt\nmetadata: meta.csv\n")
+    return folder / "m.yaml"
+
+
+def check_metrics_schema(doc):
+    assert set(doc) == {"version", "source", "seed", "device", "chapters"}
+    for name, ch in doc["chapters"].items():
+        assert set(ch) == {"status", "reason", "metrics"}
+        assert ch["status"] in ("ok", "skipped", "failed")
+        for m in ch["metrics"].values():
+            assert set(m) == METRIC_KEYS
+            assert m["verdict"] in (None, "healthy", "concerning", "problematic")
+            assert m["direction"] in ("higher", "lower") and m["reference"]
+            assert m["value"] is None or isinstance(m["value"], (int, float))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("e2e")
+    manifest = write_set(tmp)
+    out = tmp / "out"
+    assert main(["run", str(manifest), "--out", str(out), "--seed", "3", "--title", "Tiny <b>report</b>"]) == 0
+    return out
+
+
+def test_report_folder_is_complete(report):
+    assert (report / "report.html").stat().st_size > 10_000
+    names = sorted(p.name for p in (report / "chapters").iterdir())
+    assert names == ["00_summary.ipynb", "10_isotropy.ipynb"]
+    assert not list(report.parent.glob(".out.partial-*"))  # staging folder moved into place
+    assert not (report / ".prepared").exists()
+
+
+def test_metrics_json_schema_and_isotropy_names(report):
+    doc = json.loads((report / "metrics.json").read_text())
+    check_metrics_schema(doc)
+    assert doc["seed"] == 3 and doc["device"] == "cpu"
+    iso = doc["chapters"]["isotropy"]
+    assert iso["status"] == "ok" and set(iso["metrics"]) == ISOTROPY_METRICS
+    assert iso["metrics"]["apcs"]["ci_low"] <= iso["metrics"]["apcs"]["value"] <= iso["metrics"]["apcs"]["ci_high"]
+    assert doc["chapters"]["summary"]["status"] == "ok"
+
+
+def test_html_has_chapters_figures_tables_and_escapes(report):
+    html = (report / "report.html").read_text()
+    for anchor in ("chapter-summary", "chapter-isotropy"):
+        assert f'id="{anchor}"' in html
+    assert html.count("data:image/png;base64,") >= 3
+    assert "<table" in html and "Scorecard" in html and 'href="#chapter-isotropy"' in html
+    assert "Tiny &lt;b&gt;report&lt;/b&gt;" in html and "<b>report</b>" not in html
+    assert "tiny <set>" not in html
+    assert "<script src=\"http" not in html
+
+
+def test_pdf_has_pages_and_chapters(report):
+    reader = PdfReader(report / "report.pdf")
+    assert len(reader.pages) >= 3
+    text = " ".join(p.extract_text() for p in reader.pages)
+    assert "Summary" in text and "Isotropy" in text and "Scorecard" in text
+
+
+def test_executed_notebooks_open_with_outputs(report):
+    nb = nbformat.read(report / "chapters" / "10_isotropy.ipynb", as_version=4)
+    assert nb.metadata["embeval"]["status"] == "ok"
+    assert any(o.get("output_type") == "display_data" for c in nb.cells if c.cell_type == "code"
+               for o in c.get("outputs", []))
+
+
+def test_render_command_rerenders(report, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(report, copy)
+    (copy / "report.html").unlink()
+    assert main(["render", str(copy), "--formats", "html"]) == 0
+    assert (copy / "report.html").exists()
+
+
+def test_failing_chapter_still_yields_a_report(tmp_path, monkeypatch):
+    nbs = tmp_path / "notebooks"
+    shutil.copytree(notebooks_dir(), nbs)
+    broken = nbformat.read(nbs / "10_isotropy.ipynb", as_version=4)
+    broken.metadata["embeval"].update(name="broken", title="Broken chapter", order=20)
+    broken.cells.insert(3, nbformat.v4.new_code_cell("raise RuntimeError('planted failure <x>')"))
+    nbformat.write(broken, nbs / "20_broken.ipynb")
+    monkeypatch.setattr(chapters_mod, "notebooks_dir", lambda: nbs)
+    out = tmp_path / "out"
+    assert main(["run", str(write_set(tmp_path)), "--out", str(out), "--formats", "html"]) == 0
+    doc = json.loads((out / "metrics.json").read_text())
+    check_metrics_schema(doc)
+    assert doc["chapters"]["broken"]["status"] == "failed"
+    assert "planted failure" in doc["chapters"]["broken"]["reason"]
+    assert doc["chapters"]["isotropy"]["status"] == "ok"
+    html = (out / "report.html").read_text()
+    assert 'id="chapter-broken"' in html and "planted failure &lt;x&gt;" in html
+    assert 'id="chapter-isotropy"' in html
+
+
+def test_fail_on_gates_and_chapter_selection(tmp_path):
+    manifest = write_set(tmp_path, shift=3.0)  # a narrow cone: APCS problematic
+    out = tmp_path / "gate"
+    rc = main(["run", str(manifest), "--out", str(out), "--formats", "html", "--fail-on", "problematic"])
+    assert rc == 3
+    doc = json.loads((out / "metrics.json").read_text())
+    assert doc["chapters"]["isotropy"]["metrics"]["apcs"]["verdict"] == "problematic"
+
+
+def test_unknown_chapter_and_bad_input_exit_2_without_traceback(tmp_path, capsys):
+    manifest = write_set(tmp_path)
+    assert main(["run", str(manifest), "--out", str(tmp_path / "o"), "--chapters", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown chapter" in err and "Traceback" not in err
+    (tmp_path / "bad.yaml").write_text("vectors: [unclosed\n")
+    assert main(["run", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_chapters_command_reports_readiness(tmp_path, capsys):
+    assert main(["chapters", str(write_set(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "isotropy" in out and "ready" in out
+
+
+@pytest.mark.skipif(not quarto_available(), reason="quarto is not on PATH")
+def test_quarto_renderer(report, tmp_path):
+    copy = tmp_path / "q"
+    shutil.copytree(report, copy)
+    assert main(["render", str(copy), "--renderer", "quarto"]) == 0
+    assert (copy / "report.html").exists() and (copy / "report.pdf").exists()
