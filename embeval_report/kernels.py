@@ -157,3 +157,49 @@ def pair_cosines(X, i: np.ndarray, j: np.ndarray, *, transform=None, device="aut
             a, b = transform(a), transform(b)
         out[s:s + step] = (unit_rows(a) * unit_rows(b)).sum(1).cpu().numpy()
     return out
+
+
+def knn(X, k: int, *, queries=None, metric: str = "cosine", exclude_self: bool = True, device="auto",
+        desc: str | None = "k-NN") -> tuple[np.ndarray, np.ndarray]:
+    """Exact k nearest neighbours by chunked matrix products and ``torch.topk``.
+
+    ``metric``: ``"cosine"`` (returns similarities, descending), ``"dot"`` (inner products,
+    descending) or ``"euclidean"`` (returns distances, ascending). Queries default to the rows
+    of ``X`` themselves; then ``exclude_self`` drops each row's own index. Memory is bounded by
+    :data:`CHUNK_BYTES` per block of query rows (no n x n matrix). Ties are broken by torch's
+    top-k order. Returns ``(indices (m, k) int64, scores (m, k) float32)``.
+    """
+    if metric not in ("cosine", "dot", "euclidean"):
+        raise ValueError(f"metric must be 'cosine', 'dot' or 'euclidean', not {metric!r}")
+    dev = resolve_device(device)
+    X = as_numpy(X)
+    self_query = queries is None
+    Q = X if self_query else as_numpy(queries)
+    n = len(X)
+    kk = k + (1 if self_query and exclude_self else 0)
+    if kk > n:
+        raise ValueError(f"k = {k} needs more than {n - (kk - k)} candidate neighbours")
+    dtype = torch.float32
+    corpus = torch.as_tensor(np.ascontiguousarray(X), dtype=dtype, device=dev)
+    if metric == "cosine":
+        corpus = unit_rows(corpus)
+    sq = (corpus * corpus).sum(1) if metric == "euclidean" else None
+    rows = chunk_rows(len(Q), n * 4 * 3)
+    idx = np.empty((len(Q), k), dtype=np.int64)
+    val = np.empty((len(Q), k), dtype=np.float32)
+    for s, q in iter_chunks(Q, device=dev, dtype=dtype, rows=rows, desc=desc):
+        if metric == "cosine":
+            q = unit_rows(q)
+        scores = q @ corpus.T
+        if metric == "euclidean":
+            scores = 2 * scores - sq[None, :] - (q * q).sum(1, keepdim=True)  # = -||q - x||^2
+        if self_query and exclude_self:
+            r = torch.arange(len(q), device=dev)
+            scores[r, r + s] = -torch.inf
+        top = torch.topk(scores, kk, dim=1)
+        ti, tv = top.indices[:, :k], top.values[:, :k]
+        if metric == "euclidean":
+            tv = (-tv).clamp_min(0).sqrt()
+        idx[s:s + len(q)] = ti.cpu().numpy()
+        val[s:s + len(q)] = tv.cpu().numpy()
+    return idx, val
