@@ -5,7 +5,7 @@ Each chapter notebook carries ``metadata["embeval"]``::
     {"name": "isotropy", "title": "Isotropy", "order": 10,
      "requires": ["vectors"], "description": "..."}
 
-``requires`` lists inputs as :meth:`embeval_report.io.EmbeddingSet.has` understands them
+``requires`` lists inputs (``"a|b"`` when either will do) as :meth:`embeval_report.io.EmbeddingSet.has` understands them
 (``"metadata.label"``, ``"runs"``, ...). Adding a chapter is adding a notebook.
 """
 from __future__ import annotations
@@ -47,12 +47,14 @@ class Chapter:
         return f"{self.order:02d}_{self.name}.ipynb"
 
     def missing(self, es) -> list[str]:
-        """Inputs this chapter needs that the embedding set lacks."""
-        return [r for r in self.requires if not es.has(r)]
+        """Inputs this chapter needs that the embedding set lacks (``a|b``: either will do)."""
+        return [r for r in self.requires if not any(es.has(alt) for alt in r.split("|"))]
 
 
 def describe_input(req: str) -> str:
-    """Human wording of a requirement such as ``metadata.label``."""
+    """Human wording of a requirement such as ``metadata.label`` or ``word_pairs|analogies``."""
+    if "|" in req:
+        return " or ".join(describe_input(alt) for alt in req.split("|"))
     if req.startswith("metadata."):
         return f"a `{req.split('.', 1)[1]}` column in `metadata`"
     return INPUT_HELP.get(req, f"manifest field `{req}`")
