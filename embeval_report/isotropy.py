@@ -32,9 +32,10 @@ import torch
 
 from .kernels import (as_numpy, block_moments, column_mean, iter_chunks, pair_cosines, random_pairs,
                       resolve_device, unit_rows)
+from .display import escape
 from .results import Metric
 from .stats import basic_interval, weighted_bootstrap
-from .thresholds import THRESHOLDS, condition_number_reading, verdict
+from .thresholds import THRESHOLDS, condition_number_reading, verdict, worst as worst_verdict
 
 SEED_000 = "seed 000 §217.0.5"
 #: memory allowed for the per-block moment matrices of the bootstrap
@@ -217,6 +218,45 @@ def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, le
     )
 
 
+#: metadata columns that name kinds of entity, tried in this order for the per-group breakdown
+GROUP_COLUMNS = ("kind", "group", "type", "label")
+
+
+def group_column(metadata: pd.DataFrame | None, max_groups: int = 12) -> str | None:
+    """The metadata column to break isotropy down by: the first of :data:`GROUP_COLUMNS` with 2..max levels."""
+    if metadata is None:
+        return None
+    for col in GROUP_COLUMNS:
+        if col in metadata and 2 <= metadata[col].nunique() <= max_groups:
+            return col
+    return None
+
+
+def isotropy_by_group(X, groups, *, min_size: int = 20, n_boot: int = 100, seed: int = 0, device="auto"
+                      ) -> pd.DataFrame:
+    """Isotropy metrics within each group of rows (groups smaller than ``min_size`` are skipped).
+
+    A set can look healthy overall while one kind of entity (for example users, pulled toward
+    popular items) has collapsed; this table shows it.
+    """
+    X = as_numpy(X)
+    groups = pd.Series(np.asarray(groups, dtype=object)).fillna("(missing)").astype(str).to_numpy()
+    rows = []
+    for g in sorted(set(groups)):
+        idx = np.flatnonzero(groups == g)
+        if len(idx) < min_size:
+            continue
+        r = measure_isotropy(X[idx], n_boot=n_boot, sample_size=1000, seed=seed, device=device)
+        m = r.metrics
+        rows.append({"group": g, "n": len(idx), "APCS": m["apcs"].value,
+                     "APCS 95 % CI": "—" if m["apcs"].ci_low is None else
+                     f"{m['apcs'].ci_low:.3f} – {m['apcs'].ci_high:.3f}",
+                     "PR / d": m["participation_ratio_fraction"].value, "κ": m["condition_number"].value,
+                     "dims for 90 %": m["dims_for_90pct_variance"].value,
+                     "verdict": worst_verdict(x.verdict for x in m.values())})
+    return pd.DataFrame(rows)
+
+
 # ---------------------------------------------------------------------------------------------
 # All-but-the-top (Mu, Bhat & Viswanath 2018): remove the mean and the top D principal directions
 # ---------------------------------------------------------------------------------------------
@@ -302,6 +342,27 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
     return pd.DataFrame(rows), samples
 
 
+def best_removal(abtt: pd.DataFrame) -> int:
+    """The number of removed components whose corrected set has the APCS closest to 0."""
+    t = abtt[abtt.removed.notna()]
+    return int(t.loc[t["apcs"].abs().idxmin(), "removed"])
+
+
+def group_narrative(table: pd.DataFrame, column: str) -> str:
+    """One paragraph comparing the groups of :func:`isotropy_by_group`."""
+    if len(table) < 2:
+        return ""
+    hi, lo = table.loc[table["APCS"].idxmax()], table.loc[table["APCS"].idxmin()]
+    text = (f"Broken down by {escape(column)}, APCS ranges from {lo['APCS']:.3f} ({escape(lo['group'])}, "
+            f"PR/d {lo['PR / d']:.1%}) to {hi['APCS']:.3f} ({escape(hi['group'])}, PR/d {hi['PR / d']:.1%}).")
+    if hi["APCS"] - lo["APCS"] > 0.2:
+        text += (f" The anisotropy is concentrated in **{escape(hi['group'])}**: look there for the cause "
+                 "(for example a popularity or frequency effect pulling those vectors toward one direction).")
+    else:
+        text += " The groups are similarly (an)isotropic, so the cause is shared rather than specific to one group."
+    return text
+
+
 _ABTT_COLUMNS = ("apcs", "apcs_std", "participation_ratio_fraction", "condition_number",
                  "dims_for_90pct_variance", "top10_variance_ratio")
 
@@ -361,7 +422,7 @@ def narrative(r: IsotropyResult, abtt: pd.DataFrame | None = None) -> str:
         f"{v['top10_variance_ratio']:.1%}. The entropy effective dimension is "
         f"{v['effective_dim_entropy']:.1f}. The condition number is {kappa_txt}.")
     if abtt is not None and len(abtt) > 1:
-        best = abtt.iloc[1:].sort_values("apcs", key=abs).iloc[0]
+        best = abtt[abtt.removed == best_removal(abtt)].iloc[0]
         parts.append(
             f"Removing the mean and the top principal components (all-but-the-top) moves APCS from "
             f"{abtt.iloc[0]['apcs']:.3f} to {best['apcs']:.3f} ({best['setting']}) and PR/d from "

@@ -147,3 +147,19 @@ def test_all_but_the_top_effect_is_exact():
     assert row["condition_number"] == pytest.approx(lam[2] / lam[-1], rel=1e-6)
     assert table.iloc[0]["apcs"] > 0.5 > abs(row["apcs"])
     assert set(samples) == {-1, 0, 2} and len(samples[2]) == 500
+
+
+def test_isotropy_by_group_matches_per_group_metrics():
+    import pandas as pd
+
+    from embeval_report.isotropy import group_column, group_narrative, isotropy_by_group
+
+    rng = np.random.default_rng(2)
+    X = np.vstack([rng.standard_normal((300, 8)), rng.standard_normal((200, 8)) * 0.1 + 2]).astype(np.float32)
+    meta = pd.DataFrame({"kind": ["a"] * 300 + ["b<x>"] * 200, "label": rng.integers(0, 50, 500)})
+    assert group_column(meta) == "kind" and group_column(meta[["label"]]) is None
+    table = isotropy_by_group(X, meta["kind"], n_boot=0)
+    assert table["group"].tolist() == ["a", "b<x>"] and table["n"].tolist() == [300, 200]
+    assert table.loc[1, "APCS"] == pytest.approx(measure_isotropy(X[300:], n_boot=0).values["apcs"])
+    text = group_narrative(table, "kind")
+    assert "b&lt;x&gt;" in text and "<x>" not in text
