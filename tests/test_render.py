@@ -1,0 +1,267 @@
+"""embeval_report.render: one self-contained HTML and one PDF from executed chapter notebooks."""
+import json
+import os
+import re
+import stat
+import sys
+import tempfile
+
+import nbformat
+import pandas as pd
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+os.environ.setdefault("IPYTHONDIR", tempfile.mkdtemp(prefix="ipython-"))
+
+from embeval_report.display import Link, callout, show_figure, show_markdown, show_table  # noqa: E402
+from embeval_report.render import quarto_available, render_report  # noqa: E402
+
+ANSI_ERROR = "ValueError: planted \x1b[31mfailure\x1b[0m <x>"
+
+
+def _outputs(fn):
+    """Run display calls in-process and return them as notebook outputs (as papermill would)."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    InteractiveShell.instance()
+    with capture_output() as cap:
+        fn()
+    return [new_output("display_data", data=o.data, metadata=o.metadata) for o in cap.outputs]
+
+
+def _figure():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot([0, 1, 2], [2, 0, 1])
+    ax.set(xlabel="rank", ylabel="eigenvalue")
+    return fig
+
+
+def _code(outputs, tags=()):
+    cell = new_code_cell("pass", metadata={"tags": list(tags)} if tags else {})
+    cell.outputs = outputs
+    return cell
+
+
+def _chapter(name, title, cells, status="ok", error=None):
+    nb = new_notebook(cells=[new_markdown_cell(f"# {title}"),
+                             _code([new_output("stream", name="stdout", text="PARAMS_SHOULD_NOT_SHOW")],
+                                   tags=["parameters"]),
+                             _code([new_output("stream", name="stdout", text="INJECTED_SHOULD_NOT_SHOW")],
+                                   tags=["injected-parameters"])] + cells)
+    nb.metadata["embeval"] = {"name": name, "title": title, "status": status, "error": error}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("render") / "out"
+    (out / "chapters").mkdir(parents=True)
+    card = pd.DataFrame({"chapter": [Link("Isotropy", "#chapter-isotropy"), Link("Broken", "#chapter-broken")],
+                         "metric": ["APCS", "kNN <overlap>"], "value": [0.2713, float("nan")],
+                         "verdict": ["problematic", None]})
+    summary = _chapter("summary", "Summary", [
+        _code(_outputs(lambda: show_markdown("This report evaluates **tiny\\_set**."))),
+        new_markdown_cell("## Scorecard"),
+        _code(_outputs(lambda: show_table(card, caption="Scorecard of all verdicts", label="tbl-scorecard"))),
+    ])
+    iso = _chapter("isotropy", "Isotropy", [
+        new_markdown_cell("An isotropic set uses every direction.\n- a list right after text\n- second"),
+        new_markdown_cell("## What the numbers say"),
+        _code(_outputs(lambda: (
+            show_markdown(r"The cosine has variance $1/d$ and $$\mathrm{PR} = \frac{(\sum_i \lambda_i)^2}"
+                          r"{\sum_i \lambda_i^2}$$ measures the effective dimension."),
+            callout("warning", "Cosines are **inflated**.", title="Anisotropy detected")))),
+        new_markdown_cell("## Metrics"),
+        _code(_outputs(lambda: show_table(
+            pd.DataFrame({"metric": ["APCS", "condition number"], "value": [0.27134, 1234.5],
+                          "verdict": ["concerning", "healthy"]}),
+            caption="Isotropy metrics", label="tbl-iso"))),
+        _code([new_output("stream", name="stdout", text="REMOVED_CELL_OUTPUT")], tags=["remove-cell"]),
+        new_markdown_cell("## Spectrum"),
+        _code(_outputs(lambda: show_figure(_figure(), caption="Eigenvalue spectrum <log>", label="fig-spectrum"))
+              + [new_output("stream", name="stderr", text="STDERR_NOISE")]),
+        # an error output inside an ok chapter (e.g. allow_errors) still renders
+        _code([new_output("error", ename="ZeroDivisionError", evalue="division by zero",
+                          traceback=["\x1b[0;31mZeroDivisionError\x1b[0m: division by zero"])]),
+        new_markdown_cell("See the [summary](#chapter-summary) and a [missing chapter](#chapter-nope)."),
+    ])
+    broken = _chapter("broken", "Broken <script>alert(1)</script>", [
+        _code([new_output("error", ename="ValueError", evalue="planted", traceback=[ANSI_ERROR])]),
+    ], status="failed", error=ANSI_ERROR)
+    for fname, nb in (("00_summary", summary), ("10_isotropy", iso), ("20_broken", broken)):
+        nbformat.write(nb, out / "chapters" / f"{fname}.ipynb")
+    (out / "metrics.json").write_text(json.dumps({
+        "version": "0.1.0", "source": "/data/set <x>.npy", "seed": 3, "device": "cpu",
+        "generated": "2026-01-02T03:04:05+00:00", "chapters": {}}))
+    files = render_report(out, title="Tiny <script>alert(1)</script> report", renderer="builtin")
+    return out, files
+
+
+def test_returns_both_files(report):
+    out, files = report
+    assert files == {"html": out / "report.html", "pdf": out / "report.pdf"}
+    assert all(p.stat().st_size > 1000 for p in files.values())
+
+
+def test_html_sections_toc_and_content(report):
+    html = (report[0] / "report.html").read_text()
+    for name in ("summary", "isotropy", "broken"):
+        assert f'<section id="chapter-{name}"' in html
+        assert f'href="#chapter-{name}"' in html  # contents
+    assert '<nav class="toc"' in html
+    # sections of chapters are listed in the contents and their ids exist
+    for sid in re.findall(r'<ol class="toc-sections">(.*?)</ol>', html, re.S)[1:2]:
+        for target in re.findall(r'href="#([^"]+)"', sid):
+            assert f'id="{target}"' in html
+    assert "What the numbers say" in html.split("</nav>")[0]
+    assert '<table class="embeval-table" id="tbl-iso">' in html and "Table: Isotropy metrics" in html
+    assert 'class="verdict verdict-problematic"' in html
+    assert re.search(r'<figure class="figure" id="fig-spectrum">\s*<img [^>]*src="data:image/png;base64,', html)
+    assert "Figure:</span> Eigenvalue spectrum &lt;log&gt;" in html
+    assert "<math" in html and "<mfrac>" in html  # MathML, no MathJax
+    assert 'class="callout callout-warning"' in html
+    assert "<li>a list right after text</li>" in html
+    assert "ZeroDivisionError" in html and "\x1b" not in html
+    assert 'href="#chapter-summary"' in html
+
+
+def test_html_is_self_contained_and_escaped(report):
+    html = (report[0] / "report.html").read_text()
+    assert "<script" not in html
+    assert not re.search(r'(src|href)="(https?:)?//', html)
+    assert "<link" not in html and "@import" not in html
+    assert "<title>Tiny &lt;script&gt;alert(1)&lt;/script&gt; report</title>" in html
+    assert "Broken &lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "/data/set &lt;x&gt;.npy" in html and "2026-01-02 03:04 UTC" in html
+
+
+def test_html_drops_parameters_removed_cells_and_stderr(report):
+    html = (report[0] / "report.html").read_text()
+    for text in ("PARAMS_SHOULD_NOT_SHOW", "INJECTED_SHOULD_NOT_SHOW", "REMOVED_CELL_OUTPUT", "STDERR_NOISE",
+                 "pass"):
+        assert text not in html.split("<main")[1], text
+
+
+def test_html_failed_chapter_box(report):
+    html = (report[0] / "report.html").read_text()
+    section = html.split('<section id="chapter-broken"')[1].split("</section>")[0]
+    assert "This chapter failed" in section and "callout-danger" in section
+    assert "ValueError: planted failure &lt;x&gt;" in section and "\x1b" not in section
+    assert 'toc-flag-failed' in html
+
+
+def test_pdf_pages_and_text(report):
+    from pypdf import PdfReader
+
+    reader = PdfReader(report[0] / "report.pdf")
+    assert len(reader.pages) >= 4  # title + contents, then one chapter per page at least
+    text = " ".join(p.extract_text() for p in reader.pages)
+    flat = re.sub(r"\s+", " ", text)
+    for s in ("Tiny <script>alert(1)</script> report", "Summary", "Isotropy", "Broken", "Scorecard",
+              "What the numbers say", "This chapter failed", "planted failure <x>", "Isotropy metrics",
+              "Eigenvalue spectrum <log>", "Anisotropy detected", "/data/set <x>.npy"):
+        assert s in flat, s
+    for s in ("PARAMS_SHOULD_NOT_SHOW", "REMOVED_CELL_OUTPUT", "STDERR_NOISE"):
+        assert s not in flat
+    # the figure is embedded as an image
+    assert any(page.images for page in reader.pages)
+
+
+def test_a_chapter_typst_rejects_is_isolated(report, tmp_path):
+    import shutil
+
+    from pypdf import PdfReader
+
+    out = tmp_path / "bad"
+    shutil.copytree(report[0] / "chapters", out / "chapters")
+    nb = nbformat.read(out / "chapters" / "10_isotropy.ipynb", as_version=4)
+    nb.cells.append(new_markdown_cell("```{=typst}\n#no-such-function()\n```"))
+    nbformat.write(nb, out / "chapters" / "10_isotropy.ipynb")
+    files = render_report(out, formats=("pdf",), renderer="builtin")
+    text = re.sub(r"\s+", " ", " ".join(p.extract_text() for p in PdfReader(files["pdf"]).pages))
+    assert "could not be typeset" in text and "no-such-function" in text
+    assert "Scorecard" in text and "This chapter failed" in text  # the other chapters are intact
+
+
+def test_missing_chapters_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="chapters"):
+        render_report(tmp_path)
+
+
+def test_quarto_explicit_without_quarto_raises(report, monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    assert not quarto_available()
+    with pytest.raises(RuntimeError, match="quarto is not on PATH"):
+        render_report(report[0], renderer="quarto")
+
+
+def _fake_quarto(folder, fail=False):
+    """A stand-in `quarto` that records its calls and writes placeholder outputs."""
+    script = folder / "quarto"
+    script.write_text(f"""#!{sys.executable}
+import os, sys, pathlib
+log = pathlib.Path({str(folder / 'calls.log')!r})
+with log.open("a") as f:
+    f.write(os.getcwd() + " " + " ".join(sys.argv[1:]) + "\\n")
+if {fail!r}:
+    sys.exit("quarto: planted failure")
+cwd = pathlib.Path.cwd()
+(cwd / "seen_quarto.yml").write_text((cwd / "_quarto.yml").read_text())
+if "pdf" in sys.argv:
+    (cwd / "_book").mkdir(exist_ok=True)
+    (cwd / "_book" / "book.pdf").write_bytes(b"%PDF-1.4 fake")
+else:
+    (cwd / "report.html").write_text("<html>fake quarto</html>")
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return folder
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="shell script stand-in")
+def test_quarto_renderer_stages_a_book(report, tmp_path, monkeypatch):
+    import shutil
+
+    import yaml
+
+    out = tmp_path / "q"
+    shutil.copytree(report[0] / "chapters", out / "chapters")
+    shutil.copy(report[0] / "metrics.json", out / "metrics.json")
+    bin_dir = _fake_quarto(tmp_path)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    # keep the staging folder to inspect it
+    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
+    files = render_report(out, title="Q <title>", renderer="auto")
+    assert files == {"html": out / "report.html", "pdf": out / "report.pdf"}
+    assert (out / "report.html").read_text() == "<html>fake quarto</html>"
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert any(c.endswith("render --to pdf") for c in calls)
+    assert any(c.endswith("render report.ipynb --to html") for c in calls)
+    book = yaml.safe_load((out / "_quarto" / "seen_quarto.yml").read_text())
+    assert book["project"]["type"] == "book"
+    assert book["book"]["title"] == "Q <title>"
+    assert book["book"]["chapters"] == ["index.ipynb", "01_isotropy.ipynb", "02_broken.ipynb"]
+    assert book["execute"]["enabled"] is False
+    index = nbformat.read(out / "_quarto" / "index.ipynb", as_version=4)
+    assert index.cells[0].source == "# Summary {#chapter-summary}"
+    assert not any("parameters" in c.metadata.get("tags", []) for c in index.cells)
+    single = yaml.safe_load((out / "_quarto" / "single" / "seen_quarto.yml").read_text())
+    assert single["format"]["html"]["embed-resources"] is True
+
+
+def test_auto_falls_back_to_builtin_when_quarto_fails(report, tmp_path, monkeypatch):
+    import shutil
+
+    out = tmp_path / "f"
+    shutil.copytree(report[0] / "chapters", out / "chapters")
+    monkeypatch.setenv("PATH", f"{_fake_quarto(tmp_path, fail=True)}{os.pathsep}{os.environ['PATH']}")
+    with pytest.warns(RuntimeWarning, match="quarto rendering failed"):
+        files = render_report(out, formats=("html",))
+    assert "chapter-isotropy" in files["html"].read_text()
+    with pytest.raises(RuntimeError, match="planted failure"):
+        render_report(out, formats=("html",), renderer="quarto")
