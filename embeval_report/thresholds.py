@@ -14,6 +14,7 @@ SEVERITY = {None: 0, "healthy": 0, "concerning": 1, "problematic": 2}
 
 TABLE_217_2 = "Table 217.2 (seed 000 §217.0.7)"
 BOX_21_1_1 = "Isotropy Benchmarks box (seed 001 §21.1.1)"
+BOX_21_1_2 = "Alignment vs Uniformity Trade-off box (seed 001 §21.1.2)"
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,20 @@ THRESHOLDS: dict[str, Bands] = {
         "higher", 0.3, 0.1, TABLE_217_2, "healthy > 30 %, concerning 10–30 %, problematic < 10 % of d"),
     "top10_variance_ratio": Bands(
         "lower", 0.2, 0.5, BOX_21_1_1, "good < 20 %, warning sign > 50 % of variance in the top 10 components"),
+    # seed 000 §217.1, diagnose_hubness (line 619): < 0.5 low, 0.5 <= s < 1.5 moderate, >= 1.5 severe.
+    # (Bands puts exactly 1.5 in the middle band; the seed calls it severe.)
+    "k_occurrence_skewness": Bands(
+        "lower", 0.5, 1.5, "diagnose_hubness bands (seed 000 §217.1, line 619)",
+        "low < 0.5, moderate 0.5–1.5, severe ≥ 1.5"),
+    # seed 001 §21.1.3 detect_dimension_collapse: collapse_detected = dead_ratio > 0.1 or effective_rank < 0.3 d.
+    # One cut each, no middle band (a value exactly on the cut reads as concerning).
+    "effective_rank_fraction": Bands(
+        "higher", 0.3, 0.3, "collapse rule (seed 001 §21.1.3)", "collapse when effective rank < 30 % of d"),
+    "dead_dimension_fraction": Bands(
+        "lower", 0.1, 0.1, "collapse rule (seed 001 §21.1.3)", "collapse when > 10 % of dimensions are dead"),
+    # the box gives only "typical good values", no warning level: never problematic
+    "uniformity": Bands("lower", -2.0, math.inf, BOX_21_1_2, "typical good < −2.0 (t = 2); no warning level given"),
+    "alignment": Bands("lower", 0.5, math.inf, BOX_21_1_2, "typical good < 0.5 (α = 2); no warning level given"),
 }
 
 #: Table 217.1 (seed 000 §217.0.5.2.1): interpretation of the condition number, upper edges.
