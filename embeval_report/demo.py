@@ -9,6 +9,12 @@ is the view-count-weighted mean of the items they watched, where views follow
 viewing history toward the same few blockbusters, so user vectors share one dominant
 direction (high APCS, low participation ratio), exactly the collapse the seed's Figure 217.5
 shows. The demo report's isotropy chapter should find it and all-but-the-top should relieve it.
+
+**Side data for the semantic-benchmarks chapter** (from a separate seeded generator, so the
+vectors above do not change): ``word_pairs.tsv``, an editorial team's similarity judgements of
+item pairs (0–10; same genre > related genres > unrelated, plus rater noise; a few pairs name
+retired titles that have no vector), and ``analogies.txt``, questions "a is to b as c is to ?"
+built from genre offsets (see :func:`genre_analogies`).
 """
 from __future__ import annotations
 
@@ -19,6 +25,9 @@ import pandas as pd
 import yaml
 
 GENRES = ("drama", "comedy", "thriller", "documentary", "sci-fi", "animation", "romance", "horror")
+#: genre pairs the (synthetic) editors judge as related
+RELATED_GENRES = frozenset(frozenset(p) for p in (("drama", "romance"), ("thriller", "horror"), ("comedy", "animation"),
+                                                  ("sci-fi", "thriller"), ("documentary", "drama")))
 
 
 def streaming_embeddings(n_users: int = 4000, n_items: int = 1000, dim: int = 64, *, popularity_skew: float = 1.0,
@@ -56,19 +65,96 @@ def streaming_embeddings(n_users: int = 4000, n_items: int = 1000, dim: int = 64
     return vectors, meta
 
 
+def editorial_judgements(meta: pd.DataFrame, *, n_pairs: int = 300, n_retired: int = 15, noise: float = 1.0,
+                         seed: int = 0) -> pd.DataFrame:
+    """Synthetic editorial similarity of item pairs (``word1, word2, score`` on 0–10).
+
+    The score follows the generator's genre structure: about 7.5 for two items of the same
+    genre, 4.5 for related genres (:data:`RELATED_GENRES`), 1.5 otherwise, plus Gaussian rater
+    noise (sd ``noise``), clipped to [0, 10]. ``n_retired`` pairs name an item id beyond the
+    catalogue (a retired title without a vector), so the report has OOV pairs to count.
+    """
+    rng = np.random.default_rng([seed, 60, 1])
+    items = meta[meta["kind"] == "item"]
+    ids, genre = items["id"].to_numpy(), items["label"].to_numpy()
+    kind = rng.choice(3, n_pairs, p=[0.4, 0.25, 0.35])  # 0 same genre, 1 related, 2 unrelated
+    related = [tuple(p) for p in sorted(map(sorted, RELATED_GENRES))]
+    rows = []
+    for k in kind:
+        if k == 0:
+            g1 = g2 = GENRES[rng.integers(len(GENRES))]
+        elif k == 1:
+            g1, g2 = related[rng.integers(len(related))]
+        else:
+            g1, g2 = rng.choice(GENRES, 2, replace=False)
+            while frozenset((g1, g2)) in RELATED_GENRES:
+                g1, g2 = rng.choice(GENRES, 2, replace=False)
+        pool1, pool2 = np.flatnonzero(genre == g1), np.flatnonzero(genre == g2)
+        i = rng.choice(pool1)
+        j = rng.choice(pool2[pool2 != i]) if len(pool2[pool2 != i]) else rng.integers(len(ids))
+        score = float(np.clip((7.5, 4.5, 1.5)[k] + noise * rng.standard_normal(), 0, 10))
+        rows.append((ids[i], ids[j], round(score, 2)))
+    for r in rng.choice(n_pairs, min(n_retired, n_pairs), replace=False):
+        rows[r] = (f"item_{len(ids) + int(rng.integers(0, 500)):05d}", rows[r][1], rows[r][2])
+    return pd.DataFrame(rows, columns=["word1", "word2", "score"])
+
+
+def genre_analogies(vectors: np.ndarray, meta: pd.DataFrame, *, per_section: int = 25, seed: int = 0
+                    ) -> list[tuple[str, list[tuple[str, str, str, str]]]]:
+    """Analogy questions "a : b :: c : d" between items of genre g and of the next genre g'.
+
+    One section per genre pair ``g to g'`` (genres in :data:`GENRES` order). ``a`` and ``b`` are
+    flagship items (the quarter closest to their genre's mean vector) of g and g'; ``c`` is any
+    other item of g; the answer ``d`` is the item of g' (other than b) closest to ``c`` moved by
+    the genre offset ``mean(g') − mean(g)``, the offset the question's pair a → b stands for.
+    Built from the demo's item vectors by a separate seeded generator.
+    """
+    rng = np.random.default_rng([seed, 60, 2])
+    item = (meta["kind"] == "item").to_numpy()
+    V, genre, ids = vectors[item].astype(np.float64), meta["label"].to_numpy()[item], meta["id"].to_numpy()[item]
+    centre = {g: V[genre == g].mean(0) for g in GENRES if (genre == g).sum() >= 3}
+    out = []
+    for k, g1 in enumerate(GENRES):
+        g2 = GENRES[(k + 1) % len(GENRES)]
+        if g1 not in centre or g2 not in centre:
+            continue
+        i1, i2 = np.flatnonzero(genre == g1), np.flatnonzero(genre == g2)
+        flag1 = i1[np.argsort(-(V[i1] @ centre[g1]))[:max(2, len(i1) // 4)]]
+        flag2 = i2[np.argsort(-(V[i2] @ centre[g2]))[:max(2, len(i2) // 4)]]
+        questions = []
+        for _ in range(per_section):
+            a, b = rng.choice(flag1), rng.choice(flag2)
+            c = rng.choice(i1[i1 != a])
+            cand = i2[i2 != b]
+            d = cand[np.argmax(V[cand] @ (V[c] - centre[g1] + centre[g2]))]
+            questions.append((ids[a], ids[b], ids[c], ids[d]))
+        out.append((f"{g1} to {g2}", questions))
+    return out
+
+
 def write_demo(folder, *, seed: int = 0, **kw) -> Path:
-    """Write the demo set (vectors.npy, ids.txt, metadata.csv, manifest.yaml); return the manifest."""
+    """Write the demo set (vectors.npy, ids.txt, metadata.csv, word_pairs.tsv, analogies.txt,
+    manifest.yaml); return the manifest."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     vectors, meta = streaming_embeddings(seed=seed, **kw)
     np.save(folder / "vectors.npy", vectors)
     (folder / "ids.txt").write_text("\n".join(meta["id"]) + "\n")
     meta.to_csv(folder / "metadata.csv", index=False)
+    pairs = editorial_judgements(meta, seed=seed)
+    (folder / "word_pairs.tsv").write_text(
+        "# StreamCo editorial similarity of item pairs (synthetic demo data), 0 = unrelated, 10 = interchangeable\n"
+        "# item 1\titem 2\teditors' score\n"
+        + "".join(f"{a}\t{b}\t{s:.2f}\n" for a, b, s in pairs.itertuples(index=False)))
+    (folder / "analogies.txt").write_text("".join(
+        f": {name}\n" + "".join(" ".join(q) + "\n" for q in qs) for name, qs in genre_analogies(vectors, meta, seed=seed)))
     manifest = {
         "name": "StreamCo users and items (demo)",
         "vectors": "vectors.npy",
         "ids": "ids.txt",
         "metadata": "metadata.csv",
+        "word_pairs": "word_pairs.tsv",
+        "analogies": "analogies.txt",
     }
     path = folder / "manifest.yaml"
     path.write_text("# embeval-report demo: a streaming platform's user and item embeddings\n"
