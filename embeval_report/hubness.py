@@ -51,7 +51,8 @@ import torch
 from scipy import stats as sps
 
 from .display import escape
-from .kernels import as_numpy, block_moments, chunk_rows, iter_chunks, knn, resolve_device, unit_rows
+from .kernels import (as_numpy, block_moments, chunk_rows, iter_chunks, knn, neighbour_sets_overlap, resolve_device,
+                      unit_rows)
 from .plotting import PALETTE, WIDTH
 from .results import Metric
 from .thresholds import verdict
@@ -456,9 +457,7 @@ REDUCTIONS = {
 
 def neighbour_overlap(a, b) -> float:
     """Mean share of each row's neighbour list that two k-NN graphs have in common."""
-    a, b = np.asarray(a), np.asarray(b)
-    both = np.sort(np.hstack([a, b]), axis=1)
-    return float((np.diff(both, axis=1) == 0).sum(1).mean() / a.shape[1])
+    return float(neighbour_sets_overlap(a, b).mean())
 
 
 def label_agreement(neighbors, labels) -> float:

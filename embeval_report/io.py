@@ -53,6 +53,8 @@ __all__ = [
     "VECTOR_FORMATS",
     "EmbeddingSet",
     "ManifestField",
+    "MatchedVectors",
+    "load_matched",
     "load_prepared",
     "load_source",
     "load_vectors",
@@ -100,6 +102,18 @@ _SNAPSHOT_KEYS = {
     "timestamp": ManifestField("timestamp", "when the snapshot was taken (date, number or text)"),
 }
 
+_TRANCHE_KEYS = {
+    "name": ManifestField("str", "label of the checkpoint (e.g. 'epoch 3' or 'tranche 2')", required=True),
+    "vectors": ManifestField("path", "vectors file of the checkpoint", required=True),
+    "order": ManifestField("timestamp", "position along training (number or date; default: list order)"),
+    "run": ManifestField("str", "which training run the checkpoint belongs to (default: one run)"),
+}
+
+_VOCABULARY_KEYS = {
+    "name": ManifestField("str", "name of the id subset (e.g. 'frequent words')", required=True),
+    "ids": ManifestField("path", "file with one id per line", required=True),
+}
+
 MANIFEST_FIELDS: dict[str, ManifestField] = {
     "name": ManifestField("str", "display name of the embedding set (default: the manifest file name)"),
     "vectors": ManifestField("path", "file with the embedding matrix", required=True),
@@ -107,6 +121,9 @@ MANIFEST_FIELDS: dict[str, ManifestField] = {
     "metadata": ManifestField("path", "table (.csv/.tsv/.parquet) with an 'id' column and free columns"),
     "runs": ManifestField("path_list", "vectors files of further training runs of the same items"),
     "snapshots": ManifestField("mapping_list", "vectors of the same items over time", keys=_SNAPSHOT_KEYS),
+    "tranches": ManifestField("mapping_list", "checkpoints along training (seed 003's tranches)", keys=_TRANCHE_KEYS),
+    "vocabularies": ManifestField("mapping_list", "named id subsets for restricted stability",
+                                  keys=_VOCABULARY_KEYS),
     "positive_pairs": ManifestField("path", "table of id pairs that should be similar"),
     "word_pairs": ManifestField("path", "table of word pairs with human similarity scores"),
     "analogies": ManifestField("path", "analogy questions (a : b :: c : d)"),
@@ -249,6 +266,51 @@ def load_source(source: str | os.PathLike) -> EmbeddingSet:
         )
     vectors, ids = load_vectors(path)
     return _make_set(path.stem, vectors, ids, None, path, {})
+
+
+@dataclass(frozen=True)
+class MatchedVectors:
+    """Another vectors file (a training run, a snapshot) matched by id to a reference set.
+
+    ``vectors[r]`` belongs to reference row ``index[r]``; ``missing`` are reference ids the file
+    lacks and ``extra`` the file's ids unknown to the reference, both reported, never silently
+    dropped.
+    """
+
+    vectors: np.ndarray
+    index: np.ndarray
+    missing: np.ndarray
+    extra: np.ndarray
+    label: str
+
+
+def load_matched(path: str | os.PathLike, reference: "EmbeddingSet", *, label: str | None = None) -> MatchedVectors:
+    """Load ``path`` and match its rows to ``reference`` by id.
+
+    A file that carries its own ids (csv/parquet id column, word2vec words, npz/pt ``ids``) is
+    matched by them; a file without ids (``.npy``, safetensors) must have exactly the
+    reference's rows, in the reference's order (the manifest's ``ids``).
+    """
+    path = _existing_file(path, label)
+    label = label or path.name
+    vectors, ids = load_vectors(path, name_for_errors=label)
+    if ids is None:
+        if len(vectors) != reference.n:
+            raise InputError(f"{label}: {len(vectors)} rows but the reference set has {reference.n}; a file "
+                             "without ids must list the same entities in the same order (give ids in the file "
+                             "or use a format that carries them)")
+        empty = np.array([], dtype=object)
+        return MatchedVectors(vectors, np.arange(reference.n), empty, empty, label)
+    position = pd.Index(reference.ids).get_indexer(pd.Index(ids))
+    found = position >= 0
+    if not found.any():
+        raise InputError(f"{label}: none of its {len(ids)} ids occur in the reference set "
+                         f"(first ids: {', '.join(map(str, ids[:3]))})")
+    present = np.zeros(reference.n, dtype=bool)
+    present[position[found]] = True
+    order = np.argsort(position[found], kind="stable")
+    return MatchedVectors(vectors[found][order], position[found][order], reference.ids[~present],
+                          np.asarray(ids, dtype=object)[~found], label)
 
 
 def read_manifest(path: str | os.PathLike) -> dict[str, Any]:

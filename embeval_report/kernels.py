@@ -206,6 +206,13 @@ def knn(X, k: int, *, queries=None, metric: str = "cosine", exclude_self: bool =
     return idx, val
 
 
+def neighbour_sets_overlap(nb_a, nb_b) -> np.ndarray:
+    """Per-row share :math:`|N_a(i) \\cap N_b(i)| / k` of two neighbour-index arrays of shape (n, k)."""
+    nb_a, nb_b = np.asarray(nb_a), np.asarray(nb_b)
+    both = np.sort(np.hstack([nb_a, nb_b]), axis=1)
+    return (np.diff(both, axis=1) == 0).sum(1) / nb_a.shape[1]
+
+
 def gaussian_potential_rows(X, t: float = 2.0, *, transform=None, device="auto",
                             desc: str | None = "all-pairs potential") -> np.ndarray:
     r"""Per-row log Gaussian potential over all other rows, exact, block by block.

@@ -707,3 +707,23 @@ def test_prepared_odd_ids_and_overwrite(tmp_path, vecs):
 def test_load_prepared_missing_folder(tmp_path):
     with pytest.raises(InputError, match="not a prepared embedding set: file not found"):
         load_prepared(tmp_path / "nothing")
+
+
+def test_load_matched_by_ids_reports_missing_and_extra(tmp_path):
+    import pandas as pd
+
+    from embeval_report.io import load_matched, load_source
+
+    np.save(tmp_path / "ref.npy", np.arange(1, 13, dtype=np.float32).reshape(4, 3))
+    (tmp_path / "ids.txt").write_text("a\nb\nc\nd\n")
+    (tmp_path / "m.yaml").write_text("vectors: ref.npy\nids: ids.txt\n")
+    ref = load_source(tmp_path / "m.yaml")
+    pd.DataFrame({"id": ["d", "x", "b"], "v1": [1.0, 2, 3], "v2": [4.0, 5, 6]}).to_csv(tmp_path / "run.csv", index=False)
+    m = load_matched(tmp_path / "run.csv", ref)
+    assert m.index.tolist() == [1, 3] and m.vectors[:, 0].tolist() == [3.0, 1.0]
+    assert m.missing.tolist() == ["a", "c"] and m.extra.tolist() == ["x"]
+    np.save(tmp_path / "short.npy", np.ones((3, 3), dtype=np.float32))
+    with pytest.raises(InputError, match="short.npy: 3 rows but the reference set has 4"):
+        load_matched(tmp_path / "short.npy", ref)
+    same = load_matched(tmp_path / "ref.npy", ref)
+    assert same.index.tolist() == [0, 1, 2, 3] and len(same.missing) == 0
