@@ -24,9 +24,22 @@ def _value_text(m: dict) -> str:
         return "∞" if m.get("name") == "condition_number" else "—"
     fmt = (lambda x: f"{x:,.0f}") if abs(v) >= 1000 else (lambda x: f"{x:.4g}")
     text = fmt(v)
-    if m.get("ci_low") is not None and m.get("ci_high") is not None:
-        text += f" [{fmt(m['ci_low'])}, {fmt(m['ci_high'])}]"
+    lo, hi = m.get("ci_low"), m.get("ci_high")
+    if lo is not None and hi is not None:
+        text += f" [{fmt(lo)}, {fmt(hi)}]" + (" †" if not lo <= v <= hi else "")
     return text
+
+
+#: note shown under the scorecard when some interval excludes its estimate (marked †)
+BIAS_NOTE = ("† The interval does not contain the value: it is a bias-corrected (basic bootstrap) interval, and "
+             "the plug-in value of an eigenvalue statistic is biased in finite samples (sample spectra spread "
+             "out more than the population's). The interval is the better guide to the population value; see the "
+             "chapter's Method section.")
+
+
+def needs_bias_note(card: pd.DataFrame) -> bool:
+    """Whether any scorecard value is marked † (see :data:`BIAS_NOTE`)."""
+    return bool(card["value [95 % CI]"].str.endswith("†").any()) if len(card) else False
 
 
 def scorecard(run: dict, results: dict) -> pd.DataFrame:
@@ -51,9 +64,10 @@ def scorecard(run: dict, results: dict) -> pd.DataFrame:
 def chapter_status(run: dict) -> pd.DataFrame:
     """Every chapter with its status and, for those not run or failed, why."""
     rows = [{"chapter": Link(c["title"], f"#chapter-{c['name']}") if c["status"] != "skipped" else c["title"],
-             "status": STATUS_WORDS[c["status"]], "detail": c["reason"] or ""}
+             "status": STATUS_WORDS[c["status"]],
+             "time (s)": f"{c['seconds']:.1f}" if c["status"] != "skipped" else "—", "detail": c["reason"] or ""}
             for c in run["chapters"] if c["name"] != "summary"]
-    return pd.DataFrame(rows, columns=["chapter", "status", "detail"])
+    return pd.DataFrame(rows, columns=["chapter", "status", "time (s)", "detail"])
 
 
 def narrative(run: dict, card: pd.DataFrame) -> str:
