@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .isotropy import MIN_BLOCKS, _block_count, covariance_from_moments, spectral_metrics
+from .isotropy import bootstrap_blocks, covariance_from_moments, spectral_metrics
 from .kernels import as_numpy, block_moments, chunk_rows, column_mean, knn, resolve_device
 from .plotting import PALETTE, WIDTH
 from .results import Metric
@@ -373,11 +373,7 @@ def measure_collapse(X, *, dead_threshold: float = DEAD_THRESHOLD, dead_referenc
     if n < 2:
         raise ValueError("dimension collapse needs at least 2 vectors")
     dev = resolve_device(device)
-    blocks = _block_count(n, d) if n_boot else 1
-    if blocks < MIN_BLOCKS:
-        blocks, n_boot_spec = 1, 0
-    else:
-        n_boot_spec = n_boot
+    blocks, n_boot_spec = bootstrap_blocks(n, d, n_boot)
     mean = column_mean(X, device=dev)
     mom = block_moments(X, shift=mean, n_blocks=blocks, seed=seed, device=dev, desc="second moments")
 

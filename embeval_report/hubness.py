@@ -51,6 +51,7 @@ import torch
 from scipy import stats as sps
 
 from .display import escape
+from .io import category_column
 from .kernels import (as_numpy, block_moments, chunk_rows, iter_chunks, knn, neighbour_sets_overlap, resolve_device,
                       unit_rows)
 from .plotting import PALETTE, WIDTH
@@ -617,12 +618,7 @@ def hubness_by_group(result: HubnessResult, groups, *, column: str = "group") ->
 
 def kind_column(metadata: pd.DataFrame | None, max_kinds: int = 4) -> str | None:
     """The metadata column naming kinds of entity (users, items, ...) with 2..``max_kinds`` values."""
-    if metadata is None:
-        return None
-    for col in KIND_COLUMNS:
-        if col in metadata and 2 <= metadata[col].nunique() <= max_kinds:
-            return col
-    return None
+    return category_column(metadata, KIND_COLUMNS, max_kinds)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ __all__ = [
     "EmbeddingSet",
     "ManifestField",
     "MatchedVectors",
+    "category_column",
     "load_matched",
     "load_prepared",
     "load_source",
@@ -266,6 +267,16 @@ def load_source(source: str | os.PathLike) -> EmbeddingSet:
         )
     vectors, ids = load_vectors(path)
     return _make_set(path.stem, vectors, ids, None, path, {})
+
+
+def category_column(metadata: pd.DataFrame | None, candidates, max_levels: int) -> str | None:
+    """The first of ``candidates`` that is a metadata column with 2..``max_levels`` distinct values."""
+    if metadata is None:
+        return None
+    for col in candidates:
+        if col in metadata and 2 <= metadata[col].nunique() <= max_levels:
+            return col
+    return None
 
 
 @dataclass(frozen=True)

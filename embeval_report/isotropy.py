@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .io import category_column
 from .kernels import (as_numpy, block_moments, column_mean, iter_chunks, pair_cosines, random_pairs,
                       resolve_device, unit_rows)
 from .display import escape
@@ -141,6 +142,12 @@ def _block_count(n: int, d: int) -> int:
     return int(min(64, n, BOOTSTRAP_BYTES // (2 * 8 * d * d)))
 
 
+def bootstrap_blocks(n: int, d: int, n_boot: int) -> tuple[int, int]:
+    """``(blocks, n_boot)`` for the block bootstrap; ``(1, 0)`` (no CI) when fewer than MIN_BLOCKS fit."""
+    blocks = _block_count(n, d) if n_boot else 1
+    return (1, 0) if blocks < MIN_BLOCKS else (blocks, n_boot)
+
+
 def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, level: float = 0.95,
              seed: int = 0, device="auto") -> IsotropyResult:
     r"""Isotropy metrics of an embedding set with bootstrap confidence intervals.
@@ -171,9 +178,7 @@ def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, le
     if n < 2:
         raise ValueError("isotropy needs at least 2 vectors")
     dev = resolve_device(device)
-    blocks = _block_count(n, d) if n_boot else 1
-    if blocks < MIN_BLOCKS:
-        blocks, n_boot = 1, 0
+    blocks, n_boot = bootstrap_blocks(n, d, n_boot)
     mean = column_mean(X, device=dev)
     cov_m = block_moments(X, shift=mean, n_blocks=blocks, seed=seed, device=dev, desc="covariance")
     cos_m = block_moments(X, transform=unit_rows, n_blocks=blocks, seed=seed, device=dev, desc="cosine Gram")
@@ -224,12 +229,7 @@ GROUP_COLUMNS = ("kind", "group", "type", "label")
 
 def group_column(metadata: pd.DataFrame | None, max_groups: int = 12) -> str | None:
     """The metadata column to break isotropy down by: the first of :data:`GROUP_COLUMNS` with 2..max levels."""
-    if metadata is None:
-        return None
-    for col in GROUP_COLUMNS:
-        if col in metadata and 2 <= metadata[col].nunique() <= max_groups:
-            return col
-    return None
+    return category_column(metadata, GROUP_COLUMNS, max_groups)
 
 
 def isotropy_by_group(X, groups, *, min_size: int = 20, n_boot: int = 100, seed: int = 0, device="auto"

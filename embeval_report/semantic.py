@@ -200,13 +200,7 @@ def read_word_pairs(path) -> WordPairFile:
     cols = ("word1", "word2", "score")
     if _looks_like_csv(p, lines, cols):
         h, pos, width = _csv_header(p, lines, cols)
-        for i in range(h + 1, len(lines)):
-            if not _is_content(lines[i]):
-                continue
-            row = _csv_row(lines[i])
-            if len(row) != width:
-                raise InputError(f"{p.name}, line {i + 1}: expected {width} comma-separated fields "
-                                 f"(as in the header), found {len(row)}")
+        for i, row in _csv_rows(p, lines, h, width):
             a, b = row[pos["word1"]], row[pos["word2"]]
             _check_words([a, b], p, i + 1, "word1 and word2")
             w1.append(a), w2.append(b), sc.append(_parse_score(row[pos["score"]], p, i + 1)), ln.append(i + 1)
@@ -237,6 +231,18 @@ def read_word_pairs(path) -> WordPairFile:
                         np.array(sc, dtype=float), np.array(ln))
 
 
+def _csv_rows(p, lines, header: int, width: int):
+    """``(line index, fields)`` of each content line after the CSV header, checking the field count."""
+    for i in range(header + 1, len(lines)):
+        if not _is_content(lines[i]):
+            continue
+        row = _csv_row(lines[i])
+        if len(row) != width:
+            raise InputError(f"{p.name}, line {i + 1}: expected {width} comma-separated fields "
+                             f"(as in the header), found {len(row)}")
+        yield i, row
+
+
 def read_analogies(path) -> AnalogyFile:
     """Read an analogy file (gensim's ``: section`` format, or CSV with a header a,b,c,d[,section])."""
     p, lines = _text_lines(path)
@@ -244,13 +250,7 @@ def read_analogies(path) -> AnalogyFile:
     cols = ("a", "b", "c", "d")
     if _looks_like_csv(p, lines, cols):
         h, pos, width = _csv_header(p, lines, cols, ("section",))
-        for i in range(h + 1, len(lines)):
-            if not _is_content(lines[i]):
-                continue
-            row = _csv_row(lines[i])
-            if len(row) != width:
-                raise InputError(f"{p.name}, line {i + 1}: expected {width} comma-separated fields "
-                                 f"(as in the header), found {len(row)}")
+        for i, row in _csv_rows(p, lines, h, width):
             words = [row[pos[c]] for c in cols]
             _check_words(words, p, i + 1, "four words a, b, c, d")
             name = row[pos["section"]] if "section" in pos and row[pos["section"]] else DEFAULT_SECTION
