@@ -1,0 +1,403 @@
+"""Node classification and clustering alignment against scikit-learn on the same folds, labels and
+samples (cross_val_score / cross_val_predict, sklearn.metrics), planted structure, and label edge cases."""
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+from sklearn.cluster import KMeans
+from sklearn.decomposition import PCA
+from sklearn.dummy import DummyClassifier
+from sklearn.metrics import (adjusted_mutual_info_score, adjusted_rand_score, f1_score, normalized_mutual_info_score,
+                             silhouette_samples, silhouette_score)
+from sklearn.model_selection import StratifiedKFold, StratifiedShuffleSplit, cross_val_predict, cross_val_score
+
+from embeval_report import classification as cls
+from embeval_report.errors import InputError
+from embeval_report.resources import notebooks_dir
+
+
+def blobs(n_per=60, n_classes=4, d=16, sep=6.0, noise=1.0, seed=0, names=None):
+    """Well-separated Gaussian classes around random directions (far from the origin, so cosine sees them)."""
+    rng = np.random.default_rng(seed)
+    centres = sep * rng.standard_normal((n_classes, d))
+    y = np.repeat(np.arange(n_classes), n_per)
+    X = centres[y] + noise * rng.standard_normal((len(y), d))
+    names = names or [f"class{c}" for c in range(n_classes)]
+    return X.astype(np.float32), np.array([names[c] for c in y], dtype=object)
+
+
+@pytest.fixture(scope="module")
+def noisy():
+    """Overlapping classes of unequal size: the probe is good but not perfect."""
+    rng = np.random.default_rng(3)
+    sizes = [90, 60, 40, 30]
+    y = np.repeat(np.arange(4), sizes)
+    centres = 1.2 * rng.standard_normal((4, 10))
+    X = centres[y] + rng.standard_normal((len(y), 10))
+    return X, np.array(["w", "x", "y", "z"], dtype=object)[y]
+
+
+@pytest.fixture(scope="module")
+def noisy_result(noisy):
+    X, y = noisy
+    return cls.evaluate_node_classification(X, y, train_fractions=(0.3, 0.7), n_repeats=3, seed=4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels
+# ---------------------------------------------------------------------------------------------
+
+def test_missing_labels_are_excluded_and_counted():
+    labels = ["a", None, "b", np.nan, "a", "", "  ", "b"] * 5
+    ls = cls.prepare_labels(labels, min_class_size=2)
+    assert ls.n_missing == 20 and ls.n == 20 and ls.n_total == 40
+    assert set(ls.classes) == {"a", "b"}
+    assert all(labels[r] in ("a", "b") for r in ls.rows)
+    assert "20 of 40 entities have no `label`" in ls.exclusion_text()
+
+
+def test_numeric_labels_compare_as_text_and_pandas_na():
+    s = pd.Series([1.0, 2.0, None, 1.0, 2.0, 1.0], dtype=object)
+    ls = cls.prepare_labels(s, min_class_size=2)
+    assert ls.classes == ("1", "2") and ls.n_missing == 1
+    ls2 = cls.prepare_labels(pd.array(["a", pd.NA, "b", "a", "b"], dtype="string"), min_class_size=2)
+    assert ls2.n_missing == 1 and ls2.classes == ("a", "b")
+
+
+def test_rare_classes_are_dropped_with_a_note():
+    labels = ["big"] * 20 + ["mid"] * 8 + ["rare"] * 3 + ["solo"]
+    ls = cls.prepare_labels(labels, min_class_size=5)
+    assert ls.classes == ("big", "mid")  # largest class first
+    assert ls.dropped == {"rare": 3, "solo": 1}
+    assert ls.n == 28 and set(np.asarray(labels, dtype=object)[ls.rows]) == {"big", "mid"}
+    text = ls.exclusion_text()
+    assert "2 classes with fewer than 5 members" in text and "rare (3)" in text and "4 entities" in text
+
+
+@pytest.mark.parametrize("labels, message", [
+    (["only"] * 30, "only one class ('only', 30 entities)"),
+    ([None] * 10, "no entity has a label (all 10 values are missing)"),
+    (["a"] * 30 + ["b"] * 2, "smaller classes: 'b' (2)"),
+])
+def test_unusable_labels_raise_input_error(labels, message):
+    with pytest.raises(InputError, match="metadata column 'label'") as e:
+        cls.prepare_labels(labels)
+    assert message in str(e.value)
+    X = np.random.default_rng(0).standard_normal((len(labels), 4))
+    with pytest.raises(InputError):
+        cls.evaluate_node_classification(X, labels)
+    with pytest.raises(InputError):
+        cls.evaluate_clustering(X, labels)
+
+
+def test_label_length_must_match_vectors():
+    with pytest.raises(InputError, match="expected one label per vector \\(5\\)"):
+        cls.prepare_labels(["a", "b"], n=5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Node classification against scikit-learn on the same folds
+# ---------------------------------------------------------------------------------------------
+
+def test_fold_scores_equal_cross_val_score(noisy, noisy_result):
+    X, y = noisy
+    r = noisy_result
+    cv = StratifiedKFold(5, shuffle=True, random_state=4)
+    probe = r.folds[r.folds.model == "probe"]
+    for scoring, col in (("accuracy", "accuracy"), ("f1_micro", "micro_f1"), ("f1_macro", "macro_f1")):
+        ref = cross_val_score(cls.make_probe(seed=4), X, y, cv=cv, scoring=scoring)
+        np.testing.assert_allclose(probe[col].to_numpy(), ref, atol=1e-12)
+        assert r.values[col] == pytest.approx(ref.mean())
+        assert r.values[col + "_std"] == pytest.approx(ref.std(ddof=1))
+    maj = cross_val_score(DummyClassifier(strategy="most_frequent"), X, y, cv=cv, scoring="accuracy")
+    assert r.values["majority_accuracy"] == pytest.approx(maj.mean())
+    assert r.values["majority_accuracy"] == pytest.approx(90 / 220, abs=0.01)
+    strat = [f1_score(y[te], DummyClassifier(strategy="stratified", random_state=4 + f).fit(X[tr], y[tr]).predict(X[te]),
+                      average="macro") for f, (tr, te) in enumerate(cv.split(X, y))]
+    assert r.values["stratified_macro_f1"] == pytest.approx(np.mean(strat))
+    assert r.values["chance_accuracy_expected"] == pytest.approx(sum((s / 220) ** 2 for s in (90, 60, 40, 30)))
+    assert r.values["micro_f1"] == pytest.approx(r.values["accuracy"])  # one label per entity
+
+
+def test_t_interval_matches_scipy(noisy_result):
+    r = noisy_result
+    acc = r.folds[r.folds.model == "probe"]["accuracy"].to_numpy()
+    lo, hi = stats.t.interval(0.95, len(acc) - 1, loc=acc.mean(), scale=stats.sem(acc))
+    m = r.metrics["accuracy"]
+    assert (m.ci_low, m.ci_high) == (pytest.approx(lo), pytest.approx(hi))
+    assert "Student-t" in m.ci_method and m.verdict is None and m.direction == "higher"
+    assert set(r.metrics) == {"accuracy", "micro_f1", "macro_f1"}
+
+
+def test_out_of_fold_predictions_and_per_class_f1(noisy, noisy_result):
+    X, y = noisy
+    r = noisy_result
+    cv = StratifiedKFold(5, shuffle=True, random_state=4)
+    oof = cross_val_predict(cls.make_probe(seed=4), X, y, cv=cv)
+    np.testing.assert_array_equal(np.asarray(r.labels.classes, dtype=object)[r.predictions], oof)
+    ref = dict(zip(r.labels.classes, f1_score(y, oof, labels=list(r.labels.classes), average=None)))
+    for _, row in r.per_class.iterrows():
+        assert row["F1"] == pytest.approx(ref[row["class"]])
+    assert r.confusion.sum() == len(y) and np.trace(r.confusion) == (oof == y).sum()
+    pairs = cls.confused_pairs(r, top=3)
+    assert len(pairs) <= 3 and (pairs["share of the true class %"].diff().dropna() <= 0).all()
+
+
+def test_learning_curve_matches_manual_splits(noisy, noisy_result):
+    X, y = noisy
+    r = noisy_result
+    codes = r.labels.codes
+    split = StratifiedShuffleSplit(n_splits=3, train_size=0.3, random_state=4)
+    ref = [np.mean(cls.make_probe(seed=4).fit(X[tr], codes[tr]).predict(X[te]) == codes[te])
+           for tr, te in split.split(X, codes)]
+    got = r.learning[r.learning.train_fraction == 0.3]["accuracy"].to_numpy()
+    np.testing.assert_allclose(got, ref)
+    s = r.learning_summary
+    assert list(s["train_fraction"]) == [0.3, 0.7] and list(s["repeats"]) == [3, 3]
+    assert s.loc[0, "accuracy_std"] == pytest.approx(np.std(ref, ddof=1))
+    assert list(cls.learning_display_table(r)["training entities"]) == [66, 154]
+
+
+def test_fraction_too_small_for_every_class_is_skipped():
+    X, y = blobs(n_per=6, n_classes=4)
+    r = cls.evaluate_node_classification(X, y, train_fractions=(0.1, 0.5), n_repeats=2)
+    assert list(r.learning_summary["train_fraction"]) == [0.5]  # 10 % of 24 cannot hold 4 classes
+
+
+def test_planted_classes_are_decoded_and_random_labels_are_not():
+    X, y = blobs(n_per=50, n_classes=4)
+    r = cls.evaluate_node_classification(X, y, train_fractions=(0.1,), n_repeats=2)
+    assert r.values["accuracy"] >= 0.99 and r.values["macro_f1"] >= 0.99
+    assert r.learning_summary.loc[0, "accuracy_mean"] >= 0.95
+    assert cls.decodability(r) == "almost perfectly"
+    rng = np.random.default_rng(1)
+    y_rand = rng.choice(["p", "q", "r"], len(X), p=[0.5, 0.3, 0.2])
+    r0 = cls.evaluate_node_classification(X, y_rand, train_fractions=())
+    assert abs(r0.values["accuracy"] - r0.values["majority_accuracy"]) < 0.1
+    assert cls.decodability(r0) == "not detectably"
+
+
+def test_stratified_subsample_above_max_entities():
+    X, y = blobs(n_per=75, n_classes=4)
+    r = cls.evaluate_node_classification(X, y, train_fractions=(), max_entities=200, seed=2)
+    assert r.n == 200 and r.labels.sampled_from == 300
+    assert sorted(r.labels.counts) == [50, 50, 50, 50]
+    assert "stratified random sample of 200 of the 300" in r.labels.exclusion_text()
+
+
+def test_by_group_runs_its_own_probe_and_reports_unusable_groups():
+    X, y = blobs(n_per=40, n_classes=2)
+    groups = np.array(["user"] * 40 + ["item"] * 40, dtype=object)  # each group holds one class only
+    groups[::4] = "mixed"
+    y2 = y.copy()
+    t = cls.node_classification_by_group(X, y2, groups, column="kind", seed=0)
+    assert list(t["kind"]) == ["item", "mixed", "user"]
+    mixed = t[t.kind == "mixed"].iloc[0]
+    ref = cls.evaluate_node_classification(X[groups == "mixed"], y2[groups == "mixed"], train_fractions=())
+    assert mixed["accuracy"] == pytest.approx(ref.values["accuracy"])
+    assert "only one class" in t[t.kind == "user"].iloc[0]["note"]
+
+
+def test_narrative_and_tables_escape_labels(noisy):
+    X, _ = noisy
+    y = np.array(["a_b*", "<i>x</i>", "$y$", "z"] * 55, dtype=object)
+    r = cls.evaluate_node_classification(X, y, train_fractions=(0.5,), n_repeats=2)
+    text = cls.classification_narrative(r)
+    assert "<i>" not in text and "&lt;i&gt;" in text
+    assert "5-fold stratified cross-validation" in text and f"{r.values['accuracy']:.3f}" in text
+    t = cls.summary_table(r)
+    assert list(t["model"])[0].startswith("logistic") and "accuracy 95% CI" in t
+    for fig in (cls.learning_curve_figure(r), cls.confusion_figure(r)):
+        fig.canvas.draw()
+        assert fig.axes
+    rec = cls.classification_record(r)
+    json.dumps(rec, default=str)
+    assert rec["baselines"]["majority"]["accuracy"] == r.values["majority_accuracy"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Clustering alignment against sklearn.metrics
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_silhouette_values_equal_sklearn(chunk, monkeypatch):
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((90, 6)) + 0.3
+    labels = rng.integers(0, 4, 90)
+    labels[17] = 9  # a singleton cluster: s = 0 by convention
+    if chunk:
+        monkeypatch.setattr(cls, "chunk_rows", lambda n, row_bytes, budget=None: chunk)
+    got = cls.silhouette_values(X, labels, device="cpu")
+    ref = silhouette_samples(X, labels, metric="cosine")
+    np.testing.assert_allclose(got, ref, atol=1e-10)
+    assert got[17] == 0
+    with pytest.raises(ValueError, match="2 ≤ number of clusters"):
+        cls.silhouette_values(X, np.zeros(90))
+
+
+@pytest.fixture(scope="module")
+def noisy_clusters(noisy):
+    X, y = noisy
+    return cls.evaluate_clustering(X, y, n_seed_runs=4, silhouette_sample=150, n_boot=200, seed=1, device="cpu")
+
+
+def test_clustering_scores_equal_sklearn(noisy, noisy_clusters):
+    X, y = noisy
+    r = noisy_clusters
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    ref = KMeans(n_clusters=4, n_init=10, random_state=1).fit_predict(U)
+    assert adjusted_rand_score(ref, r.clusters) == pytest.approx(1.0)
+    names = y[r.labels.rows]
+    assert r.values["ari"] == pytest.approx(adjusted_rand_score(names, r.clusters))
+    assert r.values["nmi"] == pytest.approx(normalized_mutual_info_score(names, r.clusters))
+    assert r.values["ami"] == pytest.approx(adjusted_mutual_info_score(names, r.clusters))
+    s = r.sample
+    assert len(s) == 150 and len(np.unique(s)) == 150
+    assert r.values["silhouette"] == pytest.approx(silhouette_score(U[s], r.clusters[s], metric="cosine"), abs=1e-10)
+    assert r.values["label_silhouette"] == pytest.approx(silhouette_score(U[s], names[s], metric="cosine"), abs=1e-10)
+    assert "sample of 150 of the 220" in r.metrics["silhouette"].ci_method
+    assert r.metrics["silhouette"].ci_low < r.values["silhouette"] < r.metrics["silhouette"].ci_high
+    assert all(m.verdict is None for m in r.metrics.values())
+    assert set(r.metrics) == {"ari", "nmi", "ami", "silhouette", "label_silhouette"}
+
+
+def test_seed_runs_give_the_ari_interval(noisy, noisy_clusters):
+    X, y = noisy
+    r = noisy_clusters
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    runs = [adjusted_rand_score(y, KMeans(4, n_init=10, random_state=s).fit_predict(U)) for s in (2, 3, 4, 5)]
+    np.testing.assert_allclose(r.seed_runs["ari"], runs)
+    lo, hi = np.quantile(runs, [0.025, 0.975])
+    assert (r.metrics["ari"].ci_low, r.metrics["ari"].ci_high) == (pytest.approx(lo), pytest.approx(hi))
+    assert "4 k-means runs with seeds 2–5" in r.metrics["ari"].ci_method
+
+
+def test_sweep_covers_the_seeds_range(noisy_clusters):
+    sw = noisy_clusters.sweep
+    assert list(sw["k"]) == [2, 3, 4, 5, 6, 7]
+    assert sw.loc[sw.k == 4, "ari"].item() == pytest.approx(noisy_clusters.values["ari"])
+
+
+def test_planted_clusters_align_and_random_labels_do_not():
+    X, y = blobs(n_per=50, n_classes=5, seed=2)
+    r = cls.evaluate_clustering(X, y, n_seed_runs=2, sweep=False, n_boot=100)
+    assert r.values["ari"] == pytest.approx(1.0) and r.values["nmi"] == pytest.approx(1.0)
+    assert r.values["cluster_accuracy"] == 1.0 and r.values["silhouette"] > 0.5
+    assert "reproduce the classes almost exactly" in cls.clustering_narrative(r)
+    rng = np.random.default_rng(0)
+    aris = [cls.evaluate_clustering(X, rng.choice(["a", "b", "c"], len(X)), n_seed_runs=0, sweep=False,
+                                    n_boot=0, seed=s).values["ari"] for s in range(4)]
+    assert abs(np.mean(aris)) < 0.02  # E[ARI] = 0 for a random labelling
+
+
+def test_minibatch_above_threshold():
+    X, y = blobs(n_per=50, n_classes=3, seed=4)
+    r = cls.evaluate_clustering(X, y, n_seed_runs=0, sweep=False, n_boot=0, minibatch_threshold=100)
+    assert r.algorithm.startswith("MiniBatchKMeans") and r.values["ari"] > 0.95
+
+
+def test_matching_and_contingency():
+    cont = np.array([[0, 8, 2], [9, 1, 0], [1, 0, 7]])
+    np.testing.assert_array_equal(cls.match_clusters(cont), [1, 0, 2])
+    X, y = blobs(n_per=30, n_classes=3, seed=6)
+    r = cls.evaluate_clustering(X, y, n_seed_runs=0, sweep=False, n_boot=0)
+    t = cls.contingency_table(r)
+    assert t["entities"].tolist() == [30, 30, 30]
+    assert t.drop(columns=["class", "entities"]).to_numpy().sum() == 90
+
+
+def test_partition_agreement_and_by_group():
+    X, y = blobs(n_per=40, n_classes=4, seed=7)
+    kinds = np.where(np.isin(y, ["class0", "class1"]), "user", "item").astype(object)
+    r = cls.evaluate_clustering(X, y, n_seed_runs=0, sweep=False, n_boot=0)
+    agree = cls.partition_agreement(r.clusters, kinds[r.labels.rows])
+    assert agree["ari"] == pytest.approx(adjusted_rand_score(kinds, r.clusters))
+    t = cls.clustering_by_group(X, y, kinds, column="kind")
+    assert list(t["kind"]) == ["item", "user"] and (t["ARI"] > 0.95).all() and (t["k"] == 2).all()
+
+
+def test_pca_projection_matches_sklearn_pca(noisy, noisy_clusters):
+    X, _ = noisy
+    p = cls.project(X, noisy_clusters.labels, method="pca", device="cpu")
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    ref = PCA(2).fit(U)
+    Z = ref.transform(U)
+    for j in range(2):
+        assert abs(np.corrcoef(p.coords[:, j], Z[p.positions, j])[0, 1]) == pytest.approx(1.0, abs=1e-8)
+    np.testing.assert_allclose(p.explained, ref.explained_variance_ratio_, rtol=1e-8)
+
+
+def test_clustering_narrative_figures_and_record(noisy, noisy_clusters):
+    X, y = noisy
+    r = noisy_clusters
+    kinds = np.where(np.arange(len(y)) % 2, "user", "item")
+    ka = cls.partition_agreement(r.clusters, kinds[r.labels.rows])
+    text = cls.clustering_narrative(r, probe_accuracy=0.9, probe_majority=0.4, kind_agreement=ka,
+                                    kind_column="kind")
+    assert "ARI 0 in expectation" in text and "Decodable versus clustered" in text and "seed range" in text
+    proj = cls.project(X, r.labels, method="tsne", sample_size=80, seed=0)
+    assert proj.coords.shape == (80, 2)
+    for fig in (cls.projection_figure(r, proj, kinds), cls.contingency_figure(r), cls.sweep_figure(r)):
+        fig.canvas.draw()
+    json.dumps(cls.clustering_record(r, kind_agreement=ka, column="kind"), default=str)
+
+
+def test_recorded_probe_reads_the_node_classification_results(tmp_path, noisy_result):
+    from embeval_report.results import Recorder
+    assert cls.recorded_probe(tmp_path) is None
+    rec = Recorder("node_classification", tmp_path)
+    rec.add(*noisy_result.metrics.values())
+    rec.note(**cls.classification_record(noisy_result))
+    got = cls.recorded_probe(tmp_path)
+    assert got == {"accuracy": noisy_result.values["accuracy"], "majority": noisy_result.values["majority_accuracy"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Notebooks
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("file, name, title, order", [
+    ("94_node_classification.ipynb", "node_classification", "Node classification", 94),
+    ("96_clustering.ipynb", "clustering", "Clustering alignment", 96),
+])
+def test_notebook_metadata(file, name, title, order):
+    nb = nbformat.read(notebooks_dir() / file, as_version=4)
+    nbformat.validate(nb)
+    meta = nb.metadata["embeval"]
+    assert (meta["name"], meta["title"], meta["order"], meta["requires"]) == (name, title, order, ["metadata.label"])
+    tags = [c.metadata.get("tags", []) for c in nb.cells]
+    assert ["parameters"] in tags and ["remove-input"] in tags
+    assert f'chapter = "{name}"' in nb.cells[1].source
+
+
+def test_chapters_end_to_end(tmp_path):
+    """Both chapters through the CLI on a small set with a kind column, rare and missing labels."""
+    from embeval_report.cli import main
+    X, y = blobs(n_per=30, n_classes=3, d=8, seed=9, names=["a<b>", "c_d", "e"])
+    y = y.astype(object)
+    y[:2] = None
+    y[2:5] = "rare"
+    ids = [f"e{i}" for i in range(len(y))]
+    np.save(tmp_path / "v.npy", X)
+    pd.DataFrame({"id": ids, "label": y, "kind": np.where(np.arange(len(y)) % 3, "user", "item")}).to_csv(
+        tmp_path / "meta.csv", index=False)
+    (tmp_path / "ids.txt").write_text("\n".join(ids))
+    (tmp_path / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nmetadata: meta.csv\n")
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "m.yaml"), "--out", str(out), "--chapters", "node_classification,clustering",
+                 "--formats", "html"]) == 0
+    doc = json.loads((out / "metrics.json").read_text())
+    nc, cl = doc["chapters"]["node_classification"], doc["chapters"]["clustering"]
+    assert nc["status"] == "ok" and cl["status"] == "ok", (nc, cl)
+    assert nc["metrics"]["accuracy"]["value"] > 0.9 and cl["metrics"]["ari"]["value"] > 0.9
+    info = json.loads((out / "results" / "node_classification.json").read_text())["info"]
+    assert info["n_missing"] == 2 and info["dropped_classes"] == {"rare": 3}
+    html = (out / "report.html").read_text()
+    assert "a&lt;b&gt;" in html
