@@ -265,3 +265,19 @@ def test_auto_falls_back_to_builtin_when_quarto_fails(report, tmp_path, monkeypa
     assert "chapter-isotropy" in files["html"].read_text()
     with pytest.raises(RuntimeError, match="planted failure"):
         render_report(out, formats=("html",), renderer="quarto")
+
+
+def test_set_intersection_survives_into_the_pdf(tmp_path):
+    """pandoc writes TeX's \\cap as Typst's old name `sect`; the template defines it."""
+    import nbformat
+    from pypdf import PdfReader
+
+    from embeval_report.render import render_report
+
+    nb = nbformat.v4.new_notebook(metadata={"embeval": {"name": "m", "title": "Math", "status": "ok"}})
+    nb.cells = [nbformat.v4.new_markdown_cell("# Math\n\nOverlap $|N_i \\cap N_j| / k$ and $A \\cup B$.")]
+    (tmp_path / "chapters").mkdir()
+    nbformat.write(nb, tmp_path / "chapters" / "10_m.ipynb")
+    files = render_report(tmp_path, title="t", formats=("pdf",), renderer="builtin")
+    text = " ".join(p.extract_text() for p in PdfReader(files["pdf"]).pages)
+    assert "could not be typeset" not in text and "∩" in text
