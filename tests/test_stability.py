@@ -1,0 +1,498 @@
+"""Stability across runs and over training time, against closed forms, brute force, SciPy/statsmodels
+and a real gensim Word2Vec run on the Lee corpus."""
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy import stats
+from scipy.stats import ortho_group
+
+from embeval_report import stability as st
+from embeval_report.errors import InputError
+from embeval_report.io import EmbeddingSet, load_source
+from embeval_report.procrustes import procrustes_align
+
+
+def noisy_runs(n=300, d=12, sigma=0.3, R=3, seed=0, rotate=True):
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((n, d))
+    out = []
+    for r in range(R):
+        X = base + sigma * rng.standard_normal((n, d))
+        out.append(X @ ortho_group.rvs(d, random_state=seed + r + 1) if rotate else X)
+    return out
+
+
+def dense_knn(X, k):
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    S = U @ U.T
+    np.fill_diagonal(S, -np.inf)
+    return np.argsort(-S, axis=1, kind="stable")[:, :k]
+
+
+def gram_corr_brute(A, B, same=None):
+    """Pearson correlation of centred Gram entries over ordered pairs, excluding ``same`` (default: i == j)."""
+    Ac, Bc = A - A.mean(0), B - B.mean(0)
+    GA, GB = Ac @ Ac.T, Bc @ Bc.T
+    mask = ~np.eye(len(A), dtype=bool) if same is None else ~same
+    return np.corrcoef(GA[mask], GB[mask])[0, 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Across runs: exact expectations
+# ---------------------------------------------------------------------------------------------
+
+def test_pure_rotation_gives_overlap_one_and_aligned_cosine_one():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((250, 10))
+    runs = [X, X @ ortho_group.rvs(10, random_state=1), X @ ortho_group.rvs(10, random_state=2)]
+    r = st.measure_run_stability(runs, k=10, n_boot=50)
+    assert np.all(r.overlap == 1.0) and np.all(r.overlap_by_pair == 1.0)
+    assert np.allclose(r.aligned_cosine, 1.0, atol=1e-9)
+    assert r.values["procrustes_disparity"] == pytest.approx(0.0, abs=1e-10)
+    assert r.values["pairwise_similarity_correlation"] == pytest.approx(1.0, abs=1e-10)
+    assert r.metrics["pairwise_similarity_correlation"].verdict == "healthy"
+    assert len(r.pairs) == 3 and list(r.pairs["verdict"]) == ["healthy"] * 3
+
+
+def test_translation_leaves_procrustes_metrics_unchanged():
+    A, B, _ = noisy_runs(R=3, rotate=False)
+    r0 = st.measure_run_stability([A, B], n_boot=0)
+    r1 = st.measure_run_stability([A + 5.0, B - 2.0], n_boot=0)
+    for name in ("procrustes_aligned_cosine", "procrustes_disparity", "pairwise_similarity_correlation"):
+        assert r1.values[name] == pytest.approx(r0.values[name], rel=1e-9)
+
+
+def test_independent_runs_overlap_at_chance_k_over_n_minus_1():
+    rng = np.random.default_rng(7)
+    n, k = 1000, 10
+    runs = [rng.standard_normal((n, 16)) for _ in range(3)]
+    r = st.measure_run_stability(runs, k=k, n_boot=0)
+    assert r.chance == st.chance_overlap(n, k) == pytest.approx(k / (n - 1))
+    assert r.values["knn_overlap"] == pytest.approx(k / (n - 1), abs=0.003)
+    assert abs(r.values["pairwise_similarity_correlation"]) < 0.02
+    assert r.metrics["pairwise_similarity_correlation"].verdict == "problematic"
+
+
+def test_per_entity_overlap_and_aligned_cosine_match_brute_force():
+    A, B = noisy_runs(n=150, d=6, sigma=0.4, R=2)
+    r = st.measure_run_stability([A, B], k=7, n_boot=0)
+    na, nb = dense_knn(A, 7), dense_knn(B, 7)
+    expected = np.array([len(set(a) & set(b)) / 7 for a, b in zip(na, nb)])
+    np.testing.assert_allclose(r.overlap_by_pair[0], expected)
+    # Schönemann's closed form: R = U Vᵀ from the SVD of B̃ᵀÃ
+    Ac, Bc = A - A.mean(0), B - B.mean(0)
+    U, _, Vt = np.linalg.svd(Bc.T @ Ac)
+    aligned = Bc @ (U @ Vt)
+    cos = (Ac * aligned).sum(1) / np.linalg.norm(Ac, axis=1) / np.linalg.norm(aligned, axis=1)
+    np.testing.assert_allclose(r.aligned_cosine, cos, atol=1e-10)
+    assert r.pairs["Procrustes distance"].iloc[0] == pytest.approx(np.sqrt(r.values["procrustes_disparity"]))
+
+
+def test_similarity_correlation_is_exact_over_all_pairs():
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((200, 5)) + 2.0
+    B = np.hstack([A, rng.standard_normal((200, 2))]) + 0.7 * rng.standard_normal((200, 7))  # d differs
+    assert st.similarity_correlation(A, B) == pytest.approx(gram_corr_brute(A, B), rel=1e-10)
+
+
+def test_similarity_correlation_closed_form_for_noisy_copies():
+    """Two copies of a base with independent N(0, σ²) noise: corr of Gram entries = 1/(1+σ²)² (seed 000 App. B)."""
+    rng = np.random.default_rng(11)
+    base = rng.standard_normal((4000, 32))
+    sigma = 0.5
+    A, B = (base + sigma * rng.standard_normal(base.shape) for _ in range(2))
+    assert st.similarity_correlation(A, B) == pytest.approx(1 / (1 + sigma ** 2) ** 2, abs=0.015)
+
+
+def test_block_bootstrap_moments_equal_the_resampled_rows():
+    """A replicate with block weights w equals the statistic on the explicitly replicated rows."""
+    n, seed = 40, 5
+    A, B = noisy_runs(n=n, d=4, sigma=0.5, R=2, seed=2)
+    mom = st.PairMoments.gather(A, B, n_blocks=n, seed=seed)
+    row_of_block = np.random.default_rng(seed).permutation(n)  # block_moments' assignment, one row per block
+    Ac, Bc = A - A.mean(0), B - B.mean(0)
+    np.testing.assert_allclose(mom.sa, Ac[row_of_block], atol=1e-12)
+    assert mom.disparity() == pytest.approx(procrustes_align(A, B).disparity, rel=1e-10)
+    w = np.random.default_rng(1).multinomial(n, np.full(n, 1 / n)).astype(float)
+    rows = np.repeat(row_of_block, w.astype(int))
+    RA, RB = Ac[rows], Bc[rows]
+    assert mom.disparity(w) == pytest.approx(procrustes_align(RA, RB, center=False).disparity, rel=1e-9)
+    GA, GB = RA @ RA.T, RB @ RB.T
+    mask = rows[:, None] != rows[None, :]  # pairs of copies of one row are self-pairs
+    assert mom.correlation(w) == pytest.approx(np.corrcoef(GA[mask], GB[mask])[0, 1], rel=1e-9)
+
+
+def test_intervals_bracket_means_and_are_deterministic():
+    runs = noisy_runs(n=400, d=8, sigma=0.4, R=3)
+    a = st.measure_run_stability(runs, n_boot=100, seed=4)
+    b = st.measure_run_stability(runs, n_boot=100, seed=4)
+    for name, m in a.metrics.items():
+        assert (m.ci_low, m.ci_high) == (b.metrics[name].ci_low, b.metrics[name].ci_high)
+        assert m.ci_low is not None and m.ci_low < m.ci_high
+    for name in ("knn_overlap", "procrustes_aligned_cosine", "pairwise_similarity_correlation"):
+        assert a.metrics[name].ci_low <= a.values[name] <= a.metrics[name].ci_high
+    assert "bootstrap" in a.ci_method and a.n_blocks == 64
+
+
+def test_least_stable_lists_the_noisiest_entities_by_id():
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((200, 8))
+    Y = X.copy()
+    Y[:5] = rng.standard_normal((5, 8))  # five entities re-drawn in the second run
+    ids = np.array([f"e<{i}>" for i in range(200)], dtype=object)
+    r = st.measure_run_stability([X, Y], n_boot=0)
+    t = st.least_stable(r, ids, pd.DataFrame({"label": ["x"] * 200}, index=ids), n=5)
+    assert set(t["id"]) == {f"e<{i}>" for i in range(5)}
+    assert list(t.columns[:4]) == ["rank", "id", "k-NN overlap", "aligned cosine"] and "label" in t
+    text = st.narrative(r, ids=ids)
+    assert "e&lt;" in text and "<0>" not in text  # ids are escaped
+
+
+def test_verdict_bands_follow_seed_000_section_217_2_2():
+    from embeval_report.thresholds import verdict
+    assert verdict("pairwise_similarity_correlation", 0.97) == "healthy"
+    assert verdict("pairwise_similarity_correlation", 0.90) == "concerning"
+    assert verdict("pairwise_similarity_correlation", 0.80) == "problematic"
+
+
+# ---------------------------------------------------------------------------------------------
+# Real data: gensim Word2Vec on the Lee corpus, several seeds
+# ---------------------------------------------------------------------------------------------
+
+def test_word2vec_runs_frequent_words_are_more_stable(tmp_path):
+    gensim = pytest.importorskip("gensim")
+    from gensim.models import Word2Vec
+    from gensim.test.utils import datapath
+    from gensim.utils import simple_preprocess
+
+    with open(datapath("lee_background.cor")) as f:
+        sentences = [simple_preprocess(line) for line in f]
+    files = []
+    for s in (1, 2, 3):
+        model = Word2Vec(sentences, vector_size=16, window=5, min_count=5, epochs=5, workers=1, seed=s)
+        files.append(tmp_path / f"seed{s}.txt")
+        model.wv.save_word2vec_format(str(files[-1]))  # word2vec text: the words are the ids
+        if s == 1:
+            words = model.wv.index_to_key
+            pd.DataFrame({"id": words, "frequency": [model.wv.get_vecattr(w, "count") for w in words]}) \
+                .to_csv(tmp_path / "meta.csv", index=False)
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "seed1.txt", "metadata": "meta.csv",
+                                                     "runs": ["seed2.txt", "seed3.txt"]}))
+    es = load_source(tmp_path / "m.yaml")
+    inputs = st.load_runs(es)
+    assert inputs.coverage["missing"].sum() == 0 and len(inputs.ids) == es.n
+    r = st.measure_run_stability(inputs, n_boot=0)
+    assert r.values["knn_overlap"] > 2 * r.chance
+    freq = st.frequency_association(r, es.metadata, inputs.index)
+    assert freq["rho"] > 0.3 and freq["p"] < 1e-10
+    groupings = st.stability_groupings(es, inputs.index)
+    assert [g.name for g in groupings] == ["frequency quartile"]
+    s = st.subset_stability(r, groupings)
+    means = s.table["k-NN overlap"].to_numpy()
+    assert means[3] > means[2] > means[0]  # Q4 (most frequent) > Q3 > Q1 (rarest)
+    q1_q4 = s.tests[s.tests["comparison"].str.startswith("Q1") & s.tests["comparison"].str.contains("Q4")]
+    assert q1_q4["p (Holm)"].iloc[0] < 1e-6 and q1_q4["effect A"].iloc[0] < 0.35
+
+
+# ---------------------------------------------------------------------------------------------
+# Subsets
+# ---------------------------------------------------------------------------------------------
+
+def make_set(X, ids, metadata=None, **fields):
+    return EmbeddingSet("t", np.asarray(X, np.float32), np.asarray(ids, dtype=object), metadata, "t.yaml", fields)
+
+
+def two_group_runs(n=400, seed=0):
+    """First half identical up to rotation across runs, second half heavily re-noised."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 10))
+    runs = [X]
+    for r in range(2):
+        Y = X.copy()
+        Y[n // 2:] += 1.5 * rng.standard_normal((n - n // 2, 10))
+        runs.append(Y @ ortho_group.rvs(10, random_state=r + 1))
+    return runs
+
+
+def test_subsets_differ_kruskal_mann_whitney_with_holm(tmp_path):
+    n = 400
+    runs = two_group_runs(n)
+    ids = [f"w{i}" for i in range(n)]
+    (tmp_path / "stable.txt").write_text("\n".join(ids[:100]) + "\nnot_a_word\n")
+    (tmp_path / "noisy.txt").write_text("\n".join(ids[300:]))
+    (tmp_path / "mixed.txt").write_text("\n".join(ids[150:250]))
+    voc = [{"name": "stable", "ids": str(tmp_path / "stable.txt")}, {"name": "noisy", "ids": str(tmp_path / "noisy.txt")},
+           {"name": "mixed", "ids": str(tmp_path / "mixed.txt")}]
+    es = make_set(runs[0], ids, vocabularies=voc)
+    r = st.measure_run_stability(runs, n_boot=0)
+    g = st.vocabulary_grouping(es, np.arange(n))
+    assert g.disjoint and [len(v) for v in g.subsets.values()] == [100, 100, 100]
+    assert any("1 not in the embedding set" in note for note in g.notes)
+    s = st.subset_stability(r, [g])
+    t = s.table.set_index("subset")
+    assert t.loc["stable", "k-NN overlap"] > t.loc["mixed", "k-NN overlap"] > t.loc["noisy", "k-NN overlap"] + 0.1
+    kw = s.tests.iloc[0]
+    assert "Kruskal" in kw["comparison"]
+    assert kw["statistic"] == pytest.approx(stats.kruskal(*[r.overlap[v] for v in g.subsets.values()]).statistic)
+    mw = s.tests.iloc[1:]
+    p = mw["p"].to_numpy()
+    order = np.argsort(p)  # Holm by hand: p_(i) (m − i + 1), running maximum, capped at 1
+    holm = np.minimum(1, np.maximum.accumulate(p[order] * (len(p) - np.arange(len(p)))))
+    np.testing.assert_allclose(mw["p (Holm)"].to_numpy()[order], holm)
+    sn = mw[mw["comparison"].str.startswith("stable vs noisy")].iloc[0]
+    assert sn["differs"] and sn["effect A"] > 0.9
+    assert "Holm" in st.subset_text(s)
+
+
+def test_overlapping_vocabularies_are_tested_against_the_rest(tmp_path):
+    n = 400
+    runs = two_group_runs(n)
+    ids = [f"w{i}" for i in range(n)]
+    (tmp_path / "a.txt").write_text("\n".join(ids[:250]))
+    (tmp_path / "b.txt").write_text("\n".join(ids[150:]))
+    es = make_set(runs[0], ids, vocabularies=[{"name": "a", "ids": str(tmp_path / "a.txt")},
+                                              {"name": "b", "ids": str(tmp_path / "b.txt")}])
+    g = st.vocabulary_grouping(es, np.arange(n))
+    assert not g.disjoint
+    s = st.subset_stability(st.measure_run_stability(runs, n_boot=0), [g])
+    assert list(s.tests["comparison"]) == ["a vs the rest (Mann–Whitney U)", "b vs the rest (Mann–Whitney U)"]
+
+
+def test_vocabulary_without_known_ids_is_an_input_error(tmp_path):
+    (tmp_path / "v.txt").write_text("zzz\nyyy\n")
+    es = make_set(np.eye(20, 5) + 1, [f"w{i}" for i in range(20)],
+                  vocabularies=[{"name": "ghosts", "ids": str(tmp_path / "v.txt")}])
+    with pytest.raises(InputError, match=r"v\.txt.*none of its 2 ids"):
+        st.vocabulary_grouping(es, np.arange(20))
+
+
+def test_frequency_quartiles_and_kind_groupings_from_metadata():
+    n = 100
+    ids = [f"e{i}" for i in range(n)]
+    meta = pd.DataFrame({"frequency": np.arange(1, n + 1), "kind": ["user"] * 60 + ["item"] * 40},
+                        index=pd.Index(ids, name="id"))
+    es = make_set(np.random.default_rng(0).standard_normal((n, 4)), ids, meta)
+    gs = st.stability_groupings(es, np.arange(n))
+    assert [g.name for g in gs] == ["frequency quartile", "kind"]
+    q = gs[0]
+    assert list(q.subsets) == ["Q1: 1 – 25", "Q2: 26 – 50", "Q3: 51 – 75", "Q4: 76 – 100"]
+    assert all(len(v) == 25 for v in q.subsets.values())
+    assert {k: len(v) for k, v in gs[1].subsets.items()} == {"item": 40, "user": 60}
+
+
+# ---------------------------------------------------------------------------------------------
+# Id matching
+# ---------------------------------------------------------------------------------------------
+
+def write_table(path, ids, X):
+    df = pd.DataFrame(X, columns=[f"d{j}" for j in range(X.shape[1])])
+    df.insert(0, "id", ids)
+    df.to_parquet(path, index=False)
+
+
+def test_runs_matched_by_id_report_missing_and_extra(tmp_path):
+    n = 120
+    X = np.random.default_rng(0).standard_normal((n, 6)).astype(np.float32)
+    ids = [f"e_{i}*" for i in range(n)]
+    np.save(tmp_path / "v.npy", X)
+    (tmp_path / "ids.txt").write_text("\n".join(ids))
+    np.save(tmp_path / "r1.npy", X[::-1].copy() * 0 + X)  # same order as the manifest ids
+    keep = np.arange(3, n)[::-1]  # lacks e_0*, e_1*, e_2*; other order
+    write_table(tmp_path / "r2.parquet", [ids[i] for i in keep] + ["new_1", "new_2"],
+                np.vstack([X[keep], np.ones((2, 6), np.float32)]))
+    (tmp_path / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nruns: [r1.npy, r2.parquet]\n")
+    es = load_source(tmp_path / "m.yaml")
+    inputs = st.load_runs(es)
+    cov = inputs.coverage.set_index("run")
+    assert cov.loc["r2.parquet", ["missing", "extra", "matched"]].tolist() == [3, 2, n - 3]
+    assert cov.loc["r2.parquet", "extra ids (first)"] == "new_1, new_2"
+    assert list(inputs.excluded) == ids[:3] and len(inputs.ids) == n - 3
+    for V in inputs.vectors:
+        np.testing.assert_array_equal(V, X[3:])  # rows re-ordered to the main set's
+    r = st.measure_run_stability(inputs, n_boot=0)
+    assert r.values["knn_overlap"] == 1.0
+    text = st.coverage_text(inputs)
+    assert "lacks 3" in text and "has 2 ids" in text and r"e\_0\*" in text
+
+
+def test_run_without_ids_and_wrong_row_count_is_an_input_error(tmp_path):
+    X = np.random.default_rng(0).standard_normal((30, 4)).astype(np.float32)
+    np.save(tmp_path / "v.npy", X)
+    np.save(tmp_path / "short.npy", X[:20])
+    (tmp_path / "m.yaml").write_text("vectors: v.npy\nruns: [short.npy]\n")
+    with pytest.raises(InputError, match=r"short\.npy: 20 rows but the reference set has 30"):
+        st.load_runs(load_source(tmp_path / "m.yaml"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tranches
+# ---------------------------------------------------------------------------------------------
+
+def cohort_case(tmp_path):
+    """40 early entities from t1; 10 pairs of late entities from t2 that split at t3 by ±δ.
+
+    The late pairs' moves cancel in the cross-covariance, so the Procrustes rotation between t2
+    and t3 is exactly the planted one, early entities move by exactly 0, and a late entity by
+    1 − cos(c − μ, c ± δ − μ).
+    """
+    rng = np.random.default_rng(0)
+    d = 4
+    early = rng.standard_normal((40, d))
+    centres = rng.standard_normal((10, d))
+    delta = 0.8 * rng.standard_normal((10, d))
+    late_t2 = np.repeat(centres, 2, axis=0)
+    late_t3 = late_t2 + np.repeat(delta, 2, axis=0) * np.tile([1, -1], 10)[:, None]
+    e_ids = [f"early{i}" for i in range(40)]
+    l_ids = [f"late{i}" for i in range(20)]
+    Q = [ortho_group.rvs(d, random_state=s) for s in (1, 2, 3)]
+    write_table(tmp_path / "t1.parquet", e_ids + ["ghost"], np.vstack([early, np.ones((1, d))]) @ Q[0])
+    write_table(tmp_path / "t2.parquet", e_ids + l_ids, np.vstack([early, late_t2]) @ Q[1])
+    write_table(tmp_path / "t3.parquet", l_ids + e_ids, np.vstack([late_t3, early]) @ Q[2])
+    main = np.vstack([early, late_t3, rng.standard_normal((2, d))])
+    np.save(tmp_path / "v.npy", main.astype(np.float32))
+    (tmp_path / "ids.txt").write_text("\n".join(e_ids + l_ids + ["never1", "never2"]))
+    manifest = {"vectors": "v.npy", "ids": "ids.txt",
+                "tranches": [{"name": "t3", "vectors": "t3.parquet", "order": 3},
+                             {"name": "t1", "vectors": "t1.parquet", "order": 1},
+                             {"name": "t2", "vectors": "t2.parquet", "order": 2}]}
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(manifest))
+    X2, X3 = np.vstack([early, late_t2]), np.vstack([early, late_t3])
+    mu = X2.mean(0)  # = X3.mean(0): the ±δ cancel
+    c2, c3 = X2 - mu, X3 - mu
+    expected = 1 - (c2 * c3).sum(1) / np.linalg.norm(c2, axis=1) / np.linalg.norm(c3, axis=1)
+    return load_source(tmp_path / "m.yaml"), expected
+
+
+def test_tranche_cohorts_and_movement_on_a_constructed_case(tmp_path):
+    es, expected = cohort_case(tmp_path)
+    runs = st.load_tranches(es)
+    assert [cp.name for cp in runs["run"]] == ["t1", "t2", "t3"]  # sorted by order
+    r = st.measure_training_stability(es, runs, k=5, n_boot=0)
+    cov = r.coverage.set_index("tranche")
+    assert cov["new"].tolist() == [40, 20, 0] and cov.loc["t1", "extra ids"] == 1
+    assert cov.loc["t1", "not yet present"] == 22
+    co = r.cohorts.set_index(["cohort", "tranche"])
+    assert co.loc[("t1", "t2"), "n"] == 40 and co.loc[("t1", "t3"), "n"] == 40 and co.loc[("t2", "t3"), "n"] == 20
+    assert co.loc[("t1", "t2"), "mean movement"] == pytest.approx(0, abs=1e-9)
+    assert co.loc[("t1", "t3"), "mean movement"] == pytest.approx(0, abs=1e-9)
+    assert co.loc[("t2", "t3"), "mean movement"] == pytest.approx(expected[40:].mean(), rel=1e-8)
+    mv = r.movement[r.movement["step"] == 2].sort_values("row")
+    np.testing.assert_allclose(mv["movement"].to_numpy(), expected, atol=1e-9)
+    assert r.values["tranche_movement_last"] == pytest.approx(expected.mean(), rel=1e-8)
+    assert r.transitions["n"].tolist() == [40, 60]
+    assert r.transitions["k-NN overlap"].iloc[0] == 1.0  # t1 → t2: early entities only rotated
+    assert "tranche_cross_run_knn_overlap_final" not in r.metrics  # one run
+    assert "anchors" in st.training_narrative(r)
+
+
+def test_tranches_across_runs_are_compared_at_each_shared_name(tmp_path):
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((80, 6))
+    ids = [f"e{i}" for i in range(80)]
+    np.save(tmp_path / "v.npy", X.astype(np.float32))
+    (tmp_path / "ids.txt").write_text("\n".join(ids))
+    entries = []
+    for run in ("a", "b"):
+        for t, noise in ((1, 0.8), (2, 0.3)):
+            np.save(tmp_path / f"{run}{t}.npy", (X + noise * rng.standard_normal(X.shape)).astype(np.float32))
+            entries.append({"name": f"epoch {t}", "vectors": f"{run}{t}.npy", "run": run})
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "ids": "ids.txt", "tranches": entries}))
+    r = st.measure_training_stability(load_source(tmp_path / "m.yaml"), k=5, n_boot=30)
+    assert r.cross_run["tranche"].tolist() == ["epoch 1", "epoch 2"]
+    assert r.cross_run["k-NN overlap"].iloc[1] > r.cross_run["k-NN overlap"].iloc[0]
+    m = r.metrics["tranche_cross_run_knn_overlap_final"]
+    assert m.value == pytest.approx(r.cross_run["k-NN overlap"].iloc[1]) and m.ci_low <= m.value <= m.ci_high
+
+
+@pytest.mark.parametrize("orders, message", [
+    ([1, "x", 3], "mixes numbers and text"),
+    ([1, None, 3], "given for some tranches but not"),
+    ([2, 2, 3], "same order 2"),
+    (["2024-01-01", "soon", "2024-03-01"], "'soon' is not a number or a date"),
+])
+def test_bad_tranche_orders_are_input_errors(tmp_path, orders, message):
+    X = np.random.default_rng(0).standard_normal((30, 4)).astype(np.float32)
+    np.save(tmp_path / "v.npy", X)
+    entries = [dict({"name": f"t{i}", "vectors": "v.npy"}, **({"order": o} if o is not None else {}))
+               for i, o in enumerate(orders)]
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "tranches": entries}))
+    with pytest.raises(InputError, match=message):
+        st.load_tranches(load_source(tmp_path / "m.yaml"))
+
+
+def test_dates_order_tranches_and_a_single_checkpoint_is_an_input_error(tmp_path):
+    X = np.random.default_rng(0).standard_normal((30, 4)).astype(np.float32)
+    np.save(tmp_path / "v.npy", X)
+    entries = [{"name": "late", "vectors": "v.npy", "order": "2024-03-01"},
+               {"name": "early", "vectors": "v.npy", "order": "2024-01-15"}]
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "tranches": entries}))
+    assert [cp.name for cp in st.load_tranches(load_source(tmp_path / "m.yaml"))["run"]] == ["early", "late"]
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "tranches": entries[:1]}))
+    with pytest.raises(InputError, match="at least two checkpoints"):
+        st.load_tranches(load_source(tmp_path / "m.yaml"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Demo side data and the chapters end to end
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def demo_manifest(tmp_path_factory):
+    from embeval_report.demo import write_demo
+    folder = tmp_path_factory.mktemp("demo")
+    path = write_demo(folder)
+    entries = st.demo_side_data(folder)
+    manifest = yaml.safe_load(path.read_text())
+    manifest.update(entries)
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return path, entries
+
+
+def test_demo_side_data_plants_frequency_and_cohort_effects(demo_manifest):
+    path, entries = demo_manifest
+    assert set(entries) == {"runs", "tranches", "vocabularies"} and len(entries["runs"]) == 4
+    es = load_source(path)
+    inputs = st.load_runs(es)
+    assert inputs.coverage["missing"].tolist() == [0, 0, 0, 0, 8] and inputs.coverage["extra"].iloc[-1] == 3
+    r = st.measure_run_stability(inputs, n_boot=0)
+    s = st.subset_stability(r, st.stability_groupings(es, inputs.index))
+    t = s.table.set_index("subset")
+    assert t.loc["popular items", "k-NN overlap"] > t.loc["niche items", "k-NN overlap"] + 0.1
+    assert st.frequency_association(r, es.metadata, inputs.index)["rho"] > 0.3
+    tr = st.measure_training_stability(es, k=10, n_boot=0)
+    last = tr.cohorts[tr.cohorts["step"] == tr.cohorts["step"].max()].sort_values("cohort_step")
+    assert last["mean movement"].iloc[-1] > 5 * last["mean movement"].iloc[0]  # late cohorts still move
+    assert tr.cross_run["tranche"].tolist() == ["tranche 1", "tranche 2", "tranche 3", "final"]
+
+
+def test_chapters_run_end_to_end(tmp_path):
+    from embeval_report.cli import main
+    n = 200
+    runs = two_group_runs(n)
+    ids = [f"w{i}" for i in range(n)]
+    for i, X in enumerate(runs):
+        np.save(tmp_path / f"r{i}.npy", X.astype(np.float32))
+    (tmp_path / "ids.txt").write_text("\n".join(ids))
+    pd.DataFrame({"id": ids, "frequency": np.arange(n)}).to_csv(tmp_path / "meta.csv", index=False)
+    manifest = {"vectors": "r0.npy", "ids": "ids.txt", "metadata": "meta.csv", "runs": ["r1.npy", "r2.npy"],
+                "tranches": [{"name": "half", "vectors": "r1.npy"}, {"name": "end", "vectors": "r0.npy"}]}
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(manifest))
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "m.yaml"), "--out", str(out), "--chapters", "stability,training_stability",
+                 "--formats", "html"]) == 0
+    doc = json.loads((out / "metrics.json").read_text())
+    ch = doc["chapters"]
+    assert ch["stability"]["status"] == "ok" and ch["training_stability"]["status"] == "ok"
+    assert set(ch["stability"]["metrics"]) == set(st.METRICS)
+    assert ch["stability"]["metrics"]["pairwise_similarity_correlation"]["verdict"] in ("healthy", "concerning",
+                                                                                       "problematic")
+    assert {"tranche_knn_overlap_last", "tranche_movement_last"} <= set(ch["training_stability"]["metrics"])
+    html = (out / "report.html").read_text()
+    assert "Stability across training runs" in html and "Cohort movement" in html
