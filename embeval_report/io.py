@@ -131,6 +131,7 @@ MANIFEST_FIELDS: dict[str, ManifestField] = {
     "edges": ManifestField("path", "graph edges between ids"),
     "test_edges": ManifestField("path", "held-out graph edges for link prediction"),
     "negatives": ManifestField("path", "negative id pairs (non-edges)"),
+    "score": ManifestField("str", "how link prediction scores an edge from two vectors: dot, cosine or neg_l2"),
 }
 
 CORE_FIELDS = ("name", "vectors", "ids", "metadata")

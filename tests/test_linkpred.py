@@ -1,0 +1,303 @@
+"""Link prediction against independent references: hand-computed ranks with ties, brute-force numpy
+scoring, PyKEEN's rank-based metric functions (test-only dependency; skipped when absent),
+scikit-learn's AUC / AP, brute-force DeLong, closed forms for chance values, and planted structure."""
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+from embeval_report import graph as g
+from embeval_report import kernels
+from embeval_report import linkpred as lp
+from embeval_report.thresholds import cohens_d_quality, verdict
+
+
+# ---------------------------------------------------------------------------------------------
+# Ranks and ties
+# ---------------------------------------------------------------------------------------------
+
+def test_hand_computed_ranks_with_ties_all_three_policies():
+    # 1-d vectors: source x = 1, so the dot score of a candidate is its own value
+    X = np.array([[1.0], [2.0], [3.0], [2.0], [2.0], [1.0], [5.0]])
+    # edge 0 -> 1 (score 2) against negatives 2 (3), 3 (2), 4 (2), 5 (1):
+    #   optimistic 1 + #{> 2} = 2, pessimistic 1 + #{>= 2} = 4, realistic 3
+    # edge 0 -> 6 (score 5) against 2, 3, padding: rank 1 under every policy
+    cand = np.array([[1, 2, 3, 4, 5], [6, 2, 3, -1, -1]])
+    for engine in ("torch", "numpy"):
+        cs = lp.score_candidates(X, np.array([0, 0]), cand, score="dot", device="cpu", engine=engine)
+        np.testing.assert_array_equal(cs.raw.optimistic, [2, 1])
+    r = cs.raw
+    np.testing.assert_array_equal(r.optimistic, [2, 1])
+    np.testing.assert_array_equal(r.pessimistic, [4, 1])
+    np.testing.assert_array_equal(r.get("realistic"), [3, 1])
+    np.testing.assert_array_equal(r.n_candidates, [5, 3])
+    assert np.isnan(cs.scores[1, 3:]).all() and cs.scores[0, 0] == 2
+    v = lp.rank_metrics(r.get("pessimistic"))
+    assert v["mean_rank"] == 2.5 and v["mrr"] == pytest.approx((1 / 4 + 1) / 2) and v["hits_at_1"] == 0.5
+    with pytest.raises(ValueError, match="ties must be one of"):
+        r.get("random")
+
+
+def brute_ranks(X, src, cand, score):
+    X = X.astype(np.float64)
+    out = []
+    for s, row in zip(src, cand):
+        row = row[row >= 0]
+        sc = lp.pair_scores(X, np.full(len(row), s), row, score)
+        out.append((1 + (sc[1:] > sc[0]).sum(), 1 + (sc[1:] >= sc[0]).sum()))
+    return np.array(out).T
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+@pytest.mark.parametrize("score", ["dot", "cosine", "neg_l2"])
+def test_batched_scoring_matches_brute_force_and_chunking(score, engine, monkeypatch):
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((60, 8)).astype(np.float32)
+    src = rng.integers(0, 60, 40)
+    cand = rng.integers(0, 60, (40, 12))
+    cand[::5, -3:] = -1  # some padding
+    opt, pess = brute_ranks(X, src, cand, score)
+    cs = lp.score_candidates(X, src, cand, score=score, device="cpu", engine=engine)
+    np.testing.assert_array_equal(cs.raw.optimistic, opt)
+    np.testing.assert_array_equal(cs.raw.pessimistic, pess)
+    np.testing.assert_allclose(cs.scores[cand >= 0], np.concatenate(
+        [lp.pair_scores(X, np.full((r >= 0).sum(), s), r[r >= 0], score) for s, r in zip(src, cand)]), rtol=1e-5, atol=1e-5)
+    assert np.isnan(cs.scores[cand < 0]).all()
+    monkeypatch.setattr(kernels, "CHUNK_BYTES", 2000)  # a few rows per chunk: same result
+    monkeypatch.setattr(lp, "CPU_CHUNK_BYTES", 2000)
+    cs2 = lp.score_candidates(X, src, cand, score=score, device="cpu", engine=engine)
+    np.testing.assert_array_equal(cs2.raw.optimistic, opt)
+    np.testing.assert_allclose(cs2.scores, cs.scores, equal_nan=True)
+
+
+def test_filtered_vs_raw_on_a_constructed_case():
+    # source 0; true destination 1 scores 1.0; negatives 2 (3.0), 3 (2.0), 4 (0.5).
+    # 2 is also a real edge of the graph (0-2) and 3 is an edge in the other direction (3-0) of another relation.
+    X = np.array([[1.0], [1.0], [3.0], [2.0], [0.5]])
+    known = g.KnownEdges.from_edges(5, (np.array([0, 0, 3]), np.array([1, 2, 0]), np.array([0, 0, 1])))
+    cs = lp.score_candidates(X, np.array([0]), np.array([[1, 2, 3, 4]]), known=known, rel=np.array([0]), device="cpu")
+    assert cs.raw.get("realistic")[0] == 3          # beaten by 2 and 3
+    assert cs.filtered.get("realistic")[0] == 2     # 2 removed (known, same relation); 3 stays (other relation)
+    assert cs.filtered.n_candidates[0] == 3 and cs.removed.tolist() == [[True, False, False]]
+    pos, neg = cs.pooled(filtered=True)
+    assert sorted(neg) == [0.5, 2.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics against PyKEEN, closed forms, scikit-learn
+# ---------------------------------------------------------------------------------------------
+
+def test_rank_metrics_and_adjustments_match_pykeen():
+    pk = pytest.importorskip("pykeen.metrics.ranking")
+    rng = np.random.default_rng(0)
+    N = rng.integers(5, 120, 500)
+    ranks = np.floor(rng.random(500) * N) + 1 + 0.5 * rng.integers(0, 2, 500)  # realistic ranks can be halves
+    ranks = np.minimum(ranks, N)
+    v = lp.rank_metrics(ranks)
+    e = lp.expected_metrics(N)
+    assert v["mean_rank"] == pytest.approx(pk.ArithmeticMeanRank()(ranks))
+    assert v["mrr"] == pytest.approx(pk.InverseHarmonicMeanRank()(ranks))
+    for k in (1, 10, 50):
+        assert v[f"hits_at_{k}"] == pytest.approx(pk.HitsAtK(k=k)(ranks))
+    assert lp.adjust("mean_rank", v["mean_rank"], e) == pytest.approx(
+        pk.AdjustedArithmeticMeanRankIndex()(ranks, num_candidates=N))
+    assert lp.adjust("mrr", v["mrr"], e) == pytest.approx(pk.AdjustedInverseHarmonicMeanRank()(ranks, num_candidates=N))
+    assert lp.adjust("hits_at_10", v["hits_at_10"], e) == pytest.approx(
+        pk.AdjustedHitsAtK(k=10)(ranks, num_candidates=N))
+    assert e["mean_rank"] == pytest.approx(pk.ArithmeticMeanRank().expected_value(num_candidates=N))
+    assert e["mrr"] == pytest.approx(pk.InverseHarmonicMeanRank().expected_value(num_candidates=N))
+
+
+def test_expected_values_are_the_uniform_rank_averages():
+    for n in (1, 2, 7, 101):
+        r = np.arange(1, n + 1)
+        e = lp.expected_metrics([n])
+        assert e["mean_rank"] == pytest.approx(r.mean())
+        assert e["mrr"] == pytest.approx((1 / r).mean())  # H_n / n
+        assert e["hits_at_10"] == pytest.approx((r <= 10).mean())
+    assert lp.harmonic(4) == pytest.approx(1 + 1 / 2 + 1 / 3 + 1 / 4)
+
+
+def brute_delong(pos, neg):
+    psi = (pos[:, None] > neg[None, :]) + 0.5 * (pos[:, None] == neg[None, :])
+    v10, v01 = psi.mean(1), psi.mean(0)
+    return psi.mean(), np.sqrt(v10.var(ddof=1) / len(pos) + v01.var(ddof=1) / len(neg))
+
+
+def test_auc_and_delong_interval():
+    rng = np.random.default_rng(2)
+    pos, neg = np.round(rng.normal(0.6, 1, 300), 1), np.round(rng.normal(0, 1, 500), 1)  # rounded: many ties
+    auc, lo, hi = lp.auc_delong(pos, neg)
+    assert auc == pytest.approx(roc_auc_score(np.r_[np.ones(300), np.zeros(500)], np.r_[pos, neg]))
+    ref, se = brute_delong(pos, neg)
+    assert auc == pytest.approx(ref)
+    assert (lo, hi) == pytest.approx((ref - 1.959964 * se, ref + 1.959964 * se), rel=1e-5)
+
+
+def test_average_precision_matches_scikit_learn_with_ties_and_weights():
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 400)
+    s = np.round(rng.standard_normal(400), 1) + 0.7 * y
+    assert lp.average_precision(y, s) == pytest.approx(average_precision_score(y, s))
+    w = rng.integers(0, 3, (3, 400))
+    for row, got in zip(w, lp.average_precision(y, s, w)):
+        assert got == pytest.approx(average_precision_score(y, s, sample_weight=row))
+
+
+def test_cohens_d_forms_and_bands():
+    a, b = np.array([2.0, 4.0, 6.0]), np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    sp = np.sqrt((2 * a.var(ddof=1) + 4 * b.var(ddof=1)) / 6)
+    assert lp.cohens_d(a, b) == pytest.approx((4 - 3) / sp)
+    assert lp.cohens_d_seed(a, b) == pytest.approx(1 / np.sqrt((a.var() + b.var()) / 2), rel=1e-8)
+    assert [cohens_d_quality(x) for x in (2.5, 1.7, 1.2, 0.7, 0.5, -1)] == [
+        "excellent", "good", "moderate", "poor", "very_poor", "very_poor"]
+    assert [verdict("negative_score_cohens_d", x) for x in (1.2, 0.7, 0.3)] == ["healthy", "concerning", "problematic"]
+    assert [verdict("link_prediction_auc", x) for x in (0.95, 0.85, 0.7)] == ["healthy", "concerning", "problematic"]
+    lo, hi = lp.cohens_d_ci(0.8, 50, 60)
+    se = np.sqrt(110 / 3000 + 0.64 / 220)
+    assert (lo, hi) == pytest.approx((0.8 - 1.959964 * se, 0.8 + 1.959964 * se), rel=1e-5)
+
+
+def test_edge_operators():
+    X = np.array([[1.0, -2.0], [3.0, 4.0]])
+    np.testing.assert_allclose(lp.edge_features(X, [0], [1], "hadamard"), [[3, -8]])
+    np.testing.assert_allclose(lp.edge_features(X, [0], [1], "average"), [[2, 1]])
+    np.testing.assert_allclose(lp.edge_features(X, [0], [1], "weighted_l1"), [[2, 6]])
+    np.testing.assert_allclose(lp.edge_features(X, [0], [1], "weighted_l2"), [[4, 36]])
+
+
+def test_mean_ci_methods():
+    x = np.random.default_rng(0).random(500)
+    lo, hi, how = lp.mean_ci(x)
+    assert lo < x.mean() < hi and "BCa" in how
+    y = np.random.default_rng(0).random(5000)
+    lo, hi, how = lp.mean_ci(y)
+    assert "normal" in how and hi - lo == pytest.approx(2 * 1.959964 * y.std(ddof=1) / np.sqrt(5000), rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------
+# Planted structure
+# ---------------------------------------------------------------------------------------------
+
+def planted(n=1000, blocks=50, d=32, noise=0.3, n_edges=1500, seed=0, t=False):
+    """A sparse stochastic block model (90 % of edges inside a block) and vectors = block centre + noise."""
+    rng = np.random.default_rng(seed)
+    block = rng.integers(0, blocks, n)
+    centres = rng.standard_normal((blocks, d))
+    X = (centres[block] + noise * rng.standard_normal((n, d))).astype(np.float32)
+    src = rng.integers(0, n, n_edges)
+    same = rng.random(n_edges) < 0.9
+    members = [np.flatnonzero(block == b) for b in range(blocks)]
+    dst = np.array([rng.choice(members[block[s]]) if sm else rng.integers(0, n) for s, sm in zip(src, same)])
+    keep = src != dst
+    key = pd.Series(np.minimum(src, dst) * n + np.maximum(src, dst))
+    keep &= ~key.duplicated().to_numpy()
+    time = rng.random(n_edges)[keep] if t else None
+    return X, g.EdgeList(src[keep], dst[keep], time=time, file="edges.csv")
+
+
+def test_planted_structure_beats_heuristics_and_random_vectors_score_at_chance():
+    X, e = planted()
+    data = g.build_link_data(e, len(X), split="random", n_negatives=100)
+    r = lp.evaluate_link_prediction(X, data, probe=True, heuristics=True, max_heuristic_queries=300)
+    b = r.baselines.set_index("name")
+    assert r.values["amri"] > 0.6 and r.values["auc"] > 0.8
+    assert b.loc["embedding", "MRR"] > b.drop("embedding")["MRR"].max() + 0.1
+    assert r.values["probe_roc_auc"] > 0.8
+    # every metric CI contains its value, and the metric names are the contract
+    assert set(r.metrics) == set(lp.METRICS)
+    for m in r.metrics.values():
+        assert m.ci_low <= m.value <= m.ci_high, m.name
+        assert "raw, realistic ties, 100 negatives, dot" in m.label or m.name.startswith(("probe", "negative", "false"))
+    # random vectors: MRR at its chance value (1/m') H_{m'} with m' = 101 candidates
+    R = np.random.default_rng(5).standard_normal(X.shape).astype(np.float32)
+    rr = lp.evaluate_link_prediction(R, data, probe=False, heuristics=False)
+    chance = lp.harmonic(101) / 101
+    se = (1 / rr.ranks).std(ddof=1) / np.sqrt(len(rr.ranks))
+    assert abs(rr.values["mrr"] - chance) < 4 * se
+    assert abs(rr.values["amri"]) < 0.1 and abs(rr.values["auc"] - 0.5) < 0.05
+
+
+def test_quality_and_false_negatives_count_real_edges():
+    X, e = planted(n=200, blocks=5, n_edges=2500)
+    data = g.build_link_data(e, len(X), split="random", n_negatives=50)
+    r = lp.evaluate_link_prediction(X, data, probe=False, heuristics=False)
+    cand = data.candidates[:, 1:]
+    u = np.repeat(data.test.src, cand.shape[1])
+    is_edge = data.known.contains(u, cand.ravel(), np.zeros(cand.size, int))
+    assert r.quality.n_false == is_edge.sum() and r.values["false_negative_rate"] == pytest.approx(is_edge.mean())
+    pos, neg = r.cs.pooled(False)
+    assert r.values["negative_score_cohens_d"] == pytest.approx(lp.cohens_d(pos, neg))
+    assert r.quality.mw_auc == pytest.approx(r.values["auc"], abs=1e-9)  # U / (n+ n-) is the AUC
+    assert r.quality.quality == cohens_d_quality(r.values["negative_score_cohens_d"])
+    tt = r.tie_table.set_index(["ranks", "ties"])
+    assert tt.loc[("filtered", "realistic"), "MRR"] >= tt.loc[("raw", "realistic"), "MRR"]
+
+
+def test_relation_table_global_row_is_the_count_weighted_average():
+    X, e = planted(n=300, blocks=10, n_edges=2500, seed=4)
+    e = g.EdgeList(e.src, e.dst, relation=np.where(e.src % 3 == 0, "a", "b").astype(object), file="e.csv")
+    data = g.build_link_data(e, len(X), split="random", n_negatives=30)
+    r = lp.evaluate_link_prediction(X, data, probe=False, heuristics=False)
+    t = r.relation_table.set_index("relation")
+    per = t.loc[["a", "b"]]
+    glob = t.loc["all test edges (PBG global average)"]
+    assert glob["MRR"] == pytest.approx((per["MRR"] * per["test edges"]).sum() / per["test edges"].sum())
+    assert glob["MRR"] == pytest.approx(r.values["mrr"])
+    assert t.loc["mean over relations (macro)", "MRR"] == pytest.approx(per["MRR"].mean())
+
+
+# ---------------------------------------------------------------------------------------------
+# Temporal
+# ---------------------------------------------------------------------------------------------
+
+def test_temporal_evaluation_never_leaks_and_reports_horizons():
+    X, e = planted(n=300, blocks=10, n_edges=3000, t=True)
+    t = lp.evaluate_temporal(X, e, len(X), n_negatives=50, n_bins=4, max_heuristic_queries=200)
+    d = t.data
+    assert d.train.time.max() < d.test.time.min()
+    assert t.horizon["test edges"].iloc[1:].sum() == len(d.test) and len(t.horizon) == 5
+    assert set(t.metrics) == set(lp.TEMPORAL_METRICS)
+    assert t.values["temporal_mrr"] > 2 * lp.harmonic(51) / 51
+    assert len(t.cuts) == 5 and (np.diff(t.cuts["train edges"]) > 0).all()
+    assert "Why random splits leak" in lp.temporal_narrative(t)
+    assert "timestamp" in lp.temporal_unavailable(None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapters, end to end
+# ---------------------------------------------------------------------------------------------
+
+def test_chapters_end_to_end(tmp_path):
+    from embeval_report.cli import main
+
+    X, e = planted(n=240, blocks=8, n_edges=1800, t=True)
+    ids = [f"v<{i}>&" for i in range(len(X))]
+    np.save(tmp_path / "v.npy", X)
+    (tmp_path / "ids.txt").write_text("\n".join(ids))
+    stamps = pd.Timestamp("2024-01-01") + pd.to_timedelta(e.time * 100, unit="D")
+    pd.DataFrame({"src": np.array(ids)[e.src], "dst": np.array(ids)[e.dst],
+                  "timestamp": stamps.strftime("%Y-%m-%d")}).to_csv(tmp_path / "e.csv", index=False)
+    pd.DataFrame({"src": np.array(ids)[e.src], "dst": np.array(ids)[e.dst]}).to_csv(tmp_path / "plain.csv", index=False)
+    (tmp_path / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nedges: e.csv\nscore: cosine\n")
+    (tmp_path / "p.yaml").write_text("vectors: v.npy\nids: ids.txt\nedges: plain.csv\n")
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "m.yaml"), "--out", str(out), "--formats", "html",
+                 "--chapters", "link_prediction,temporal_link_prediction"]) == 0
+    doc = json.loads((out / "metrics.json").read_text())
+    assert set(doc["chapters"]["link_prediction"]["metrics"]) == set(lp.METRICS)
+    assert set(doc["chapters"]["temporal_link_prediction"]["metrics"]) == set(lp.TEMPORAL_METRICS)
+    html = (out / "report.html").read_text()
+    assert "raw, realistic ties, 100 negatives, cosine" in html and "Why random splits leak" in html
+    out2 = tmp_path / "out2"
+    assert main(["run", str(tmp_path / "p.yaml"), "--out", str(out2), "--formats", "html",
+                 "--chapters", "temporal_link_prediction"]) == 0
+    doc2 = json.loads((out2 / "metrics.json").read_text())
+    assert doc2["chapters"]["temporal_link_prediction"]["status"] == "ok"
+    assert "No timestamps" in (out2 / "report.html").read_text()
