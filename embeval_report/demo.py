@@ -18,11 +18,15 @@ built from genre offsets (see :func:`genre_analogies`).
 """
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
+
+#: modules whose ``demo_side_data(folder, seed)`` adds their chapter's inputs to the demo
+SIDE_DATA = ("stability", "drift", "graph")
 
 GENRES = ("drama", "comedy", "thriller", "documentary", "sci-fi", "animation", "romance", "horror")
 #: genre pairs the (synthetic) editors judge as related
@@ -132,12 +136,12 @@ def genre_analogies(vectors: np.ndarray, meta: pd.DataFrame, *, per_section: int
     return out
 
 
-def write_demo(folder, *, seed: int = 0, **kw) -> Path:
-    """Write the demo set (vectors.npy, ids.txt, metadata.csv, word_pairs.tsv, analogies.txt,
-    manifest.yaml); return the manifest."""
+def write_demo(folder, *, seed: int = 0) -> Path:
+    """Write the demo set (vectors.npy, ids.txt, metadata.csv, word_pairs.tsv, analogies.txt, the side
+    data of :data:`SIDE_DATA`, manifest.yaml); return the manifest."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    vectors, meta = streaming_embeddings(seed=seed, **kw)
+    vectors, meta = streaming_embeddings(seed=seed)
     np.save(folder / "vectors.npy", vectors)
     (folder / "ids.txt").write_text("\n".join(meta["id"]) + "\n")
     meta.to_csv(folder / "metadata.csv", index=False)
@@ -156,6 +160,8 @@ def write_demo(folder, *, seed: int = 0, **kw) -> Path:
         "word_pairs": "word_pairs.tsv",
         "analogies": "analogies.txt",
     }
+    for module in SIDE_DATA:  # each chapter's side data (runs, tranches, snapshots, edges, ...)
+        manifest.update(import_module(f".{module}", __package__).demo_side_data(folder, seed=seed))
     path = folder / "manifest.yaml"
     path.write_text("# embeval-report demo: a streaming platform's user and item embeddings\n"
                     + yaml.safe_dump(manifest, sort_keys=False))

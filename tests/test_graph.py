@@ -228,8 +228,8 @@ def test_heuristics_match_networkx():
 # ---------------------------------------------------------------------------------------------
 
 def test_demo_side_data_over_the_demo_ids(tmp_path):
-    from embeval_report.demo import write_demo
-    write_demo(tmp_path, n_users=300, n_items=100, dim=16)
+    from embeval_report.demo import streaming_embeddings
+    streaming_embeddings(n_users=300, n_items=100, dim=16)[1].to_csv(tmp_path / "metadata.csv", index=False)
     entries = g.demo_side_data(tmp_path)
     assert entries == {"edges": "edges.csv"}
     meta = pd.read_csv(tmp_path / "metadata.csv")
