@@ -10,6 +10,12 @@ viewing history toward the same few blockbusters, so user vectors share one domi
 direction (high APCS, low participation ratio), exactly the collapse the seed's Figure 217.5
 shows. The demo report's isotropy chapter should find it and all-but-the-top should relieve it.
 
+**Side data of the other chapters** (each written by its module's ``demo_side_data``, see
+:data:`SIDE_DATA`): further training runs and checkpoints (``stability``: niche items are
+planted less stable than popular ones), monthly snapshots (``drift``: a genre drifts toward
+another from the third month on), and a timestamped block-model graph (``graph``: the block
+affinity broadens over the year).
+
 **Side data for the semantic-benchmarks chapter** (from a separate seeded generator, so the
 vectors above do not change): ``word_pairs.tsv``, an editorial team's similarity judgements of
 item pairs (0–10; same genre > related genres > unrelated, plus rater noise; a few pairs name
