@@ -24,6 +24,7 @@ built from genre offsets (see :func:`genre_analogies`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from importlib import import_module
 from pathlib import Path
 
@@ -40,10 +41,43 @@ RELATED_GENRES = frozenset(frozenset(p) for p in (("drama", "romance"), ("thrill
                                                   ("sci-fi", "thriller"), ("documentary", "drama")))
 
 
-def streaming_embeddings(n_users: int = 4000, n_items: int = 1000, dim: int = 64, *, popularity_skew: float = 1.0,
-                         popularity_weight: float = 2.0, mean_views: int = 40, seed: int = 0
-                         ) -> tuple[np.ndarray, pd.DataFrame]:
-    """User and item vectors (users first) and their metadata table (``id`` column first)."""
+@dataclass(frozen=True)
+class StreamingWorld:
+    """The latent state behind the demo vectors, for chapters whose side data are variants of it
+    (other training runs, later snapshots): genres, preferences, popularity and viewing counts."""
+
+    centres: np.ndarray      # (genres, dim) genre centres
+    item_genre: np.ndarray   # (n_items,)
+    items: np.ndarray        # (n_items, dim) unit item vectors
+    popularity: np.ndarray   # (n_items,) Zipf shares, shuffled
+    user_genre: np.ndarray   # (n_users,)
+    prefs: np.ndarray        # (n_users, dim) unit taste vectors
+    counts: np.ndarray       # (n_users, n_items) views
+    popularity_weight: float
+
+    def view_probabilities(self, prefs=None, items=None, *, unavailable=None) -> np.ndarray:
+        """``softmax(3 pref · item + w log popularity)`` per user (``unavailable`` items get 0)."""
+        prefs = self.prefs if prefs is None else prefs
+        items = self.items if items is None else items
+        logits = 3.0 * prefs @ items.T + self.popularity_weight * np.log(self.popularity)
+        if unavailable is not None and len(unavailable):
+            logits[:, unavailable] = -np.inf
+        probs = np.exp(logits - logits.max(1, keepdims=True))
+        return probs / probs.sum(1, keepdims=True)
+
+    def user_vectors(self, counts=None, items=None) -> np.ndarray:
+        """Unit view-count-weighted means of the items (a user with no views gets a zero vector)."""
+        counts = self.counts if counts is None else counts
+        items = self.items if items is None else items
+        w = counts.sum(1, keepdims=True)
+        users = np.divide(counts @ items, w, out=np.zeros((len(counts), items.shape[1])), where=w > 0)
+        norms = np.linalg.norm(users, axis=1, keepdims=True)
+        return np.divide(users, norms, out=users, where=norms > 0)
+
+
+def streaming_world(n_users: int = 4000, n_items: int = 1000, dim: int = 64, *, popularity_skew: float = 1.0,
+                    popularity_weight: float = 2.0, mean_views: int = 40, seed: int = 0) -> StreamingWorld:
+    """Draw the demo's catalogue, viewers and viewing histories (deterministic for a seed)."""
     rng = np.random.default_rng(seed)
     n_genres = len(GENRES)
     centres = rng.standard_normal((n_genres, dim))
@@ -56,21 +90,29 @@ def streaming_embeddings(n_users: int = 4000, n_items: int = 1000, dim: int = 64
     user_genre = rng.integers(0, n_genres, n_users)
     prefs = centres[user_genre] + 0.7 * rng.standard_normal((n_users, dim))
     prefs /= np.linalg.norm(prefs, axis=1, keepdims=True)
-    logits = 3.0 * prefs @ items.T + popularity_weight * np.log(popularity)
-    probs = np.exp(logits - logits.max(1, keepdims=True))
-    probs /= probs.sum(1, keepdims=True)
+    world = StreamingWorld(centres, item_genre, items, popularity, user_genre, prefs, np.zeros((0, n_items)),
+                           popularity_weight)
+    probs = world.view_probabilities()
     views = np.maximum(rng.poisson(mean_views, n_users), 1)
     counts = np.stack([rng.multinomial(v, p) for v, p in zip(views, probs)]).astype(float)
-    users = counts @ items / counts.sum(1, keepdims=True)
-    users /= np.linalg.norm(users, axis=1, keepdims=True)
-    vectors = np.vstack([users, items]).astype(np.float32)
+    return replace(world, counts=counts)
+
+
+def streaming_embeddings(n_users: int = 4000, n_items: int = 1000, dim: int = 64, *, popularity_skew: float = 1.0,
+                         popularity_weight: float = 2.0, mean_views: int = 40, seed: int = 0
+                         ) -> tuple[np.ndarray, pd.DataFrame]:
+    """User and item vectors (users first) and their metadata table (``id`` column first)."""
+    w = streaming_world(n_users, n_items, dim, popularity_skew=popularity_skew, popularity_weight=popularity_weight,
+                        mean_views=mean_views, seed=seed)
+    vectors = np.vstack([w.user_vectors(), w.items]).astype(np.float32)
+    views = w.counts.sum(1)
     meta = pd.DataFrame({
         "id": [f"user_{i:05d}" for i in range(n_users)] + [f"item_{i:05d}" for i in range(n_items)],
         "kind": ["user"] * n_users + ["item"] * n_items,
-        "label": [GENRES[g] for g in user_genre] + [GENRES[g] for g in item_genre],
-        "frequency": np.concatenate([views, counts.sum(0)]).astype(int),
+        "label": [GENRES[g] for g in w.user_genre] + [GENRES[g] for g in w.item_genre],
+        "frequency": np.concatenate([views, w.counts.sum(0)]).astype(int),
         "title": [f"viewer #{i}" for i in range(n_users)]
-                 + [f"Title {i} <{GENRES[g]}> & \"friends\"" for i, g in enumerate(item_genre)],
+                 + [f"Title {i} <{GENRES[g]}> & \"friends\"" for i, g in enumerate(w.item_genre)],
     })
     return vectors, meta
 

@@ -1252,38 +1252,6 @@ DEMO_MONTHS = (("2024-02", "2024-02-01"), ("2024-03", "2024-03-01"), ("2024-04",
 DEMO_DRIFT_FROM, DEMO_DRIFT_TO = "documentary", "drama"
 
 
-def _demo_generator(seed: int, n_users: int = 4000, n_items: int = 1000, dim: int = 64,
-                    popularity_skew: float = 1.0) -> dict:
-    """The fixed parts of :func:`embeval_report.demo.streaming_embeddings` (same random draws, same order):
-    genre centres, item genres and vectors, popularity, user genres and preferences, and the generator
-    positioned where the viewing histories are drawn."""
-    from .demo import GENRES
-
-    rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((len(GENRES), dim))
-    item_genre = rng.integers(0, len(GENRES), n_items)
-    items = centres[item_genre] + 0.9 * rng.standard_normal((n_items, dim))
-    items /= np.linalg.norm(items, axis=1, keepdims=True)
-    popularity = 1.0 / np.arange(1, n_items + 1) ** popularity_skew
-    popularity /= popularity.sum()
-    rng.shuffle(popularity)
-    user_genre = rng.integers(0, len(GENRES), n_users)
-    prefs = centres[user_genre] + 0.7 * rng.standard_normal((n_users, dim))
-    prefs /= np.linalg.norm(prefs, axis=1, keepdims=True)
-    return dict(centres=centres, item_genre=item_genre, items=items, popularity=popularity, user_genre=user_genre,
-                prefs=prefs, rng=rng, genres=GENRES)
-
-
-def _view_probs(prefs, items, popularity, *, popularity_weight: float = 2.0, unavailable=None) -> np.ndarray:
-    """The generator's viewing probabilities ``softmax(3 pref · item + w log popularity)``."""
-    with np.errstate(divide="ignore"):
-        logits = 3.0 * prefs @ items.T + popularity_weight * np.log(popularity)
-    if unavailable is not None and len(unavailable):
-        logits[:, unavailable] = -np.inf
-    probs = np.exp(logits - logits.max(1, keepdims=True))
-    return probs / probs.sum(1, keepdims=True)
-
-
 def _unit(M: np.ndarray) -> np.ndarray:
     return M / np.linalg.norm(M, axis=1, keepdims=True)
 
@@ -1306,22 +1274,17 @@ def demo_snapshots(seed: int = 0, *, refresh: float = 0.1, pull: tuple[float, ..
     drift:** new items (drawn like the generator's items, not yet watched) appear from the second month
     and items retire from the third (no longer watched, dropped from the snapshot); both accumulate.
     """
-    from .demo import streaming_embeddings
+    from .demo import GENRES, streaming_embeddings, streaming_world
 
-    g = _demo_generator(seed)
-    items0, prefs, popularity, rng = g["items"], g["prefs"], g["popularity"], g["rng"]
-    probs0 = _view_probs(prefs, items0, popularity)
-    views = np.maximum(rng.poisson(mean_views, len(prefs)), 1)
-    counts0 = np.stack([rng.multinomial(v, p) for v, p in zip(views, probs0)]).astype(np.int64)
-    vectors, meta = streaming_embeddings(seed=seed, mean_views=mean_views)
-    if not np.allclose(np.vstack([_unit(counts0 @ items0), items0]), vectors, atol=1e-6):
-        raise RuntimeError("drift.demo_snapshots no longer reproduces demo.streaming_embeddings; update "
-                           "_demo_generator to follow the demo generator")
-    genres = g["genres"]
+    world = streaming_world(seed=seed, mean_views=mean_views)
+    items0, prefs = world.items, world.prefs
+    counts0 = world.counts.astype(np.int64)
+    _, meta = streaming_embeddings(seed=seed, mean_views=mean_views)
+    genres = GENRES
     n_users, n_items, d = len(prefs), len(items0), items0.shape[1]
-    target = _unit(g["centres"][[genres.index(DEMO_DRIFT_TO)]])[0]
-    moving_items = g["item_genre"] == genres.index(DEMO_DRIFT_FROM)
-    fans = g["user_genre"] == genres.index(DEMO_DRIFT_FROM)
+    target = _unit(world.centres[[genres.index(DEMO_DRIFT_TO)]])[0]
+    moving_items = world.item_genre == genres.index(DEMO_DRIFT_FROM)
+    fans = world.user_genre == genres.index(DEMO_DRIFT_FROM)
     ids = meta["id"].to_numpy().astype(object)
     new_items, new_ids, retired = np.zeros((0, d)), [], np.zeros(0, dtype=np.int64)
     out = []
@@ -1334,7 +1297,7 @@ def demo_snapshots(seed: int = 0, *, refresh: float = 0.1, pull: tuple[float, ..
         more = n_departed[t] - len(retired)
         if more > 0:
             retired = np.r_[retired, mrng.choice(np.setdiff1d(np.arange(n_items), retired), more, replace=False)]
-        probs = _view_probs(p, items, popularity, unavailable=retired)
+        probs = world.view_probabilities(p, items, unavailable=retired)
         share = np.where(fans, fan_refresh[t], refresh)
         kept = mrng.binomial(counts0, (1 - share)[:, None])
         fresh = np.stack([mrng.multinomial(v, q) for v, q in zip(mrng.poisson(share * mean_views), probs)])
@@ -1345,7 +1308,7 @@ def demo_snapshots(seed: int = 0, *, refresh: float = 0.1, pull: tuple[float, ..
         extra = n_new[t] - len(new_ids)
         if extra > 0:
             genre = mrng.integers(0, len(genres), extra)
-            new_items = np.vstack([new_items, _unit(g["centres"][genre] + 0.9 * mrng.standard_normal((extra, d)))])
+            new_items = np.vstack([new_items, _unit(world.centres[genre] + 0.9 * mrng.standard_normal((extra, d)))])
             new_ids += [f"item_{n_items + len(new_ids) + j:05d}" for j in range(extra)]
         keep_items = np.setdiff1d(np.arange(n_items), retired)
         rows = np.vstack([users, items[keep_items], new_items])

@@ -1303,41 +1303,8 @@ def cohort_figure(t: TrainingResult) -> plt.Figure:
 # Demo side data
 # ---------------------------------------------------------------------------------------------
 
-def _demo_state(seed: int = 0, n_users: int = 4000, n_items: int = 1000, dim: int = 64, popularity_skew: float = 1.0,
-                popularity_weight: float = 2.0, mean_views: int = 40):
-    """Replay :func:`embeval_report.demo.streaming_embeddings` and return its item vectors and view counts.
-
-    The random draws are made in exactly the generator's order (checked against its output by
-    :func:`demo_side_data`), so the runs below are variants of the same catalogue and viewers.
-    """
-    rng = np.random.default_rng(seed)
-    n_genres = 8
-    centres = rng.standard_normal((n_genres, dim))
-    item_genre = rng.integers(0, n_genres, n_items)
-    items = centres[item_genre] + 0.9 * rng.standard_normal((n_items, dim))
-    items /= np.linalg.norm(items, axis=1, keepdims=True)
-    popularity = 1.0 / np.arange(1, n_items + 1) ** popularity_skew
-    popularity /= popularity.sum()
-    rng.shuffle(popularity)
-    user_genre = rng.integers(0, n_genres, n_users)
-    prefs = centres[user_genre] + 0.7 * rng.standard_normal((n_users, dim))
-    prefs /= np.linalg.norm(prefs, axis=1, keepdims=True)
-    logits = 3.0 * prefs @ items.T + popularity_weight * np.log(popularity)
-    probs = np.exp(logits - logits.max(1, keepdims=True))
-    probs /= probs.sum(1, keepdims=True)
-    views = np.maximum(rng.poisson(mean_views, n_users), 1)
-    counts = np.stack([rng.multinomial(v, p) for v, p in zip(views, probs)]).astype(float)
-    return items, counts
-
-
 def _unit(X):
     return X / np.linalg.norm(X, axis=1, keepdims=True)
-
-
-def _users_from(counts, items):
-    w = counts.sum(1, keepdims=True)
-    U = np.divide(counts @ items, w, out=np.zeros((len(counts), items.shape[1])), where=w > 0)
-    return U
 
 
 def _write_table(path: Path, ids, X, dtype=np.float32) -> None:
@@ -1370,16 +1337,14 @@ def demo_side_data(folder, seed: int = 0) -> dict:
     """
     from scipy.stats import ortho_group
 
-    from .demo import streaming_embeddings
+    from .demo import streaming_embeddings, streaming_world
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     vectors, meta = streaming_embeddings(seed=seed)
-    items, counts = _demo_state(seed)
+    world = streaming_world(seed=seed)
+    items, counts = world.items, world.counts
     n_users = counts.shape[0]
-    main_users = _unit(_users_from(counts, items))
-    if not np.allclose(np.vstack([main_users, items]), vectors, atol=1e-5):
-        raise RuntimeError("demo_side_data: the replay of streaming_embeddings no longer matches demo.py")
     ids = meta["id"].to_numpy()
     item_ids = ids[n_users:]
     views = counts.sum(0)
@@ -1389,7 +1354,7 @@ def demo_side_data(folder, seed: int = 0) -> dict:
 
     def run_vectors(noise_items):
         its = _unit(items + noise_items)
-        return its, _unit(_users_from(counts, its))
+        return its, world.user_vectors(counts, its)
 
     (folder / "runs").mkdir(exist_ok=True)
     run_paths, run_finals = [], []
@@ -1425,7 +1390,7 @@ def demo_side_data(folder, seed: int = 0) -> dict:
             its = _unit(final_items + noise)
             user_counts = counts[:, present]
             has_views = user_counts.sum(1) > 0
-            us = _unit(_users_from(user_counts[has_views], its[present]))
+            us = world.user_vectors(user_counts[has_views], its[present])
             Q = ortho_group.rvs(dim, random_state=rng.integers(2**31))
             X = np.vstack([us, its[present]]) @ Q
             rows = list(ids[:n_users][has_views]) + list(item_ids[present])
