@@ -72,6 +72,7 @@ from threadpoolctl import threadpool_limits
 
 from .display import escape
 from .errors import InputError
+from .io import iter_groups
 from .kernels import as_numpy, chunk_rows, resolve_device, unit_rows
 from .plotting import PALETTE, WIDTH
 from .results import Metric
@@ -505,10 +506,8 @@ def node_classification_by_group(X, labels, groups, *, column: str = "kind", n_f
     """
     X = as_numpy(X)
     labels = np.asarray(labels.to_numpy(dtype=object) if isinstance(labels, pd.Series) else labels, dtype=object)
-    g = pd.Series(np.asarray(groups, dtype=object)).fillna("(missing)").astype(str).to_numpy()
     rows = []
-    for name in sorted(set(g)):
-        idx = np.flatnonzero(g == name)
+    for name, idx in iter_groups(groups):
         row = {column: name, "entities": len(idx)}
         try:
             r = evaluate_node_classification(X[idx], labels[idx], n_folds=n_folds, train_fractions=(),
@@ -792,10 +791,8 @@ def clustering_by_group(X, labels, groups, *, column: str = "kind", min_class_si
     """k-means alignment within each group of entities (one seeded run each, no intervals, no sweep)."""
     X = as_numpy(X)
     labels = np.asarray(labels.to_numpy(dtype=object) if isinstance(labels, pd.Series) else labels, dtype=object)
-    g = pd.Series(np.asarray(groups, dtype=object)).fillna("(missing)").astype(str).to_numpy()
     rows = []
-    for name in sorted(set(g)):
-        idx = np.flatnonzero(g == name)
+    for name, idx in iter_groups(groups):
         row = {column: name, "entities": len(idx)}
         try:
             r = evaluate_clustering(X[idx], labels[idx], n_seed_runs=0, silhouette_sample=silhouette_sample,

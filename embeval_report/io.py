@@ -55,6 +55,7 @@ __all__ = [
     "ManifestField",
     "MatchedVectors",
     "category_column",
+    "iter_groups",
     "load_matched",
     "load_prepared",
     "load_source",
@@ -278,6 +279,13 @@ def category_column(metadata: pd.DataFrame | None, candidates, max_levels: int) 
         if col in metadata and 2 <= metadata[col].nunique() <= max_levels:
             return col
     return None
+
+
+def iter_groups(groups):
+    """``(name, row indices)`` for each value of ``groups`` in sorted order (missing values as "(missing)")."""
+    g = pd.Series(np.asarray(groups, dtype=object)).fillna("(missing)").astype(str).to_numpy()
+    for name in sorted(set(g)):
+        yield name, np.flatnonzero(g == name)
 
 
 @dataclass(frozen=True)

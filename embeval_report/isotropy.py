@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .io import category_column
+from .io import category_column, iter_groups
 from .kernels import (as_numpy, block_moments, column_mean, iter_chunks, pair_cosines, random_pairs,
                       resolve_device, unit_rows)
 from .display import escape
@@ -240,10 +240,8 @@ def isotropy_by_group(X, groups, *, min_size: int = 20, n_boot: int = 100, seed:
     popular items) has collapsed; this table shows it.
     """
     X = as_numpy(X)
-    groups = pd.Series(np.asarray(groups, dtype=object)).fillna("(missing)").astype(str).to_numpy()
     rows = []
-    for g in sorted(set(groups)):
-        idx = np.flatnonzero(groups == g)
+    for g, idx in iter_groups(groups):
         if len(idx) < min_size:
             continue
         r = measure_isotropy(X[idx], n_boot=n_boot, sample_size=1000, seed=seed, device=device)
