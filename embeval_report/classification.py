@@ -876,12 +876,6 @@ def project(X, labels: LabelSet, *, method: str = "pca", sample_size: int | None
 # Narrative
 # ---------------------------------------------------------------------------------------------
 
-def _ci(m: Metric, fmt: str, what: str = "95 % CI") -> str:
-    if m.ci_low is None or m.ci_high is None:
-        return format(m.value, fmt)
-    return f"{format(m.value, fmt)} ({what} {format(m.ci_low, fmt)}–{format(m.ci_high, fmt)})"
-
-
 def _names(items, limit: int = 3) -> str:
     items = list(items)[:limit]
     return ", ".join(items[:-1]) + (" and " if len(items) > 1 else "") + items[-1] if items else ""
@@ -910,14 +904,14 @@ def classification_narrative(r: ClassificationResult, by_group: pd.DataFrame | N
     parts = [
         f"**The `{col}` is {reading} linearly decodable from the vectors.** A logistic-regression probe on the "
         f"standardised vectors predicts the {ls.n_classes} classes of {ls.n:,} entities with accuracy "
-        f"{_ci(m['accuracy'], '.3f')} in {r.n_folds}-fold stratified cross-validation. Always answering the most "
+        f"{m['accuracy'].text('.3f')} in {r.n_folds}-fold stratified cross-validation. Always answering the most "
         f"frequent class ({top_class}) scores {maj:.3f}, and guessing at the class frequencies "
         f"{v['stratified_accuracy']:.3f} (expected {v['chance_accuracy_expected']:.3f}); "
         + (f"the probe is {100 * (acc - maj):.1f} points above the majority class and closes {gain:.0%} of the gap "
            f"between it and a perfect score. " if reading != "not detectably" else
            f"the probe does no better than always answering the majority class ({100 * (acc - maj):+.1f} points; the "
            f"interval includes the baseline). ")
-        + f"Macro-F1, which weighs every class equally, is {_ci(m['macro_f1'], '.3f')}, "
+        + f"Macro-F1, which weighs every class equally, is {m['macro_f1'].text('.3f')}, "
         f"against {v['majority_macro_f1']:.3f} for the majority class"
         + (": the smaller classes are predicted clearly worse than the large ones." if acc - v["macro_f1"] > 0.05
            else "." )]
@@ -1035,8 +1029,8 @@ def clustering_narrative(r: ClusteringResult, *, probe_accuracy: float | None = 
     col = escape(ls.column)
     parts = [
         f"**The k-means clusters {alignment_reading(v['ari'])}.** k-means with k = {r.k} (the number of `{col}` "
-        f"classes) on the L2-normalised vectors of {ls.n:,} entities gives ARI {_ci(m['ari'], '.3f', 'seed range')}, "
-        f"NMI {_ci(m['nmi'], '.3f', 'seed range')} and AMI {_ci(m['ami'], '.3f', 'seed range')}"
+        f"classes) on the L2-normalised vectors of {ls.n:,} entities gives ARI {m['ari'].text('.3f', 'seed range')}, "
+        f"NMI {m['nmi'].text('.3f', 'seed range')} and AMI {m['ami'].text('.3f', 'seed range')}"
         + (f" (the 95 % range over {r.info['n_seed_runs']} k-means runs with other seeds)" if m["ari"].ci_low is not None
            else "") + ". A random partition has ARI 0 in expectation and a perfect one 1; NMI is not corrected for "
         f"chance (it is above 0 even for a random partition), AMI is. Matching each cluster to one class, "
@@ -1045,9 +1039,9 @@ def clustering_narrative(r: ClusteringResult, *, probe_accuracy: float | None = 
     where = f"all {ls.n:,} entities" if n_s == ls.n else f"a seeded sample of {n_s:,} entities"
     sil, lsil = v["silhouette"], v["label_silhouette"]
     text = (f"**Separation.** Computed over {where}, the mean cosine silhouette of the k-means clusters is "
-            f"{_ci(m['silhouette'], '.3f')}, *{silhouette_reading(sil)}* in Kaufman & Rousseeuw's reading; the "
+            f"{m['silhouette'].text('.3f')}, *{silhouette_reading(sil)}* in Kaufman & Rousseeuw's reading; the "
             f"classes themselves, "
-            f"taken as clusters, have silhouette {_ci(m['label_silhouette'], '.3f')} (*{silhouette_reading(lsil)}*).")
+            f"taken as clusters, have silhouette {m['label_silhouette'].text('.3f')} (*{silhouette_reading(lsil)}*).")
     if sil - lsil > 0.15:
         text += (" The space has clearer groups than the classes: k-means finds structure, but it is organised by "
                  "something other than the label.")
@@ -1075,7 +1069,7 @@ def clustering_narrative(r: ClusteringResult, *, probe_accuracy: float | None = 
             text += (". No k gives substantial structure (silhouette ≤ 0.25 throughout), so the space has no natural "
                      "cluster count to compare with the classes.")
         elif k_sil is not None and k_sil != r.k:
-            text += (f". By the silhouette, the space's own cluster count is not the number of classes: classes split "
+            text += (". By the silhouette, the space's own cluster count is not the number of classes: classes split "
                      "into sub-groups or share one region.")
         elif k_ari != r.k:
             text += (f". The silhouette prefers k = {r.k}; {'more' if k_ari > r.k else 'fewer'} clusters raise ARI only "

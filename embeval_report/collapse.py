@@ -474,12 +474,6 @@ def dead_dimension_table(r: CollapseResult) -> pd.DataFrame:
 # Narrative
 # ---------------------------------------------------------------------------------------------
 
-def _ci(m: Metric, fmt: str = ".1f") -> str:
-    if m.ci_low is None or m.ci_high is None:
-        return format(m.value, fmt)
-    return f"{format(m.value, fmt)} (95 % CI {format(m.ci_low, fmt)}–{format(m.ci_high, fmt)})"
-
-
 def collapse_callout(r: CollapseResult) -> dict:
     """Arguments ``kind``, ``text``, ``title`` of :func:`embeval_report.display.callout` for the box that
     states seed 001's collapse rule for this set."""
@@ -506,9 +500,9 @@ def narrative(r: CollapseResult) -> str:
     rule = ("above the seed's 30 % collapse line" if er >= 0.3 * d else "below the seed's 30 % collapse line")
     parts.append((
         f"**How much of d is used.** Over all {r.n:,} vectors the centred spectrum has effective rank "
-        f"{_ci(m['effective_rank'])}, {er / d:.0%} of the nominal d = {d} and {rule}. "
+        f"{m['effective_rank'].text('.1f')}, {er / d:.0%} of the nominal d = {d} and {rule}. "
         f"The variance itself is {'concentrated' if pr < 0.5 * d else 'spread out'}: the participation ratio "
-        f"is {pr:.1f} ({pr / d:.0%} of d) and the stable rank {_ci(m['stable_rank'])}, so the top direction "
+        f"is {pr:.1f} ({pr / d:.0%} of d) and the stable rank {m['stable_rank'].text('.1f')}, so the top direction "
         f"alone carries {1 / sr:.0%} of the variance. The three count directions differently: the effective rank "
         "weights each by its singular value σ (a standard deviation), the participation ratio by σ² (a variance), "
         "the stable rank by σ²/σ₁², so on a decaying spectrum stable rank ≤ PR and the effective rank is "
@@ -519,7 +513,7 @@ def narrative(r: CollapseResult) -> str:
            "All three agree that the set uses few of its dimensions." if er < 0.3 * d else "")).rstrip())
     gap = rk - er
     parts.append(
-        f"RankMe, computed on the *uncentred* vectors as Garrido et al. define it, is {_ci(m['rankme'])}. "
+        f"RankMe, computed on the *uncentred* vectors as Garrido et al. define it, is {m['rankme'].text('.1f')}. "
         + (f"It is {abs(gap):.1f} below the centred effective rank: the mean vector ({r.info['mean_norm_share']:.0%} "
            "of the raw second moment) is one large extra singular value that concentrates the uncentred spectrum."
            if gap < -0.05 * d else
@@ -561,8 +555,8 @@ def narrative(r: CollapseResult) -> str:
                    "subspace, and the linear measures describe its dimension well.")
     agree = abs(ident.twonn - ident.mle) <= 0.25 * mean_id
     parts.append(
-        f"**Intrinsic dimension.** TwoNN gives {_ci(m['intrinsic_dim_twonn'])} and the MLE (k = {ident.k}) "
-        f"{_ci(m['intrinsic_dim_mle'])}, on {ident.n_rows:,} "
+        f"**Intrinsic dimension.** TwoNN gives {m['intrinsic_dim_twonn'].text('.1f')} and the MLE (k = {ident.k}) "
+        f"{m['intrinsic_dim_mle'].text('.1f')}, on {ident.n_rows:,} "
         + ("sampled " if ident.n_sampled < r.n else "") + "distinct vectors"
         + (f" ({ident.n_duplicates:,} exact duplicate{'s' if ident.n_duplicates > 1 else ''} removed)"
            if ident.n_duplicates else "")

@@ -158,7 +158,7 @@ def narrative(c: CorrectionComparison) -> str:
     """What each correction buys and costs on this set."""
     t = c.table.set_index("setting")
     o, ab, wh = t.iloc[0], t.iloc[2], t.iloc[3]
-    abn, whn = escape(t.index[2]), escape(t.index[3])
+    abn = escape(t.index[2])
     parts = [
         f"On this set, {abn} moves APCS from {o['apcs']:.3f} to {ab['apcs']:.3f} and PR/d from "
         f"{o['participation_ratio_fraction']:.1%} to {ab['participation_ratio_fraction']:.1%}; whitening gives "

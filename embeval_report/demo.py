@@ -41,6 +41,11 @@ RELATED_GENRES = frozenset(frozenset(p) for p in (("drama", "romance"), ("thrill
                                                   ("sci-fi", "thriller"), ("documentary", "drama")))
 
 
+def unit_vectors(X: np.ndarray) -> np.ndarray:
+    """Rows of ``X`` scaled to unit L2 norm."""
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
 @dataclass(frozen=True)
 class StreamingWorld:
     """The latent state behind the demo vectors, for chapters whose side data are variants of it

@@ -55,7 +55,7 @@ from .isotropy import GROUP_COLUMNS, cosine_moments, covariance_from_moments, sp
 from .kernels import as_numpy, block_moments, column_mean, resolve_device, unit_rows
 from .plotting import PALETTE, WIDTH
 from .procrustes import knn_overlap, procrustes_align, row_cosines
-from .results import Metric
+from .results import Metric, format_with_ci
 from .stats import basic_interval, normal_ci, weighted_bootstrap
 from .thresholds import SEVERITY, THRESHOLDS, verdict, worst
 
@@ -989,11 +989,7 @@ _PATTERN_TEXT = {
 
 
 def _ci_text(r: SnapshotDrift, name: str, fmt: str) -> str:
-    lo, hi = r.cis.get(name, (None, None))
-    v = r.values[name]
-    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
-        return format(v, fmt)
-    return f"{format(v, fmt)} (95 % CI {format(lo, fmt)}–{format(hi, fmt)})"
+    return format_with_ci(r.values[name], *r.cis.get(name, (None, None)), fmt)
 
 
 def _ids_text(ids, limit: int = 3) -> str:
@@ -1252,10 +1248,6 @@ DEMO_MONTHS = (("2024-02", "2024-02-01"), ("2024-03", "2024-03-01"), ("2024-04",
 DEMO_DRIFT_FROM, DEMO_DRIFT_TO = "documentary", "drama"
 
 
-def _unit(M: np.ndarray) -> np.ndarray:
-    return M / np.linalg.norm(M, axis=1, keepdims=True)
-
-
 def demo_snapshots(seed: int = 0, *, refresh: float = 0.1, pull: tuple[float, ...] = (0.0, 0.0, 0.3, 0.7),
                    fan_refresh: tuple[float, ...] = (0.1, 0.1, 0.5, 0.8),
                    n_new: tuple[int, ...] = (0, 15, 30, 45), n_departed: tuple[int, ...] = (0, 0, 20, 40),
@@ -1274,7 +1266,7 @@ def demo_snapshots(seed: int = 0, *, refresh: float = 0.1, pull: tuple[float, ..
     drift:** new items (drawn like the generator's items, not yet watched) appear from the second month
     and items retire from the third (no longer watched, dropped from the snapshot); both accumulate.
     """
-    from .demo import GENRES, streaming_embeddings, streaming_world
+    from .demo import GENRES, streaming_embeddings, streaming_world, unit_vectors
 
     world = streaming_world(seed=seed, mean_views=mean_views)
     items0, prefs = world.items, world.prefs
@@ -1282,7 +1274,7 @@ def demo_snapshots(seed: int = 0, *, refresh: float = 0.1, pull: tuple[float, ..
     _, meta = streaming_embeddings(seed=seed, mean_views=mean_views)
     genres = GENRES
     n_users, n_items, d = len(prefs), len(items0), items0.shape[1]
-    target = _unit(world.centres[[genres.index(DEMO_DRIFT_TO)]])[0]
+    target = unit_vectors(world.centres[[genres.index(DEMO_DRIFT_TO)]])[0]
     moving_items = world.item_genre == genres.index(DEMO_DRIFT_FROM)
     fans = world.user_genre == genres.index(DEMO_DRIFT_FROM)
     ids = meta["id"].to_numpy().astype(object)
@@ -1292,8 +1284,8 @@ def demo_snapshots(seed: int = 0, *, refresh: float = 0.1, pull: tuple[float, ..
         mrng = np.random.default_rng([seed, 80, t])
         items, p = items0.copy(), prefs.copy()
         if pull[t]:
-            items[moving_items] = _unit((1 - pull[t]) * items[moving_items] + pull[t] * target)
-            p[fans] = _unit((1 - pull[t]) * p[fans] + pull[t] * target)
+            items[moving_items] = unit_vectors((1 - pull[t]) * items[moving_items] + pull[t] * target)
+            p[fans] = unit_vectors((1 - pull[t]) * p[fans] + pull[t] * target)
         more = n_departed[t] - len(retired)
         if more > 0:
             retired = np.r_[retired, mrng.choice(np.setdiff1d(np.arange(n_items), retired), more, replace=False)]
@@ -1304,11 +1296,11 @@ def demo_snapshots(seed: int = 0, *, refresh: float = 0.1, pull: tuple[float, ..
         counts = kept + fresh
         empty = counts.sum(1) == 0
         counts[empty] = counts0[empty]
-        users = _unit(counts @ items)
+        users = unit_vectors(counts @ items)
         extra = n_new[t] - len(new_ids)
         if extra > 0:
             genre = mrng.integers(0, len(genres), extra)
-            new_items = np.vstack([new_items, _unit(world.centres[genre] + 0.9 * mrng.standard_normal((extra, d)))])
+            new_items = np.vstack([new_items, unit_vectors(world.centres[genre] + 0.9 * mrng.standard_normal((extra, d)))])
             new_ids += [f"item_{n_items + len(new_ids) + j:05d}" for j in range(extra)]
         keep_items = np.setdiff1d(np.arange(n_items), retired)
         rows = np.vstack([users, items[keep_items], new_items])

@@ -719,12 +719,6 @@ def frequency_association(k_occ, metadata: pd.DataFrame | None, rows=None, colum
 # Narrative
 # ---------------------------------------------------------------------------------------------
 
-def _ci(m: Metric, fmt: str) -> str:
-    if m.ci_low is None or m.ci_high is None:
-        return format(m.value, fmt)
-    return f"{format(m.value, fmt)} (95 % CI {format(m.ci_low, fmt)}–{format(m.ci_high, fmt)})"
-
-
 def _freq_text(metadata: pd.DataFrame | None, row: int, among) -> str:
     """", frequency F, rank R of N" for ``row`` among the rows ``among`` (empty without a frequency column)."""
     if metadata is None or "frequency" not in metadata:
@@ -807,7 +801,7 @@ def narrative(r: HubnessResult, ids=None, metadata: pd.DataFrame | None = None,
     parts = [
         f"**{reading[0].upper() + reading[1:]}.** Over all {r.n:,} vectors, each point's {k} nearest neighbours "
         f"(cosine, itself excluded) give the k-occurrence $N_{{{k}}}(x)$, the number of lists a point appears in; "
-        f"its mean is {k} by construction. Its skewness is {_ci(sk, '.2f')}, in the seed's "
+        f"its mean is {k} by construction. Its skewness is {sk.text('.2f')}, in the seed's "
         f"*{reading}* band (< 0.5 low, 0.5–1.5 moderate, ≥ 1.5 severe). $N_{{{k}}}$ ranges from "
         f"{int(r.k_occurrence.min())} to {int(v['max_k_occurrence'])}: the most listed point is among the "
         f"{k} nearest neighbours of {v['max_k_occurrence'] / r.n:.1%} of the set."]
@@ -817,11 +811,11 @@ def narrative(r: HubnessResult, ids=None, metadata: pd.DataFrame | None = None,
         f"**Concentration.** The 1 % of points with the largest $N_{{{k}}}$ fill {r.top_share:.1%} of the "
         f"{r.n * k:,} neighbour slots (an even spread would give 1 %). {nh:,} points ({nh / r.n:.1%}) are hubs "
         f"($N_{{{k}}} \\ge {r.hub_size:g}k = {r.hub_size * k:g}$) and take "
-        f"{_ci(m['hub_occurrence'], '.1%')} of all slots. The Robin Hood index is "
-        f"{_ci(m['robin_hood_index'], '.3f')}: that share of the slots would have to move from over- to "
+        f"{m['hub_occurrence'].text('.1%')} of all slots. The Robin Hood index is "
+        f"{m['robin_hood_index'].text('.3f')}: that share of the slots would have to move from over- to "
         f"under-listed points to list every point equally often; the Gini index of $N_{{{k}}}$ is "
-        f"{_ci(m['k_occurrence_gini'], '.3f')}. At the other end, {na:,} points "
-        f"({_ci(m['antihub_occurrence'], '.1%')}) are antihubs, in nobody's {k}-NN list. The seed's own rule "
+        f"{m['k_occurrence_gini'].text('.3f')}. At the other end, {na:,} points "
+        f"({m['antihub_occurrence'].text('.1%')}) are antihubs, in nobody's {k}-NN list. The seed's own rule "
         f"($N_{{{k}}} > k + 2\\,\\mathrm{{sd}} = {r.info['seed_hub_threshold']:.1f}$) marks "
         f"{r.info['n_hubs_2sd']:,} points ({v['hub_fraction_2sd']:.1%}) as hubs.")
 

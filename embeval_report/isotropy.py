@@ -369,12 +369,6 @@ _ABTT_COLUMNS = ("apcs", "apcs_std", "participation_ratio_fraction", "condition_
 # Narrative
 # ---------------------------------------------------------------------------------------------
 
-def _fmt_ci(m: Metric, fmt: str) -> str:
-    if m.ci_low is None or m.ci_high is None:
-        return format(m.value, fmt)
-    return f"{format(m.value, fmt)} (95 % CI {format(m.ci_low, fmt)}–{format(m.ci_high, fmt)})"
-
-
 def narrative(r: IsotropyResult, abtt: pd.DataFrame | None = None) -> str:
     """Markdown paragraphs that say what this set's isotropy numbers mean."""
     v, m = r.values, r.metrics
@@ -401,7 +395,7 @@ def narrative(r: IsotropyResult, abtt: pd.DataFrame | None = None) -> str:
                "vectors are nearly collinear; the seed calls this severe, embeddings nearly useless for "
                "similarity")
     parts.append(
-        f"The mean cosine over all {r.n * (r.n - 1):,} ordered pairs is APCS = {_fmt_ci(m['apcs'], '.4f')}: "
+        f"The mean cosine over all {r.n * (r.n - 1):,} ordered pairs is APCS = {m['apcs'].text('.4f')}: "
         f"{reading}. Its spread is {v['apcs_std']:.4f}, against ≈ {iso_sd:.4f} (= 1/√d) for directions "
         f"drawn uniformly on the sphere. The mean vector carries {r.mean_norm_share:.1%} of the raw second "
         "moment; a large share is the 'common direction' that all-but-the-top removes.")
@@ -409,7 +403,7 @@ def narrative(r: IsotropyResult, abtt: pd.DataFrame | None = None) -> str:
     kappa_txt = ("infinite: the covariance is singular (rank "
                  f"{r.info['rank']} < d = {r.d}), so some directions carry no variance at all"
                  if not math.isfinite(kappa) else
-                 f"{_fmt_ci(m['condition_number'], '.1f')}, which Table 217.1 reads as "
+                 f"{m['condition_number'].text('.1f')}, which Table 217.1 reads as "
                  f"*{condition_number_reading(kappa)}*")
     parts.append(
         f"The variance is spread over PR = {v['participation_ratio']:.1f} effective dimensions "

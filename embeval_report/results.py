@@ -26,6 +26,13 @@ def _clean(x):
     return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
+def format_with_ci(value, lo, hi, fmt: str, what: str = "95 % CI") -> str:
+    """``value (95 % CI lo–hi)`` formatted with ``fmt``; just the value when the interval is missing or not finite."""
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return format(value, fmt)
+    return f"{format(value, fmt)} ({what} {format(lo, fmt)}–{format(hi, fmt)})"
+
+
 @dataclass(frozen=True)
 class Metric:
     """One reported number with its uncertainty, verdict and provenance.
@@ -52,6 +59,10 @@ class Metric:
             raise ValueError(f"metric {self.name}: direction must be 'higher' or 'lower'")
         if self.verdict not in (None, "healthy", "concerning", "problematic"):
             raise ValueError(f"metric {self.name}: unknown verdict {self.verdict!r}")
+
+    def text(self, fmt: str, what: str = "95 % CI") -> str:
+        """``value (95 % CI lo–hi)`` for narrative (see :func:`format_with_ci`)."""
+        return format_with_ci(self.value, self.ci_low, self.ci_high, fmt, what)
 
     def to_json(self) -> dict:
         """The metrics.json entry (exactly :data:`METRIC_KEYS`)."""

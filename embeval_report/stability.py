@@ -905,12 +905,6 @@ def _excludes(m: Metric) -> bool:
     return m.ci_low is not None and m.ci_high is not None and not m.ci_low <= m.value <= m.ci_high
 
 
-def _ci(m: Metric, fmt: str = ".3f") -> str:
-    if m.ci_low is None or m.ci_high is None:
-        return format(m.value, fmt)
-    return f"{format(m.value, fmt)} (95 % CI {format(m.ci_low, fmt)}–{format(m.ci_high, fmt)})"
-
-
 _BAND_TEXT = {"healthy": "above 0.95: excellent stability, the choice of seed has minimal impact",
               "concerning": "between 0.85 and 0.95: acceptable for most applications; consider averaging across seeds",
               "problematic": "below 0.85: problematic; investigate the sources of instability"}
@@ -950,7 +944,7 @@ def narrative(r: RunStabilityResult, inputs: RunInputs | None = None, subsets: S
             "problematic": "**The model is unstable across training runs.**"}.get(corr.verdict, "")
     parts.append(
         f"{head} The pairwise similarity correlation, the correlation between the similarity of every pair of "
-        f"entities in one run and in another, is {_ci(corr)} on average over the {P} pair{'s' if P > 1 else ''} of "
+        f"entities in one run and in another, is {corr.text('.3f')} on average over the {P} pair{'s' if P > 1 else ''} of "
         f"{R} runs (the main set and {R - 1} other{'s' if R > 2 else ''}); the seed's stability guideline reads "
         f"this as {_BAND_TEXT.get(corr.verdict, 'no band')}. This metric carries the chapter's verdict "
         "(seed 000 §217.2.2); the other metrics have no published bands and are read against their chance level "
@@ -964,7 +958,7 @@ def narrative(r: RunStabilityResult, inputs: RunInputs | None = None, subsets: S
              else "so neighbour lists are mostly different from one run to the next")
     parts.append(
         f"Locally, an entity keeps on average {v['knn_overlap']:.1%} of its {r.k} nearest neighbours from one run to "
-        f"another: k-NN overlap {_ci(ov)}, {ratio:,.0f} times the {r.chance:.4f} (= k/(n − 1)) expected if the runs "
+        f"another: k-NN overlap {ov.text('.3f')}, {ratio:,.0f} times the {r.chance:.4f} (= k/(n − 1)) expected if the runs "
         f"were unrelated, {local}. "
         + (f"Pairs of runs range from {sp['k-NN overlap']['min']:.3f} to {sp['k-NN overlap']['max']:.3f}. "
            if P > 1 else "")
@@ -976,8 +970,8 @@ def narrative(r: RunStabilityResult, inputs: RunInputs | None = None, subsets: S
                      "is stable.")
     parts.append(
         f"After Procrustes alignment (mean-centring and the best rotation of one run onto the other), an entity's "
-        f"vector has cosine {_ci(m['procrustes_aligned_cosine'])} with its counterpart on average, and the residual "
-        f"disparity is {_ci(m['procrustes_disparity'], '.4f')} (Procrustes distance "
+        f"vector has cosine {m['procrustes_aligned_cosine'].text('.3f')} with its counterpart on average, and the residual "
+        f"disparity is {m['procrustes_disparity'].text('.4f')} (Procrustes distance "
         f"$d_P$ = {math.sqrt(max(v['procrustes_disparity'], 0)):.3f} on a scale from 0, identical up to rotation, "
         "to √2)." + (" The disparity's interval lies above the value: the fitted rotation has d(d − 1)/2 free "
                      "parameters and adapts to the sample, so the in-sample disparity is biased low; the basic "
@@ -1055,7 +1049,7 @@ def training_narrative(r: TrainingResult) -> str:
             + (", averaged over runs" if n_runs > 1 else "")
             + (": the neighbourhoods consolidate as training proceeds." if rising > 0.02 else
                ": neighbourhoods keep changing late in training." if rising < -0.02 else ".")
-            + f" At the last transition entities move by 1 − cos = {_ci(r.metrics['tranche_movement_last'], '.4f')} "
+            + f" At the last transition entities move by 1 − cos = {r.metrics['tranche_movement_last'].text('.4f')} "
               f"on average after alignment and keep {r.values['tranche_knn_overlap_last']:.1%} of their neighbours"
             + ("; training has largely settled." if r.values["tranche_knn_overlap_last"] >= 0.8 else
                "; the space is still moving at the end of training, so a later checkpoint could give different "
@@ -1105,7 +1099,7 @@ def verdict_callout(r: RunStabilityResult) -> dict:
     """Arguments for :func:`embeval_report.display.callout`: the verdict and the band it came from."""
     m = r.metrics["pairwise_similarity_correlation"]
     kind = {"healthy": "success", "concerning": "warning", "problematic": "danger"}.get(m.verdict, "note")
-    text = (f"Pairwise similarity correlation {_ci(m)}: **{m.verdict or 'no verdict'}** "
+    text = (f"Pairwise similarity correlation {m.text('.3f')}: **{m.verdict or 'no verdict'}** "
             f"({THRESHOLDS['pairwise_similarity_correlation'].text}; "
             f"{THRESHOLDS['pairwise_similarity_correlation'].table}). k-NN overlap {r.values['knn_overlap']:.3f} "
             f"against {r.chance:.4f} by chance.")
@@ -1303,10 +1297,6 @@ def cohort_figure(t: TrainingResult) -> plt.Figure:
 # Demo side data
 # ---------------------------------------------------------------------------------------------
 
-def _unit(X):
-    return X / np.linalg.norm(X, axis=1, keepdims=True)
-
-
 def _write_table(path: Path, ids, X, dtype=np.float32) -> None:
     df = pd.DataFrame(np.asarray(X, dtype), columns=[f"d{j}" for j in range(X.shape[1])])
     df.insert(0, "id", list(ids))
@@ -1337,7 +1327,7 @@ def demo_side_data(folder, seed: int = 0) -> dict:
     """
     from scipy.stats import ortho_group
 
-    from .demo import streaming_embeddings, streaming_world
+    from .demo import streaming_embeddings, streaming_world, unit_vectors
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -1353,7 +1343,7 @@ def demo_side_data(folder, seed: int = 0) -> dict:
     sigma = 0.1 / np.sqrt(1.0 + views / 5.0)
 
     def run_vectors(noise_items):
-        its = _unit(items + noise_items)
+        its = unit_vectors(items + noise_items)
         return its, world.user_vectors(counts, its)
 
     (folder / "runs").mkdir(exist_ok=True)
@@ -1369,7 +1359,7 @@ def demo_side_data(folder, seed: int = 0) -> dict:
         else:
             retired = rng.choice(np.arange(n_users, len(ids)), 8, replace=False)
             keep = np.setdiff1d(np.arange(len(ids)), retired)
-            new = _unit(rng.standard_normal((3, dim))).astype(np.float32)
+            new = unit_vectors(rng.standard_normal((3, dim))).astype(np.float32)
             path = f"runs/run_{r}.parquet"
             _write_table(folder / path, list(ids[keep]) + [f"item_{len(item_ids) + j:05d}" for j in range(3)],
                          np.vstack([X[keep], new]))
@@ -1387,7 +1377,7 @@ def demo_side_data(folder, seed: int = 0) -> dict:
             present = wave <= t
             age = np.clip(t - wave, 0, 2)
             noise = (sigma * 2.5 * np.take(shrink, age))[:, None] * rng.standard_normal(items.shape)
-            its = _unit(final_items + noise)
+            its = unit_vectors(final_items + noise)
             user_counts = counts[:, present]
             has_views = user_counts.sum(1) > 0
             us = world.user_vectors(user_counts[has_views], its[present])
