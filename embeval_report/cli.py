@@ -1,32 +1,54 @@
 """``embeval-report``: the command line.
 
-Exit status: 0 success; 2 bad input or usage (one-line message, no traceback); 3 when
-``--fail-on`` is given and a verdict reached that level; 130 when interrupted.
+Bad input is one line naming the file, field or row, never a traceback; the exit status says
+what happened (:class:`~embeval_report.errors.ExitCode`).
 """
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import InputError
-from .thresholds import SEVERITY
+from .errors import ExitCode, InputError, Interrupted
+from .settings import OPTIONS
 
-EXIT_INPUT, EXIT_GATE = 2, 3
+EXIT_STATUS_HELP = """exit status:
+  0    every chapter ran, or was skipped with its reason
+  1    no report file could be rendered (notebooks and JSON are kept)
+  2    bad input or usage (one line names the file, field or row)
+  3    --fail-on: a verdict reached the threshold (takes precedence over 4)
+  4    at least one chapter failed (the report is still written)
+  130  interrupted (SIGINT/SIGTERM); nothing half-written is left behind"""
+
+
+def _csv(s: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in s.split(",") if x.strip())
+
+
+def _option(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or name.strip() not in OPTIONS:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(OPTIONS)}; got {text!r}")
+    return name.strip(), value.strip()
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, type=Path, help="report folder to write (replaced atomically)")
-    p.add_argument("--chapters", type=lambda s: [c.strip() for c in s.split(",") if c.strip()],
+    p.add_argument("--out", required=True, type=Path,
+                   help="report folder: new, empty, or an earlier report (replaced atomically)")
+    p.add_argument("--force", action="store_true",
+                   help="write into a non-empty folder that is not a report; its files are kept")
+    p.add_argument("--chapters", type=lambda s: list(_csv(s)),
                    help="comma-separated chapter names (default: every chapter whose inputs exist)")
     p.add_argument("--seed", type=int, default=0, help="seed for every sampling step (default 0)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--sample-size", type=int, default=None,
-                   help="size of sampled estimates (pairs, rows) where no exact identity exists")
+                   help="row/pair budget of sampled estimates (default: exact wherever an exact form exists)")
+    p.add_argument("--set", dest="options", action="append", type=_option, default=[], metavar="NAME=VALUE",
+                   help="a chapter option, e.g. --set k=20 (repeatable; see `embeval-report options`)")
     p.add_argument("--renderer", choices=("auto", "quarto", "builtin"), default="auto")
-    p.add_argument("--formats", default="html,pdf", type=lambda s: tuple(f.strip() for f in s.split(",") if f.strip()),
-                   help="comma-separated: html, pdf (default both)")
+    p.add_argument("--formats", default=("html", "pdf"), type=_csv, help="comma-separated: html, pdf (default both)")
     p.add_argument("--title", default=None, help="report title")
     p.add_argument("--fail-on", choices=("concerning", "problematic"), default=None,
                    help="exit with status 3 when any verdict reaches this level (CI gating)")
@@ -34,20 +56,25 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="embeval-report", description="Evaluate an embedding set and write a report.")
+    fmt = argparse.RawDescriptionHelpFormatter
+    ap = argparse.ArgumentParser(prog="embeval-report", description="Evaluate an embedding set and write a report.",
+                                 epilog=EXIT_STATUS_HELP, formatter_class=fmt)
     ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="generate the built-in demo embedding set and write its report")
+    demo = sub.add_parser("demo", help="generate the built-in demo embedding set and write its report",
+                          epilog=EXIT_STATUS_HELP, formatter_class=fmt)
     _common(demo)
-    run = sub.add_parser("run", help="write the report for a manifest (YAML) or a bare vectors file")
+    run = sub.add_parser("run", help="write the report for a manifest (YAML) or a bare vectors file",
+                         epilog=EXIT_STATUS_HELP, formatter_class=fmt)
     run.add_argument("source", type=Path)
     _common(run)
     ch = sub.add_parser("chapters", help="list the chapters and the inputs each needs")
     ch.add_argument("source", nargs="?", type=Path, help="a manifest or vectors file to check against")
+    sub.add_parser("options", help="list the chapter options that --set accepts")
     rd = sub.add_parser("render", help="re-render an executed report folder")
     rd.add_argument("dir", type=Path)
     rd.add_argument("--renderer", choices=("auto", "quarto", "builtin"), default="auto")
-    rd.add_argument("--formats", default="html,pdf", type=lambda s: tuple(f.strip() for f in s.split(",")))
+    rd.add_argument("--formats", default=("html", "pdf"), type=_csv)
     rd.add_argument("--title", default=None)
     return ap
 
@@ -58,13 +85,24 @@ def _check_formats(formats) -> None:
         raise InputError(f"--formats: expected a comma-separated list of html, pdf; got {','.join(formats) or 'nothing'}")
 
 
+def _settings(args):
+    from .settings import ChapterSettings
+
+    try:
+        return ChapterSettings.resolve(seed=args.seed, device=args.device, sample_size=args.sample_size,
+                                       options=dict(args.options))
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
 def _run(args, source, prepare=None) -> int:
-    from .runner import run_report
+    from .metrics.thresholds import SEVERITY
+    from .report.runner import run_report
 
     _check_formats(args.formats)
-    result = run_report(source, args.out, chapters=args.chapters, seed=args.seed, device=args.device,
-                        sample_size=args.sample_size, renderer=args.renderer, formats=args.formats,
-                        title=args.title, timeout=args.timeout, prepare=prepare)
+    result = run_report(source, args.out, settings=_settings(args), chapters=args.chapters, renderer=args.renderer,
+                        formats=args.formats, title=args.title, timeout=args.timeout, prepare=prepare,
+                        force=args.force)
     for o in sorted(result.outcomes, key=lambda o: o.chapter.order):
         extra = f" ({o.reason})" if o.reason else ""
         print(f"  {o.status:8s} {o.chapter.name}{extra}", file=sys.stderr)
@@ -76,12 +114,17 @@ def _run(args, source, prepare=None) -> int:
     worst = result.worst_verdict()
     if args.fail_on and SEVERITY[worst] >= SEVERITY[args.fail_on]:
         print(f"embeval-report: a verdict reached '{worst}' (--fail-on {args.fail_on})", file=sys.stderr)
-        return EXIT_GATE
-    return 1 if result.render_errors and not result.files else 0
+        return ExitCode.GATE
+    if result.failed:
+        names = ", ".join(o.chapter.name for o in result.failed)
+        print(f"embeval-report: {len(result.failed)} chapter(s) failed ({names}); the report shows why",
+              file=sys.stderr)
+        return ExitCode.CHAPTER
+    return ExitCode.RENDER if result.render_errors and not result.files else ExitCode.OK
 
 
 def _chapters(args) -> int:
-    from .chapters import describe_input, discover
+    from .chapters.registry import describe_input, discover
     from .io import load_source
 
     es = load_source(args.source) if args.source else None
@@ -92,35 +135,57 @@ def _chapters(args) -> int:
             missing = ch.missing(es)
             line += "\n     " + ("ready" if not missing else "missing: " + ", ".join(map(describe_input, missing)))
         print(line + (f"\n     {ch.description}" if ch.description else ""))
-    return 0
+    return ExitCode.OK
+
+
+def _options() -> int:
+    for o in OPTIONS.values():
+        choices = f" ({' | '.join(map(str, o.choices))})" if o.choices else ""
+        print(f"{o.name} = {o.default!r}{choices}\n     {o.help}; chapters: {', '.join(o.chapters)}")
+    return ExitCode.OK
+
+
+def _render(args) -> int:
+    from .report.render import render_report
+
+    _check_formats(args.formats)
+    if not (args.dir / "chapters").is_dir():
+        raise InputError(f"{args.dir}: not an executed report folder (no chapters/ inside)")
+    for path in render_report(args.dir, title=args.title, formats=args.formats, renderer=args.renderer).values():
+        print(path)
+    return ExitCode.OK
+
+
+def _terminate(signum, frame):
+    raise Interrupted()
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (embedded use): leave signals alone
+        previous = None
+    try:
         if args.command == "demo":
             from .demo import write_demo
-            return _run(args, None, prepare=lambda staging: write_demo(staging / "demo-data", seed=args.seed))
+            return int(_run(args, None, prepare=lambda staging: write_demo(staging / "demo-data", seed=args.seed)))
         if args.command == "run":
-            return _run(args, args.source)
+            return int(_run(args, args.source))
         if args.command == "chapters":
-            return _chapters(args)
-        if args.command == "render":
-            from .render import render_report
-            _check_formats(args.formats)
-            if not (args.dir / "chapters").is_dir():
-                raise InputError(f"{args.dir}: not an executed report folder (no chapters/ inside)")
-            for path in render_report(args.dir, title=args.title, formats=args.formats,
-                                      renderer=args.renderer).values():
-                print(path)
-            return 0
+            return int(_chapters(args))
+        if args.command == "options":
+            return int(_options())
+        return int(_render(args))
     except InputError as exc:
-        print(f"embeval-report: error: {exc}", file=sys.stderr)
-        return EXIT_INPUT
+        print(f"embeval-report: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return int(ExitCode.INPUT)
     except KeyboardInterrupt:
         print("embeval-report: interrupted; no report was written", file=sys.stderr)
-        return 130
-    return 0
+        return int(ExitCode.INTERRUPTED)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

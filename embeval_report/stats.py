@@ -1,29 +1,58 @@
-"""Uncertainty: bootstrap and analytic confidence intervals.
+"""The one statistics layer: intervals, resampling and multiple testing.
 
-Two bootstrap forms cover the package:
+Every interval in a report comes from here, and every function says which method it uses
+(the ``method`` strings are shown next to the numbers).
 
-* :func:`bootstrap_ci` — SciPy's BCa bootstrap of a statistic of one or more samples
-  (``scipy.stats.bootstrap``), for per-item scores such as per-query metrics.
-* :func:`weighted_bootstrap` — resampling of *units* (rows, or random blocks of rows) through
-  multinomial count weights, for statistics computed from per-unit sufficient statistics
-  (moment matrices), where re-running the statistic on resampled data would be too costly.
+* Resampling: :func:`bootstrap_ci` (SciPy's BCa), :func:`weighted_bootstrap` (units or random
+  blocks of rows re-weighted through multinomial counts, for statistics of per-unit sufficient
+  statistics), :func:`grouped_jackknife` (delete-one-group, when a bootstrap cannot be held in
+  memory), :func:`jackknife_interval`.
+* Turning replicates into intervals: :func:`percentile_interval`, :func:`basic_interval` and the
+  bootstrap :func:`bias_corrected` estimate that goes beside a basic interval.
+* Analytic intervals: :func:`normal_ci`, :func:`t_interval`, :func:`wilson_ci`,
+  :func:`cohens_d_ci`, :func:`hanley_mcneil_se`.
+* :func:`mean_ci` — the interval of a mean of per-unit values (BCa, or the CLT for many units).
+* :func:`adjust_pvalues` — Holm / Benjamini–Hochberg through statsmodels ``multipletests``.
+
+Undefined cases (fewer than two values, no spread) emit
+:class:`~embeval_report.errors.UndefinedMetricWarning` and return NaN, never a silent NaN.
 """
 from __future__ import annotations
 
+import math
+import warnings
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 from scipy import stats
 
-DEFAULT_LEVEL = 0.95
+from .errors import UndefinedMetricWarning
 
+DEFAULT_LEVEL = 0.95
+#: resamples of :func:`mean_ci`'s BCa bootstrap, and the size up to which it is used (CLT beyond)
+MEAN_CI_RESAMPLES = 2000
+BCA_MAX = 5000
+
+NAN2 = (float("nan"), float("nan"))
+
+
+def undefined(message: str) -> tuple[float, float]:
+    """Warn that an interval is undefined (:class:`UndefinedMetricWarning`) and return ``(nan, nan)``."""
+    warnings.warn(message, UndefinedMetricWarning, stacklevel=3)
+    return NAN2
+
+
+# ---------------------------------------------------------------------------------------------
+# Replicates -> intervals
+# ---------------------------------------------------------------------------------------------
 
 def percentile_interval(replicates, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
     """Percentile interval of bootstrap replicates (NaN replicates ignored)."""
     r = np.asarray(replicates, float)
     r = r[np.isfinite(r)]
     if r.size == 0:
-        return float("nan"), float("nan")
+        return NAN2
     a = (1 - level) / 2
     lo, hi = np.quantile(r, [a, 1 - a])
     return float(lo), float(hi)
@@ -36,12 +65,30 @@ def basic_interval(estimate: float, replicates, level: float = DEFAULT_LEVEL,
     Unlike the percentile interval it corrects first-order bias (Davison & Hinkley 1997, §5.2),
     which matters for eigenvalue-based statistics: resampling spreads the sample spectrum the
     same way sampling does, so the percentile interval would sit on the wrong side of the
-    estimate. The interval need not contain the plug-in estimate when the bias is large.
+    estimate. The interval need not contain the plug-in estimate when the bias is large; report
+    :func:`bias_corrected` beside it.
     """
     lo, hi = percentile_interval(replicates, level)
     a, b = 2 * estimate - hi, 2 * estimate - lo
     return float(np.clip(a, *bounds)), float(np.clip(b, *bounds))
 
+
+def bias_corrected(estimate: float, replicates, bounds: tuple[float, float] = (-np.inf, np.inf)) -> float:
+    r"""Bootstrap bias-corrected estimate :math:`2\hat\theta - \bar\theta^*` (Efron & Tibshirani 1993, §10.6).
+
+    The centre a basic interval is built around: shown beside the plug-in value wherever a
+    basic interval may exclude it. NaN when no replicate is finite.
+    """
+    r = np.asarray(replicates, float)
+    r = r[np.isfinite(r)]
+    if r.size == 0 or not math.isfinite(estimate):
+        return float("nan")
+    return float(np.clip(2 * estimate - r.mean(), *bounds))
+
+
+# ---------------------------------------------------------------------------------------------
+# Resampling
+# ---------------------------------------------------------------------------------------------
 
 def weighted_bootstrap(statistic: Callable[[np.ndarray], np.ndarray | float], n_units: int, *,
                        n_boot: int = 200, seed: int = 0) -> np.ndarray:
@@ -49,11 +96,37 @@ def weighted_bootstrap(statistic: Callable[[np.ndarray], np.ndarray | float], n_
 
     ``weights`` has length ``n_units`` and sums to ``n_units`` (unit ``u`` drawn ``weights[u]``
     times), the classical nonparametric bootstrap over units (Efron & Tibshirani 1993, ch. 6).
-    Returns an array of shape ``(n_boot, ...)``.
+    Units are rows, or random blocks of rows (a block bootstrap). Returns ``(n_boot, ...)``.
     """
     rng = np.random.default_rng(seed)
     p = np.full(n_units, 1.0 / n_units)
     return np.array([statistic(rng.multinomial(n_units, p).astype(float)) for _ in range(n_boot)])
+
+
+def grouped_jackknife(statistic_without: Callable[[int], np.ndarray | float], n_groups: int) -> np.ndarray:
+    """Delete-one-group jackknife replicates: ``statistic_without(g)`` for every group ``g``.
+
+    The caller computes the statistic with group ``g`` left out (for moment statistics: the
+    total moments minus the group's, one group in memory at a time). Returns ``(n_groups, ...)``.
+    """
+    return np.array([statistic_without(g) for g in range(n_groups)])
+
+
+def jackknife_interval(estimate: float, leave_out, level: float = DEFAULT_LEVEL,
+                       bounds: tuple[float, float] = (-np.inf, np.inf)) -> tuple[float, float]:
+    r"""Normal interval with the jackknife standard error of ``G`` leave-one-out values.
+
+    :math:`\widehat{\mathrm{se}}^2 = \frac{G-1}{G}\sum_g (\hat\theta_{(g)} - \bar\theta_{(\cdot)})^2`
+    (Efron & Tibshirani 1993, ch. 11; delete-a-group form, Kott 2001), centred on ``estimate``.
+    """
+    loo = np.asarray(leave_out, float)
+    loo = loo[np.isfinite(loo)]
+    g = loo.size
+    if g < 2 or not math.isfinite(estimate):
+        return undefined("jackknife interval undefined: fewer than two finite leave-out values")
+    se = math.sqrt((g - 1) / g * float(np.sum((loo - loo.mean()) ** 2)))
+    lo, hi = normal_ci(estimate, se, level)
+    return float(np.clip(lo, *bounds)), float(np.clip(hi, *bounds))
 
 
 def bootstrap_ci(statistic: Callable, *samples, level: float = DEFAULT_LEVEL, n_boot: int = 1000,
@@ -65,11 +138,12 @@ def bootstrap_ci(statistic: Callable, *samples, level: float = DEFAULT_LEVEL, n_
     """
     data = tuple(np.asarray(s, float) for s in samples)
     if min(len(s) for s in data) < 2:
-        return float("nan"), float("nan")
+        return undefined("bootstrap interval undefined: fewer than two values")
     rng = np.random.default_rng(seed)
     kw = dict(confidence_level=level, n_resamples=n_boot, random_state=rng, paired=paired,
               vectorized=True)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SciPy's DegenerateDataWarning: handled by the fallback
         try:
             res = stats.bootstrap(data, statistic, method=method, **kw)
             lo, hi = res.confidence_interval
@@ -78,10 +152,205 @@ def bootstrap_ci(statistic: Callable, *samples, level: float = DEFAULT_LEVEL, n_
         except Exception:
             res = stats.bootstrap(data, statistic, method="percentile", **kw)
             lo, hi = res.confidence_interval
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return undefined("bootstrap interval undefined: the statistic is not finite on the resamples")
     return float(lo), float(hi)
 
+
+def mean_ci(values, level: float = DEFAULT_LEVEL, *, seed: int = 0, units: str = "units"
+            ) -> tuple[float, float, str]:
+    """Interval of the mean of per-unit values, with the method in words.
+
+    BCa bootstrap (:data:`MEAN_CI_RESAMPLES` resamples) up to :data:`BCA_MAX` values, the normal
+    (CLT) interval mean ± z·sd/√n beyond; a constant sample gives the degenerate interval at its
+    value. ``units`` names what the values are over ("test edges", "entities", ...).
+    """
+    x = np.asarray(values, float)
+    if len(x) < 2:
+        return (*undefined(f"the interval of a mean needs at least 2 {units}; there is {len(x)}"), "")
+    if np.ptp(x) == 0:
+        return float(x[0]), float(x[0]), "constant values: no spread to resample"
+    if len(x) <= BCA_MAX:
+        lo, hi = bootstrap_ci(np.mean, x, level=level, n_boot=MEAN_CI_RESAMPLES, seed=seed)
+        return lo, hi, f"{level:.0%} BCa bootstrap over the {len(x):,} {units} ({MEAN_CI_RESAMPLES} resamples)"
+    lo, hi = normal_ci(float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x))), level)
+    return lo, hi, f"{level:.0%} normal interval over the {len(x):,} {units} (mean ± z·sd/√n)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Resampling plans for statistics of row moments (isotropy, collapse, stability)
+# ---------------------------------------------------------------------------------------------
+
+#: memory allowed for per-block d x d moment matrices; below MIN_BLOCKS blocks the jackknife is used
+RESAMPLING_BYTES = 512 * 2**20
+MAX_BLOCKS = 64
+MIN_BLOCKS = 20
+
+
+@dataclass(frozen=True)
+class ResamplingPlan:
+    """How intervals of a moment statistic are obtained for a set of ``n`` rows in ``d`` dimensions.
+
+    ``method``: ``"bootstrap"`` over ``units`` random row blocks (their d x d moments fit in
+    memory), ``"jackknife"`` deleting one of ``units`` random groups at a time (when they do not:
+    one group's moments in memory at a time), or ``"none"`` (``reason`` says why).
+    """
+
+    method: str
+    units: int
+    n_boot: int
+    reason: str = ""
+
+    @classmethod
+    def choose(cls, n: int, d: int, n_boot: int, *, moment_sets: int = 2, budget: int | None = None
+               ) -> "ResamplingPlan":
+        """The plan for ``moment_sets`` d x d moment matrices per block within ``budget`` bytes
+        (default :data:`RESAMPLING_BYTES`)."""
+        budget = RESAMPLING_BYTES if budget is None else budget
+        if n_boot <= 0:
+            return cls("none", 1, 0, "intervals not requested")
+        if n < 3:
+            return cls("none", 1, 0, f"{n} rows are too few for any interval")
+        blocks = int(min(MAX_BLOCKS, n, budget // (moment_sets * 8 * d * d)))
+        if blocks >= MIN_BLOCKS:
+            return cls("bootstrap", blocks, n_boot)
+        return cls("jackknife", int(min(MIN_BLOCKS, n)), 0)
+
+    @property
+    def active(self) -> bool:
+        return self.method != "none"
+
+    def weights(self, g: int) -> np.ndarray:
+        """Leave-group-``g``-out unit weights (jackknife)."""
+        w = np.ones(self.units)
+        w[g] = 0.0
+        return w
+
+    def replicates(self, statistic: Callable[[np.ndarray | None], np.ndarray], *, seed: int = 0) -> np.ndarray:
+        """``statistic(unit weights)`` per bootstrap resample or jackknife deletion, shape ``(R, ...)``."""
+        if self.method == "bootstrap":
+            return weighted_bootstrap(statistic, self.units, n_boot=self.n_boot, seed=seed)
+        if self.method == "jackknife":
+            return grouped_jackknife(lambda g: statistic(self.weights(g)), self.units)
+        raise ValueError(f"no replicates: {self.reason}")
+
+    def interval(self, estimate: float, replicates, level: float = DEFAULT_LEVEL,
+                 bounds: tuple[float, float] = (-np.inf, np.inf), kind: str = "basic") -> tuple[float, float]:
+        """Basic (or ``kind="percentile"``) bootstrap interval, or the jackknife normal interval."""
+        if self.method == "jackknife":
+            return jackknife_interval(estimate, replicates, level, bounds)
+        if kind == "percentile":
+            return percentile_interval(replicates, level)
+        return basic_interval(estimate, replicates, level, bounds)
+
+    def bias_corrected(self, estimate: float, replicates, bounds: tuple[float, float] = (-np.inf, np.inf)) -> float:
+        """Bootstrap bias-corrected estimate, or the jackknife's (Quenouille) ``Gθ̂ − (G−1) mean θ̂_(g)``."""
+        if self.method == "jackknife":
+            r = np.asarray(replicates, float)
+            r = r[np.isfinite(r)]
+            if r.size < 2 or not math.isfinite(estimate):
+                return float("nan")
+            return float(np.clip(r.size * estimate - (r.size - 1) * r.mean(), *bounds))
+        return bias_corrected(estimate, replicates, bounds)
+
+    def describe(self, level: float = DEFAULT_LEVEL, *, percentile_for: str = "") -> str:
+        """The interval method in words, for captions and ``ci_method``."""
+        if self.method == "bootstrap":
+            extra = f" (percentile for {percentile_for})" if percentile_for else ""
+            return f"{level:.0%} basic bootstrap{extra}, {self.n_boot} resamples of {self.units} random row blocks"
+        if self.method == "jackknife":
+            return (f"{level:.0%} normal interval, delete-a-group jackknife over {self.units} random row groups "
+                    "(the per-block moments of a bootstrap would not fit in memory)")
+        return ""
+
+
+class PlannedIntervals:
+    """Mixin for a result with a ``plan: ResamplingPlan`` field: ``n_blocks`` (row blocks of a
+    bootstrap, or groups of a jackknife) and ``n_boot`` (bootstrap resamples; 0 otherwise)."""
+
+    @property
+    def n_blocks(self) -> int:
+        return self.plan.units
+
+    @property
+    def n_boot(self) -> int:
+        return self.plan.n_boot
+
+
+# ---------------------------------------------------------------------------------------------
+# Analytic intervals
+# ---------------------------------------------------------------------------------------------
 
 def normal_ci(estimate: float, std_error: float, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
     """Analytic normal-approximation interval ``estimate ± z * std_error``."""
     z = stats.norm.ppf(0.5 + level / 2)
     return float(estimate - z * std_error), float(estimate + z * std_error)
+
+
+def t_interval(values, level: float = DEFAULT_LEVEL, bounds=(0.0, 1.0)) -> tuple[float, float]:
+    """Student-t interval of the mean of ``values``: mean ± t_{k−1} sd/√k (clipped to ``bounds``)."""
+    v = np.asarray(values, float)
+    k = len(v)
+    if k < 2:
+        return undefined(f"t interval undefined for {k} value(s)")
+    half = stats.t.ppf(0.5 + level / 2, k - 1) * v.std(ddof=1) / math.sqrt(k)
+    return float(np.clip(v.mean() - half, *bounds)), float(np.clip(v.mean() + half, *bounds))
+
+
+def wilson_ci(successes: int, n: int, level: float = DEFAULT_LEVEL) -> tuple[float | None, float | None]:
+    """Wilson score interval for a proportion (statsmodels ``proportion_confint``); ``None`` if n = 0."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    if n <= 0:
+        return None, None
+    lo, hi = proportion_confint(successes, n, alpha=1 - level, method="wilson")
+    # exact 0 / 1 at the ends (statsmodels leaves rounding residue such as 1e-17)
+    return (0.0 if successes == 0 else float(lo)), (1.0 if successes == n else float(hi))
+
+
+def cohens_d_ci(d: float, n1: int, n2: int, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
+    """Normal interval of Cohen's d with the large-sample standard error of Hedges & Olkin (1985):
+    :math:`\\sqrt{(n_1 + n_2)/(n_1 n_2) + d^2 / (2(n_1 + n_2))}`."""
+    se = math.sqrt((n1 + n2) / (n1 * n2) + d * d / (2 * (n1 + n2)))
+    return normal_ci(d, se, level)
+
+
+def hanley_mcneil_se(auc: float, n_pos: int, n_neg: int) -> float:
+    r"""Standard error of an AUC (Hanley & McNeil 1982, eq. 2):
+
+    .. math:: \mathrm{SE}^2 = \frac{A(1-A) + (n_1 - 1)(Q_1 - A^2) + (n_0 - 1)(Q_2 - A^2)}{n_1 n_0},
+       \quad Q_1 = \frac{A}{2-A},\ Q_2 = \frac{2A^2}{1+A}.
+
+    At A = 0.5 it equals the exact null variance of the Mann–Whitney AUC, :math:`(n_1+n_0+1)/(12 n_1 n_0)`.
+    """
+    A = float(auc)
+    q1, q2 = A / (2 - A), 2 * A * A / (1 + A)
+    var = (A * (1 - A) + (n_pos - 1) * (q1 - A * A) + (n_neg - 1) * (q2 - A * A)) / (n_pos * n_neg)
+    return math.sqrt(max(var, 0.0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Multiple testing
+# ---------------------------------------------------------------------------------------------
+
+#: names accepted by :func:`adjust_pvalues`, as statsmodels calls them
+CORRECTIONS = {"holm": "holm", "bh": "fdr_bh", "fdr_bh": "fdr_bh", "bonferroni": "bonferroni"}
+
+
+def adjust_pvalues(p_values, method: str = "holm", alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """``(rejected, adjusted p-values)`` through :func:`statsmodels.stats.multitest.multipletests`.
+
+    ``method``: ``"holm"`` (family-wise error, Holm 1979) or ``"bh"`` (false discovery rate,
+    Benjamini & Hochberg 1995); NaN p-values are left out and stay NaN.
+    """
+    from statsmodels.stats.multitest import multipletests
+
+    if method not in CORRECTIONS:
+        raise ValueError(f"method must be one of {', '.join(CORRECTIONS)}, not {method!r}")
+    p = np.asarray(p_values, float)
+    reject, adjusted = np.zeros(p.shape, bool), np.full(p.shape, np.nan)
+    ok = np.isfinite(p)
+    if ok.any():
+        r, a, _, _ = multipletests(p[ok], alpha=alpha, method=CORRECTIONS[method])
+        reject[ok], adjusted[ok] = r, a
+    return reject, adjusted

@@ -18,8 +18,9 @@ from sklearn.metrics import (adjusted_mutual_info_score, adjusted_rand_score, f1
                              silhouette_samples, silhouette_score)
 from sklearn.model_selection import StratifiedKFold, StratifiedShuffleSplit, cross_val_predict, cross_val_score
 
-from embeval_report import classification as cls
+from embeval_report import classification as cls  # the public API, through the old module name
 from embeval_report.errors import InputError
+from embeval_report.metrics import clustering as clu
 from embeval_report.resources import notebooks_dir
 
 
@@ -233,7 +234,7 @@ def test_silhouette_values_equal_sklearn(chunk, monkeypatch):
     labels = rng.integers(0, 4, 90)
     labels[17] = 9  # a singleton cluster: s = 0 by convention
     if chunk:
-        monkeypatch.setattr(cls, "chunk_rows", lambda n, row_bytes, budget=None: chunk)
+        monkeypatch.setattr(clu, "chunk_rows", lambda n, row_bytes, budget=None: chunk)
     got = cls.silhouette_values(X, labels, device="cpu")
     ref = silhouette_samples(X, labels, metric="cosine")
     np.testing.assert_allclose(got, ref, atol=1e-10)
@@ -374,7 +375,8 @@ def test_notebook_metadata(file, name, title, order):
     assert (meta["name"], meta["title"], meta["order"], meta["requires"]) == (name, title, order, ["metadata.label"])
     tags = [c.metadata.get("tags", []) for c in nb.cells]
     assert ["parameters"] in tags and ["remove-input"] in tags
-    assert f'chapter = "{name}"' in nb.cells[1].source
+    setup = [c for c in nb.cells if c.cell_type == "code"][1].source
+    assert f'open_chapter("{name}", source, prepared, results_dir, settings)' in setup
 
 
 def test_chapters_end_to_end(tmp_path):
@@ -401,3 +403,150 @@ def test_chapters_end_to_end(tmp_path):
     assert info["n_missing"] == 2 and info["dropped_classes"] == {"rare": 3}
     html = (out / "report.html").read_text()
     assert "a&lt;b&gt;" in html
+
+
+# ---------------------------------------------------------------------------------------------
+# Degenerate but valid inputs: skipped with the reason, adapted, or null with the reason
+# ---------------------------------------------------------------------------------------------
+
+from types import SimpleNamespace  # noqa: E402
+
+from embeval_report.chapters import clustering as cl_chapter  # noqa: E402
+from embeval_report.chapters import node_classification as nc_chapter  # noqa: E402
+from embeval_report.errors import ChapterSkipped, UndefinedMetricWarning  # noqa: E402
+from embeval_report.metrics import classification as ncm  # noqa: E402
+from embeval_report.metrics.labels import label_problem  # noqa: E402
+from embeval_report.settings import ChapterSettings  # noqa: E402
+
+REASON = "needs at least 2 classes with at least 5 members"
+
+
+@pytest.mark.parametrize("labels, counts", [
+    (["a"] * 300, "1 class in all; sizes 'a': 300"),
+    (["a"] * 299 + ["b"], "2 classes in all; sizes 'a': 299, 'b': 1"),
+    (["a", "a", "b"], "no class has that many (2 classes in all; sizes 'a': 2, 'b': 1)"),
+    ([f"t{i // 3}" for i in range(30)] + ["x"] * 5, "only 1 class has that many (11 classes in all; sizes 'x': 5,"),
+])
+def test_label_problem_names_the_rule_and_the_counts(labels, counts):
+    reason = label_problem(labels)
+    assert reason.startswith(REASON) and counts in reason, reason
+    meta = pd.DataFrame({"label": labels})
+    es = SimpleNamespace(metadata=meta, n=len(labels), vectors=np.zeros((len(labels), 2), np.float32))
+    for chapter in (nc_chapter, cl_chapter):
+        assert chapter.precheck(es, None, ChapterSettings()) == reason
+
+
+def test_label_problem_without_any_label_and_for_usable_labels():
+    assert "all 4 values of the metadata column 'label' are missing" in label_problem([None, "", np.nan, " "])
+    assert label_problem(["a"] * 5 + ["b"] * 5 + ["rare"]) is None
+    es = SimpleNamespace(metadata=None, n=3)
+    assert nc_chapter.precheck(es, None, ChapterSettings()) is None  # the registry reports the missing input
+
+
+@pytest.mark.parametrize("chapter", [nc_chapter, cl_chapter], ids=["node_classification", "clustering"])
+def test_compute_skips_with_the_reason_as_a_second_line_of_defence(chapter):
+    labels = ["a"] * 299 + ["b"]
+    es = SimpleNamespace(metadata=pd.DataFrame({"label": labels}), n=300, vectors=np.ones((300, 4), np.float32))
+    ctx = SimpleNamespace(es=es, settings=ChapterSettings(), sample_size=None, seed=0, level=0.95, device="cpu")
+    with pytest.raises(ChapterSkipped, match=REASON) as e:
+        chapter.compute(ctx)
+    assert "'a': 299, 'b': 1" in str(e.value)
+
+
+def test_identical_rows_give_a_null_silhouette_with_the_reason():
+    X = np.tile(np.arange(1, 9, dtype=np.float32), (200, 1))
+    y = np.array(["a"] * 100 + ["b"] * 100, dtype=object)
+    with pytest.warns(UndefinedMetricWarning, match="silhouette of the k-means clusters is undefined"):
+        r = cls.evaluate_clustering(X, y, n_seed_runs=2, n_boot=50, device="cpu")
+    assert np.isnan(r.values["silhouette"]) and np.isnan(r.values["label_silhouette"])
+    for name in ("silhouette", "label_silhouette"):
+        m = r.metrics[name]
+        assert m.to_json()["value"] is None and not m.has_ci and "same direction" in m.note
+    assert r.values["ari"] == 0.0 and r.metrics["ari"].to_json()["value"] == 0.0
+    assert r.sweep["silhouette"].isna().all()
+    text = cl_chapter.clustering_narrative(r)
+    assert "is undefined" in text and "nan" not in text
+    for fig in (cl_chapter.contingency_figure(r), cl_chapter.sweep_figure(r),
+                cl_chapter.projection_figure(r, cls.project(X, r.labels, method="tsne", seed=0))):
+        fig.canvas.draw()
+    p = ncm.evaluate_node_classification(X, y, train_fractions=(0.5,), n_repeats=2)
+    assert p.values["accuracy"] == pytest.approx(p.values["majority_accuracy"])
+    assert nc_chapter.decodability(p) == "not detectably" and "nan" not in nc_chapter.classification_narrative(p)
+
+
+def test_one_k_means_cluster_in_the_silhouette_sample_is_undefined():
+    X, y = blobs(n_per=20, n_classes=2, seed=3)
+    with pytest.warns(UndefinedMetricWarning, match="fall into 1"):
+        r = cls.evaluate_clustering(X, y, n_seed_runs=0, sweep=False, n_boot=0, silhouette_sample=1)
+    assert np.isnan(r.values["silhouette"]) and r.metrics["silhouette"].to_json()["value"] is None
+
+
+def test_more_dimensions_than_entities():
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((10, 50)).astype(np.float32)
+    y = np.array(["a"] * 5 + ["b"] * 5, dtype=object)
+    r = ncm.evaluate_node_classification(X, y)
+    assert r.n == 10 and 0 <= r.values["accuracy"] <= 1 and r.metrics["accuracy"].has_ci
+    assert set(r.learning_summary["train_fraction"]) < set(ncm.TRAIN_FRACTIONS)  # too-small fractions skipped
+    c = cls.evaluate_clustering(X, y, n_seed_runs=3, n_boot=100, device="cpu")
+    assert list(c.sweep["k"]) == [2, 3, 4, 5] and np.isfinite(c.values["silhouette"])
+    proj = cls.project(X, c.labels, method="tsne", seed=0)
+    assert proj.coords.shape == (10, 2)
+    pca = cls.project(X, c.labels, method="pca", device="cpu")
+    assert pca.coords.shape == (10, 2) and sum(pca.explained) <= 1 + 1e-9
+
+
+def test_labels_missing_for_most_rows():
+    X, _ = blobs(n_per=100, n_classes=3, seed=8)
+    y = np.full(len(X), None, dtype=object)
+    y[:6], y[150:156] = "p", "q"
+    r = ncm.evaluate_node_classification(X, y)
+    assert r.n == 12 and r.labels.n_missing == 288
+    assert "288 of 300 entities have no `label`" in nc_chapter.classification_narrative(r)
+    c = cls.evaluate_clustering(X, y, n_seed_runs=2, n_boot=50)
+    assert c.n == 12 and c.k == 2
+
+
+def test_many_classes_with_few_members():
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((300, 16)).astype(np.float32)
+    y = np.array([f"c{i // 5}" for i in range(300)], dtype=object)
+    r = ncm.evaluate_node_classification(X, y)
+    assert r.labels.n_classes == 60 and r.confusion.shape == (60, 60)
+    assert list(r.learning_summary["train_fraction"]) == [0.3, 0.5, 0.7]  # 10 % and 90 % cannot hold 60 classes
+    c = cls.evaluate_clustering(X, y, n_seed_runs=2, n_boot=50)
+    assert c.k == 60 and list(c.sweep["k"]) == list(range(58, 64))
+    for fig in (nc_chapter.confusion_figure(r), cl_chapter.contingency_figure(c),
+                cl_chapter.projection_figure(c, cls.project(X, c.labels, method="pca", device="cpu"))):
+        fig.canvas.draw()
+    assert len(nc_chapter.by_group_table(ncm.node_classification_by_group(X, y, np.repeat(["u", "i"], 150)))) == 2
+
+
+def test_degenerate_sets_through_the_cli(tmp_path):
+    """Identical rows: both chapters ok, the silhouette null with the reason shown; one class: both skipped."""
+    from embeval_report.cli import main
+    for name, X, labels in (("identical", np.tile(np.arange(1, 9, dtype=np.float32), (60, 1)), ["a", "b"] * 30),
+                            ("one-class", np.random.default_rng(0).standard_normal((40, 4)), ["a"] * 40)):
+        folder = tmp_path / name
+        folder.mkdir()
+        ids = [f"e{i}" for i in range(len(X))]
+        np.save(folder / "v.npy", np.asarray(X, np.float32))
+        pd.DataFrame({"id": ids, "label": labels}).to_csv(folder / "meta.csv", index=False)
+        (folder / "ids.txt").write_text("\n".join(ids))
+        (folder / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nmetadata: meta.csv\n")
+        out = folder / "out"
+        assert main(["run", str(folder / "m.yaml"), "--out", str(out), "--chapters",
+                     "node_classification,clustering", "--formats", "html"]) == 0
+        chapters = json.loads((out / "metrics.json").read_text())["chapters"]
+        nc, cl = chapters["node_classification"], chapters["clustering"]
+        html = (out / "report.html").read_text()
+        if name == "identical":
+            assert nc["status"] == "ok" and cl["status"] == "ok", (nc, cl)
+            assert cl["metrics"]["silhouette"]["value"] is None
+            assert "silhouette of the k-means clusters is undefined" in html
+            warns = json.loads((out / "results" / "clustering.json").read_text())["info"]["warnings"]
+            assert any("same direction" in w for w in warns)
+        else:
+            for ch in (nc, cl):
+                assert ch["status"] == "skipped" and ch["reason"].startswith(REASON), ch
+        assert not any(s in html for s in ("Traceback", "ValueError", "InputError"))

@@ -4,7 +4,10 @@ References: closed forms, numpy's SVD and matrix norms, the seed's own printed n
 §21.1.3, reproduced in the catalog's Appendix A), a brute-force distance matrix, and
 scikit-dimension (test-only dependency; those tests skip when it is absent).
 """
+import json
 import math
+import re
+import warnings
 
 import matplotlib
 import numpy as np
@@ -12,12 +15,14 @@ import pytest
 import torch
 from scipy.spatial.distance import cdist
 
-from embeval_report import kernels
-from embeval_report.collapse import (dead_dimensions, effective_rank, estimator_diagnostics_figure,
-                                     dimension_comparison_figure, intrinsic_dimension, measure_collapse,
-                                     mle_dimension, mle_inverse_local, narrative, rankme, stable_rank,
-                                     stable_rank_seed001, twonn_dimension, variance_spectrum_figure,
-                                     collapse_callout, dead_dimension_table, dimension_table)
+from embeval_report import kernels, stats
+from embeval_report.chapters.collapse import (collapse_callout, dead_dimension_table, dimension_comparison_figure,
+                                              dimension_table, estimator_diagnostics_figure, metrics_caption, narrative,
+                                              variance_spectrum_figure)
+from embeval_report.errors import UndefinedMetricWarning
+from embeval_report.metrics.collapse import (dead_dimensions, effective_rank, intrinsic_dimension, measure_collapse,
+                                             mle_dimension, mle_inverse_local, rankme, resampling_plan, SPECS,
+                                             stable_rank, stable_rank_seed001, twonn_dimension)
 
 matplotlib.use("Agg")
 
@@ -272,3 +277,126 @@ def test_torch_input_figures_and_tables():
         matplotlib.pyplot.close(fig)
     text = narrative(r)
     assert f"{r.values['effective_rank']:.1f}" in text and "TwoNN" in text
+
+
+# ------------------------------------------------------------------ resampling plan, degenerate input, old path
+
+NAN = re.compile(r"\bnan\b|\binf\b")
+
+
+def test_old_module_path_still_exposes_the_public_api():
+    import embeval_report.collapse as old
+
+    for name in ("measure_collapse", "intrinsic_dimension", "effective_rank", "rankme", "twonn_dimension",
+                 "narrative", "collapse_callout", "dimension_table", "variance_spectrum_figure"):
+        assert callable(getattr(old, name)), name
+
+
+def test_demo_shape_keeps_the_block_bootstrap_and_records_bias_corrected_estimates():
+    assert resampling_plan(5000, 64, 200) == stats.ResamplingPlan("bootstrap", 64, 200)
+    X = (np.random.default_rng(21).standard_normal((400, 30)) * np.linspace(0.2, 3, 30)).astype(np.float32)
+    r = measure_collapse(X, n_boot=100, seed=1)
+    assert r.n_boot == 100 and r.n_blocks == r.plan.units
+    for name in ("effective_rank", "stable_rank", "rankme"):
+        m = r.metrics[name]
+        assert m.bias_corrected is not None and "basic bootstrap" in m.ci_method
+    assert r.metrics["dead_dimensions"].bias_corrected is None  # a percentile interval: nothing to correct
+    assert "percentile for the count" in r.metrics["effective_rank"].ci_method
+
+
+def test_spectral_intervals_fall_back_to_the_jackknife_for_large_d(monkeypatch):
+    rng = np.random.default_rng(22)
+    X = (rng.standard_normal((2000, 24)) * np.linspace(0.3, 2, 24)).astype(np.float32)
+    boot = measure_collapse(X, n_boot=200, seed=2)
+    monkeypatch.setattr(stats, "RESAMPLING_BYTES", 24 * 24 * 8 * 5)  # room for 5 blocks only
+    jack = measure_collapse(X, n_boot=200, seed=2)
+    assert jack.plan.method == "jackknife" and jack.n_boot == 0 and jack.n_blocks == stats.MIN_BLOCKS
+    for name in ("effective_rank", "stable_rank", "rankme"):
+        b, j = boot.metrics[name], jack.metrics[name]
+        assert j.value == pytest.approx(b.value, rel=1e-9)
+        assert j.has_ci and "jackknife" in j.ci_method and j.ci_low <= j.value <= j.ci_high
+        assert j.ci_high - j.ci_low == pytest.approx(b.ci_high - b.ci_low, rel=0.6), name
+    lo, hi = jack.participation_ratio[1:]
+    assert lo < jack.participation_ratio[0] < hi
+    assert "jackknife" in metrics_caption(jack)
+
+
+def test_identical_rows_are_complete_collapse_with_undefined_ranks():
+    X = np.tile(np.arange(1, 9, dtype=np.float32), (200, 1))
+    with pytest.warns(UndefinedMetricWarning, match="every vector is the same"):
+        r = measure_collapse(X, n_boot=50)
+    for name in ("effective_rank", "stable_rank", "dead_dimensions"):
+        assert r.metrics[name].to_json()["value"] is None and r.metrics[name].verdict is None
+        assert r.metrics[name].to_json()["ci_low"] is None
+    assert r.values["rankme"] == pytest.approx(1.0, abs=1e-4)  # one direction (ε adds a little)
+    assert r.intrinsic is None and "1 distinct vector" in r.info["intrinsic_dimension_skipped"]
+    assert r.collapse_detected and collapse_callout(r)["kind"] == "danger"
+    text = narrative(r)
+    assert "Every one of the 200 vectors is the same" in text and not NAN.search(text)
+    matplotlib.pyplot.close(dimension_comparison_figure(r))
+
+
+def test_three_by_two_and_few_distinct_rows_say_why_intrinsic_dimension_is_missing():
+    rng = np.random.default_rng(23)
+    tiny = measure_collapse(rng.standard_normal((3, 2)))
+    assert tiny.intrinsic is None and "only 3 distinct vectors" in narrative(tiny)
+    assert tiny.metrics["effective_rank"].ci_low is None and "too few" in tiny.metrics["effective_rank"].note
+    few = measure_collapse(np.repeat(rng.standard_normal((4, 6)), 10, axis=0), n_boot=50)
+    assert few.intrinsic is None and "only 4 distinct vectors" in few.info["intrinsic_dimension_skipped"]
+    assert "need at least 5" in narrative(few)
+    assert intrinsic_dimension(np.repeat(rng.standard_normal((4, 6)), 10, axis=0)) is None
+
+
+def test_wider_than_long_set_lowers_k_and_explains_the_rule():
+    r = measure_collapse(np.random.default_rng(24).standard_normal((10, 50)))
+    assert r.intrinsic is not None and r.intrinsic.k == 8 and r.info["intrinsic_k_requested"] == 20
+    assert "lowered from 20" in narrative(r)
+    assert r.metrics["effective_rank"].verdict == "problematic"  # rank ≤ n − 1 = 9 < 30 % of 50
+    assert "at most n − 1 = 9" in collapse_callout(r)["text"]
+    assert r.metrics["rankme"].ci_low is None and r.metrics["rankme"].note  # 10 rows: no spectral interval
+    for fig in (variance_spectrum_figure(r), dimension_comparison_figure(r), estimator_diagnostics_figure(r)):
+        matplotlib.pyplot.close(fig)
+
+
+def test_equidistant_points_leave_the_intrinsic_dimension_undefined():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = measure_collapse(np.eye(30, dtype=np.float32) + 1, n_boot=50)
+    messages = [str(w.message) for w in caught if issubclass(w.category, UndefinedMetricWarning)]
+    assert any("TwoNN" in m for m in messages) and any("MLE" in m for m in messages)
+    assert r.metrics["intrinsic_dim_twonn"].to_json()["value"] is None
+    assert r.metrics["intrinsic_dim_mle"].to_json()["value"] is None
+    assert "undefined" in narrative(r) and not NAN.search(narrative(r))
+
+
+def test_rule_text_is_read_from_the_bands(monkeypatch):
+    from embeval_report.chapters import collapse as chapter
+    from embeval_report.metrics.thresholds import Bands
+
+    r = measure_collapse(linear_subspace(500, 3, 20, seed=25), n_boot=0)
+    monkeypatch.setattr(chapter, "RANK_RULE", Bands("higher", 0.05, 0.05, "rule", "collapse when effective rank < 5 % of d"))
+    assert "5% of d" in collapse_callout(r)["text"] and "< 5 % of d" in metrics_caption(r)
+    assert SPECS["effective_rank"].reference.endswith("(< 30 % of d)")
+    assert SPECS["dead_dimensions"].reference.endswith("(> 10 % of d)")
+
+
+def test_cli_runs_both_chapters_on_identical_rows_with_pairs(tmp_path):
+    from embeval_report.cli import main
+
+    src = tmp_path / "in"
+    src.mkdir()
+    np.save(src / "v.npy", np.tile(np.arange(1, 9, dtype=np.float32), (40, 1)))
+    (src / "ids.txt").write_text("".join(f"e{i}\n" for i in range(40)))
+    (src / "pairs.csv").write_text("a,b\ne0,e1\ne2,e3\n")
+    (src / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\npositive_pairs: pairs.csv\n")
+    out = tmp_path / "out"
+    assert main(["run", str(src / "m.yaml"), "--out", str(out), "--chapters", "uniformity,collapse",
+                 "--formats", "html"]) == 0
+    doc = json.loads((out / "metrics.json").read_text())["chapters"]
+    assert doc["uniformity"]["status"] == "ok" and doc["collapse"]["status"] == "ok"
+    assert doc["collapse"]["metrics"]["effective_rank"]["value"] is None
+    assert doc["uniformity"]["metrics"]["alignment"]["value"] == pytest.approx(0.0, abs=1e-9)
+    info = json.loads((out / "results" / "collapse.json").read_text())["info"]
+    assert any("every vector is the same" in w for w in info["warnings"])
+    html = re.sub(r"<[^>]+>", " ", (out / "report.html").read_text())
+    assert not re.search(r"Traceback|Error:|ZeroDivision|\bnan\b", html)

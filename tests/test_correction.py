@@ -3,9 +3,11 @@ import numpy as np
 import pytest
 from sklearn.decomposition import PCA
 
-from embeval_report.correction import compare_corrections, display_table, narrative, whiten
-from embeval_report.hubness import measure_hubness
-from embeval_report.isotropy import all_but_the_top, measure_isotropy
+from embeval_report.chapters.correction import display_table, narrative
+from embeval_report.errors import UndefinedMetricWarning
+from embeval_report.metrics.correction import compare_corrections, whiten
+from embeval_report.metrics.hubness import measure_hubness
+from embeval_report.metrics.isotropy import all_but_the_top, measure_isotropy
 
 
 def cone(n=600, d=12, seed=0):
@@ -49,3 +51,76 @@ def test_comparison_rows_equal_direct_measurements():
     assert set(c.metrics) >= {"apcs_after_abtt", "uniformity_after_whitening", "label_agreement_after_abtt"}
     assert all(m.verdict is None for m in c.metrics.values())
     assert "same label" in narrative(c) and "k-NN kept" in display_table(c).columns
+
+
+# ---------------------------------------------------------------------------------------------
+# Degenerate but valid sets: what can be measured is, what cannot is NaN with the reason
+# ---------------------------------------------------------------------------------------------
+
+def test_identical_rows_show_the_original_and_say_the_corrections_are_undefined():
+    X = np.tile(np.arange(1, 9, dtype=np.float32), (200, 1))
+    with pytest.warns(UndefinedMetricWarning) as caught:
+        c = compare_corrections(X, np.array(["a", "b"] * 100))
+    texts = [str(w.message) for w in caught]
+    assert any(t.startswith("whitened (ZCA ≡ PCA): no variance is left") for t in texts)
+    assert any(t.startswith("original: ") and "ties" in t for t in texts)
+    assert not any("component(s)" in t for t in texts)  # the search for D stays quiet
+    assert c.removed == 0 and c.undefined == list(c.table["setting"][1:])
+    assert c.table.loc[0, "apcs"] == pytest.approx(1.0) and c.table.iloc[1:].drop(columns="setting").isna().all().all()
+    for m in c.metrics.values():
+        assert m.value is not None and np.isnan(m.value) and "no variance is left" in m.note and m.verdict is None
+    text = narrative(c)
+    assert "undefined" in text and " nan" not in text
+    assert (display_table(c).iloc[1:, 2] == "—").all()
+    with pytest.warns(UndefinedMetricWarning, match="whitening is undefined"):
+        assert not whiten(X).any()
+
+
+def test_three_points_in_the_plane_with_an_adapted_k():
+    X = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
+    with pytest.warns(UndefinedMetricWarning, match="whitened"):  # three whitened points: an equilateral triangle
+        c = compare_corrections(X, k=1)
+    assert c.k == 1 and np.isfinite(c.table.loc[:2, "apcs"]).all()
+    assert np.isnan(c.table.loc[3, "k_occurrence_skewness"]) and "ties" in c.metrics["k_occurrence_skewness_after_whitening"].note
+    assert c.table.loc[3, "apcs"] == pytest.approx(-0.5, abs=1e-5)
+    text = narrative(c, k_requested=10)
+    assert "k = 1" in text and " nan" not in text and "cannot be compared" in text
+
+
+def test_d_greater_than_n_and_one_class():
+    X = np.random.default_rng(1).standard_normal((10, 50)).astype(np.float32)
+    c = compare_corrections(X, np.array(["a"] * 10), k=8)
+    assert c.table.loc[0, "condition_number"] == np.inf
+    assert c.metrics["condition_number_after_abtt"].note.startswith("infinite")
+    assert c.metrics["condition_number_after_abtt"].to_json()["value"] is None
+    assert c.table.loc[3, "participation_ratio_fraction"] == pytest.approx(9 / 50, abs=1e-3)  # rank n − 1 = 9
+    assert (c.table["label_agreement"].dropna() == 1.0).all()
+    assert " nan" not in narrative(c)
+
+
+def test_chapters_state_the_adapted_k(tmp_path, capsys):
+    """Both chapters on a 3 × 2 set, as their notebooks run them: k adapted, stated and recorded."""
+    import json
+    import warnings
+
+    import matplotlib
+    matplotlib.use("Agg")
+    from embeval_report.chapters import correction, hubness, open_chapter
+    np.save(tmp_path / "v.npy", np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32))
+    reports = {}
+    with warnings.catch_warnings():  # open_chapter installs the notebook's warning display
+        for name, module in (("hubness", hubness), ("correction", correction)):
+            ctx = open_chapter(name, str(tmp_path / "v.npy"), None, str(tmp_path / "results"), {})
+            reports[name] = report = module.compute(ctx)
+            for show in [f for f in module.__all__ if f.startswith("show_")]:
+                getattr(module, show)(report)  # every cell of the notebook runs
+            info = json.loads((tmp_path / "results" / f"{name}.json").read_text())["info"]
+            assert info["k"] == 1 and info["k_requested"] == 10
+            if name == "correction":
+                assert any(w.startswith("whitened (ZCA ≡ PCA): every point") for w in info["warnings"])
+    assert "Traceback" not in capsys.readouterr().out
+    h = reports["hubness"]
+    texts = [hubness.narrative(h.result, h.ids, h.metadata, h.reduction, h.cross, h.k_requested),
+             correction.narrative(reports["correction"].comparison, 10)]
+    assert "is used throughout this chapter" in texts[0] and "instead of the" in texts[1]
+    assert not any(" nan" in t for t in texts)

@@ -10,9 +10,10 @@ import pytest
 
 os.environ.setdefault("IPYTHONDIR", tempfile.mkdtemp(prefix="ipython-"))
 
-from embeval_report.display import (  # noqa: E402
-    Link, Table, callout, escape, format_number, show_figure, show_markdown, show_table,
+from embeval_report.report.display import (  # noqa: E402
+    Link, Table, callout, escape, show_figure, show_markdown, show_table,
 )
+from embeval_report.report.format import number as format_number  # noqa: E402
 
 
 @pytest.fixture(scope="module")

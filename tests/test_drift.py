@@ -1,6 +1,10 @@
-"""Drift over time against independent references: brute force, closed forms, SciPy, statsmodels, scikit-learn."""
+"""Drift over time against independent references: brute force, closed forms, SciPy, statsmodels, scikit-learn;
+degenerate inputs (identical rows, zero drift, one snapshot, tiny sets, d > n) never fail the chapter."""
 import itertools
+import json
 import math
+import re
+import warnings
 
 import nbformat
 import numpy as np
@@ -15,12 +19,16 @@ from sklearn.metrics.pairwise import cosine_similarity
 from sklearn.neighbors import NearestNeighbors
 from statsmodels.stats.multitest import multipletests
 
-from embeval_report import drift as dr
-from embeval_report.errors import InputError
+from embeval_report.chapters import drift as chapter
+from embeval_report.errors import InputError, UndefinedMetricWarning
 from embeval_report.io import load_source
-from embeval_report.isotropy import measure_isotropy
+from embeval_report.io.snapshots import Snapshot, snapshot_slug
+from embeval_report.metrics import drift as dr
+from embeval_report.metrics import two_sample as ts
+from embeval_report.metrics.isotropy import measure_isotropy
+from embeval_report.metrics.thresholds import verdict
 from embeval_report.resources import notebooks_dir
-from embeval_report.thresholds import verdict
+from embeval_report.stats import hanley_mcneil_se
 
 FAST = dict(n_boot=0, n_perm=99, device="cpu")
 
@@ -39,7 +47,7 @@ def unit(M):
 
 
 def snap(name, Y, index=None, **kw):
-    return dr.Snapshot(name=name, vectors=Y, index=np.arange(len(Y)) if index is None else index, **kw)
+    return Snapshot(name=name, vectors=Y, index=np.arange(len(Y)) if index is None else index, **kw)
 
 
 # --------------------------------------------------------------------------- unchanged snapshots
@@ -83,7 +91,7 @@ def test_metric_names_per_snapshot_and_headline():
     assert r.metrics["procrustes_distance"].verdict is None and "needs ≥ 3" in r.metrics["procrustes_distance"].reference
     one = dr.measure_drift(X, snaps[:1], **FAST)
     assert one.metrics["mean_drift"].verdict is None and "one snapshot" in one.metrics["mean_drift"].reference
-    assert dr.snapshot_slug("2024-02") == "2024_02" and dr.snapshot_slug(" A/B test ") == "a_b_test"
+    assert snapshot_slug("2024-02") == "2024_02" and snapshot_slug(" A/B test ") == "a_b_test"
 
 
 # --------------------------------------------------------------------------- planted drift
@@ -115,7 +123,7 @@ def test_planted_group_drift_is_detected_and_attributed():
     assert first.values["mmd_p_value"] > 0.05 and first.values["ks_rejected_fraction"] == 0
     groups = dr.drift_by_group(r, pd.DataFrame({"label": np.array(["a", "b", "c", "d"])[g]}))
     assert groups.sort_values("mean drift").iloc[-1]["group"] == "a"
-    movers = dr.movers_table(r, np.array([f"e{i}" for i in range(len(X))]), n=10)
+    movers = chapter.movers_table(r, np.array([f"e{i}" for i in range(len(X))]), n=10)
     assert all(g[int(i[1:])] == 0 for i in movers["id"])
 
 
@@ -193,7 +201,7 @@ def brute_mmd2(X, Y, sigma):
 def test_mmd_matches_brute_force_estimator_bandwidth_and_jackknife():
     rng = np.random.default_rng(16)
     X, Y = rng.standard_normal((7, 3)), rng.standard_normal((9, 3)) + 0.5
-    t = dr.mmd_test(X, Y, n_perm=0, device="cpu")
+    t = ts.mmd_test(X, Y, n_perm=0, device="cpu")
     sigma = np.median(pdist(np.vstack([X, Y])))
     assert t.bandwidth == pytest.approx(sigma, rel=1e-12)
     assert t.mmd2 == pytest.approx(brute_mmd2(X, Y, sigma), abs=1e-12)
@@ -201,7 +209,7 @@ def test_mmd_matches_brute_force_estimator_bandwidth_and_jackknife():
     loo_y = [brute_mmd2(X, np.delete(Y, j, 0), sigma) for j in range(len(Y))]
     var = sum((len(v) - 1) / len(v) * ((np.array(v) - np.mean(v)) ** 2).sum() for v in (loo_x, loo_y))
     assert t.std_error == pytest.approx(math.sqrt(var), rel=1e-9)
-    assert dr.mmd_test(X, Y, bandwidth=2.0, n_perm=0).mmd2 == pytest.approx(brute_mmd2(X, Y, 2.0), abs=1e-12)
+    assert ts.mmd_test(X, Y, bandwidth=2.0, n_perm=0).mmd2 == pytest.approx(brute_mmd2(X, Y, 2.0), abs=1e-12)
 
 
 def test_mmd_permutation_p_value_approaches_the_exact_permutation_p():
@@ -213,16 +221,16 @@ def test_mmd_permutation_p_value_approaches_the_exact_permutation_p():
     splits = [brute_mmd2(Z[list(c)], Z[[i for i in range(8) if i not in c]], sigma)
               for c in itertools.combinations(range(8), 4)]
     exact = np.mean(np.array(splits) >= observed - 1e-12)
-    t = dr.mmd_test(X, Y, n_perm=4000, seed=1, device="cpu")
+    t = ts.mmd_test(X, Y, n_perm=4000, seed=1, device="cpu")
     assert t.p_value == pytest.approx(exact, abs=0.02)
 
 
 def test_mmd_test_keeps_its_level_and_detects_a_shift():
-    rejections = sum(dr.mmd_test(np.random.default_rng([s, 1]).standard_normal((60, 5)),
+    rejections = sum(ts.mmd_test(np.random.default_rng([s, 1]).standard_normal((60, 5)),
                                  np.random.default_rng([s, 2]).standard_normal((60, 5)), n_perm=199, seed=s,
                                  device="cpu").p_value < 0.05 for s in range(40))
     assert rejections <= 4  # alpha = 0.05: about 2 of 40 expected
-    shifted = [dr.mmd_test(np.random.default_rng([s, 1]).standard_normal((60, 5)),
+    shifted = [ts.mmd_test(np.random.default_rng([s, 1]).standard_normal((60, 5)),
                            np.random.default_rng([s, 2]).standard_normal((60, 5)) + np.r_[1.0, 0, 0, 0, 0],
                            n_perm=199, seed=s, device="cpu").p_value for s in range(10)]
     assert all(p < 0.05 for p in shifted)
@@ -232,11 +240,11 @@ def test_mmd_test_keeps_its_level_and_detects_a_shift():
 
 
 def test_benjamini_hochberg_hand_example_statsmodels_and_scipy():
-    reject, adj = dr.benjamini_hochberg([0.01, 0.02, 0.03, 0.2], 0.05)
+    reject, adj = ts.benjamini_hochberg([0.01, 0.02, 0.03, 0.2], 0.05)
     assert reject.tolist() == [True, True, True, False]
     np.testing.assert_allclose(adj, [0.04, 0.04, 0.04, 0.2])
     p = np.random.default_rng(18).uniform(0, 0.2, 50) ** 2
-    reject, adj = dr.benjamini_hochberg(p, 0.05)
+    reject, adj = ts.benjamini_hochberg(p, 0.05)
     ref_reject, ref_adj, _, _ = multipletests(p, alpha=0.05, method="fdr_bh")
     np.testing.assert_array_equal(reject, ref_reject)
     np.testing.assert_allclose(adj, ref_adj)
@@ -246,7 +254,7 @@ def test_benjamini_hochberg_hand_example_statsmodels_and_scipy():
 def test_ks_dimensions_match_scipy_per_column():
     rng = np.random.default_rng(19)
     X, Y = rng.standard_normal((80, 4)), rng.standard_normal((70, 4)) + [0, 0, 0.8, 0]
-    r = dr.ks_dimensions(X, Y)
+    r = ts.ks_dimensions(X, Y)
     for j in range(4):
         ref = ks_2samp(X[:, j], Y[:, j])
         assert r.statistics[j] == pytest.approx(ref.statistic) and r.p_values[j] == pytest.approx(ref.pvalue)
@@ -254,12 +262,12 @@ def test_ks_dimensions_match_scipy_per_column():
 
 
 def test_ks_bh_keeps_its_level_and_detects_a_shift():
-    any_rejection = sum(dr.ks_dimensions(np.random.default_rng([s, 3]).standard_normal((100, 10)),
+    any_rejection = sum(ts.ks_dimensions(np.random.default_rng([s, 3]).standard_normal((100, 10)),
                                          np.random.default_rng([s, 4]).standard_normal((100, 10))).rejected.any()
                         for s in range(40))
     assert any_rejection <= 4  # BH controls the family-wise error under the global null at alpha
     shift = np.r_[np.full(3, 0.8), np.zeros(7)]
-    r = dr.ks_dimensions(np.random.default_rng(5).standard_normal((200, 10)),
+    r = ts.ks_dimensions(np.random.default_rng(5).standard_normal((200, 10)),
                          np.random.default_rng(6).standard_normal((200, 10)) + shift)
     assert r.rejected[:3].all() and not r.rejected[3:].any()
 
@@ -269,19 +277,19 @@ def test_ks_bh_keeps_its_level_and_detects_a_shift():
 
 def test_hanley_mcneil_equals_the_exact_null_variance_at_one_half():
     for n1, n0 in ((10, 10), (50, 80), (1000, 700)):
-        assert dr.hanley_mcneil_se(0.5, n1, n0) == pytest.approx(math.sqrt((n1 + n0 + 1) / (12 * n1 * n0)), rel=1e-12)
-    assert dr.hanley_mcneil_se(1.0, 30, 30) == 0.0
+        assert hanley_mcneil_se(0.5, n1, n0) == pytest.approx(math.sqrt((n1 + n0 + 1) / (12 * n1 * n0)), rel=1e-12)
+    assert hanley_mcneil_se(1.0, 30, 30) == 0.0
 
 
 def test_domain_classifier_is_at_chance_on_one_distribution_and_separates_a_shift():
-    aucs = [dr.domain_classifier_auc(np.random.default_rng([s, 5]).standard_normal((150, 6)),
+    aucs = [ts.domain_classifier_auc(np.random.default_rng([s, 5]).standard_normal((150, 6)),
                                      np.random.default_rng([s, 6]).standard_normal((150, 6)), seed=s).auc
             for s in range(10)]
     assert abs(np.mean(aucs) - 0.5) < 0.03
-    same = dr.domain_classifier_auc(np.random.default_rng(7).standard_normal((300, 6)),
+    same = ts.domain_classifier_auc(np.random.default_rng(7).standard_normal((300, 6)),
                                     np.random.default_rng(8).standard_normal((300, 6)))
     assert same.ci_low <= 0.5 <= same.ci_high
-    shifted = dr.domain_classifier_auc(np.random.default_rng(7).standard_normal((300, 6)),
+    shifted = ts.domain_classifier_auc(np.random.default_rng(7).standard_normal((300, 6)),
                                        np.random.default_rng(8).standard_normal((300, 6)) + 1.0)
     assert shifted.auc > 0.9 and shifted.ci_low > 0.85
 
@@ -376,7 +384,9 @@ def test_demo_side_data_plants_a_detectable_genre_drift(tmp_path):
     from embeval_report.demo import streaming_embeddings, write_demo
 
     manifest = yaml.safe_load(write_demo(tmp_path, seed=0).read_text())
-    entries = dr.demo_side_data(tmp_path, seed=0)
+    from embeval_report.demo.drift import DEMO_DRIFT_FROM, demo_side_data
+
+    entries = demo_side_data(tmp_path, seed=0)
     assert [e["name"] for e in entries["snapshots"]] == ["2024-02", "2024-03", "2024-04", "2024-05"]
     manifest.update(entries)
     (tmp_path / "m.yaml").write_text(yaml.safe_dump(manifest))
@@ -389,7 +399,7 @@ def test_demo_side_data_plants_a_detectable_genre_drift(tmp_path):
     assert r.metrics["mean_drift"].verdict == "problematic" and r.pattern == "regime shift"
     groups = dr.drift_by_group(r, es.metadata)
     top = groups[groups["column"] == "label"].sort_values("mean drift").iloc[-1]
-    assert top["group"] == dr.DEMO_DRIFT_FROM and top["share of anomalies %"] > 90
+    assert top["group"] == DEMO_DRIFT_FROM and top["share of anomalies %"] > 90
     first, last = r.snapshots[0], r.snapshots[-1]
     assert first.values["ks_rejected_fraction"] == 0 and first.values["mmd_p_value"] > 0.05
     assert last.values["mmd_p_value"] < 0.05 and last.classifier.ci_low > 0.5
@@ -408,6 +418,134 @@ def test_notebook_metadata():
 def test_formulas_typeset_in_typst(tmp_path):
     pypandoc = pytest.importorskip("pypandoc")
     typst = pytest.importorskip("typst")
-    text = "\n\n".join(f"${f}$" for _, _, f, _ in dr.METRICS.values() if f)
+    text = "\n\n".join(f"${s.formula}$" for s in dr.SPECS.values() if s.formula)
     (tmp_path / "f.typ").write_text(pypandoc.convert_text(text, "typst", format="markdown"))
     typst.compile(str(tmp_path / "f.typ"))
+
+
+# --------------------------------------------------------------------------- old import path (public API)
+
+
+def test_old_module_path_keeps_the_public_api(tmp_path):
+    import embeval_report.drift as old
+
+    for name in ("Snapshot", "snapshot_slug", "check_time_order", "load_snapshots", "MIN_MATCHED", "mmd_test",
+                 "MMDTest", "benjamini_hochberg", "ks_dimensions", "KSDimensions", "hanley_mcneil_se",
+                 "domain_classifier_auc", "DomainClassifier", "stable_core_rotation", "snapshot_drift", "SnapshotDrift",
+                 "measure_drift", "DriftResult", "sigma_above_trend", "drift_pattern", "headline_metrics",
+                 "alert_table", "neighbourhood_table", "distribution_table", "movers_table", "drift_by_group",
+                 "group_drift_series", "group_columns", "narrative", "alert_callout", "dashboard_figure",
+                 "distribution_figure", "entity_figure", "demo_side_data", "demo_snapshots", "DEMO_DRIFT_FROM",
+                 "MMD_SAMPLE", "K_OVERLAP", "ALPHA", "DRIFT_FLOOR", "TRIM", "ALERT_CHECKS"):
+        assert hasattr(old, name), name
+    # the old call shape: load_snapshots(es) reads the manifest field
+    X, _ = clustered(30, 4, seed=40)
+    ids = [f"e{i}" for i in range(30)]
+    table(ids, X).to_csv(tmp_path / "a.csv", index=False)
+    es = load_source(write_set(tmp_path, X, ids, [{"name": "a", "vectors": "a.csv"}]))
+    (s,) = old.load_snapshots(es)
+    assert s.name == "a" and len(s.index) == 30
+    reject, adj = old.benjamini_hochberg([0.01, 0.5])
+    assert reject.tolist() == [True, False]
+
+
+# --------------------------------------------------------------------------- degenerate inputs
+
+
+def test_bands_are_what_the_chapter_quotes():
+    assert chapter.RATIO is dr.THRESHOLDS["drift_mean_ratio"] and chapter.SIGMA.table.startswith("Table 217.3")
+    assert (chapter.CORRELATION.healthy, chapter.ANOMALOUS.problematic) == (0.95, 0.10)
+
+
+def test_identical_rows_give_undefined_metrics_with_reasons_not_a_crash():
+    X = np.tile(np.random.default_rng(41).standard_normal(8), (200, 1))
+    Q = ortho_group.rvs(8, random_state=42)
+    snaps = [snap("same", X.copy()), snap("rotated", X @ Q), snap("same again", X.copy())]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = dr.measure_drift(X, snaps, n_boot=50, n_perm=99, device="cpu")
+    undefined = [str(w.message) for w in caught if issubclass(w.category, UndefinedMetricWarning)]
+    assert any("Procrustes distance is undefined" in m and "same, rotated, same again" in m for m in undefined)
+    assert any("Pairwise similarity correlation is undefined" in m for m in undefined)
+    assert len(undefined) == 4  # one per undefined metric, naming the snapshots
+    for s in r.snapshots:
+        # the rotation of a set without spread is still removed (uncentred fit): no entity moved
+        assert s.values["mean_drift"] == pytest.approx(0, abs=1e-12) and s.values["anomalous_fraction"] == 0
+        # rounding of the rotation is not drift: the two-sample tests see equal samples
+        assert s.values["ks_rejected_fraction"] == 0 and s.values["mmd_p_value"] > 0.05
+        for name in ("procrustes_distance", "pairwise_similarity_correlation", "mean_shift",
+                     "isotropy_drift_pr_fraction"):
+            assert math.isnan(s.values[name]) and s.notes[name]
+    m = r.metrics
+    assert m["procrustes_distance"].value is not None and math.isnan(m["procrustes_distance"].value)
+    assert m["procrustes_distance"].verdict is None and "undefined" in m["procrustes_distance"].reference
+    assert m["pairwise_similarity_correlation"].verdict is None and m["pairwise_similarity_correlation"].note
+    assert r.values["procrustes_sigma_above_trend"] is None and m["procrustes_sigma_above_trend"].note
+    assert list(r.alerts["verdict"]) == ["healthy"] * 3 and r.pattern == "stable"
+    assert set(m["procrustes_distance"].to_json()) == {"value", "ci_low", "ci_high", "verdict", "direction",
+                                                        "reference"}
+    assert m["procrustes_distance"].to_json()["value"] is None
+    text = chapter.narrative(r, np.array([f"e{i}" for i in range(200)]))
+    assert "undefined" in text
+    assert not re.search(r"\bnan\b", text, re.IGNORECASE)
+    for fig in (chapter.dashboard_figure(r), chapter.distribution_figure(r), chapter.entity_figure(r)):
+        fig.canvas.draw()
+    for t in (chapter.alert_table(r), chapter.neighbourhood_table(r), chapter.distribution_table(r)):
+        assert not t.astype(str).apply(lambda c: c.str.fullmatch(r"nan")).any().any()
+
+
+def test_zero_drift_single_snapshot_has_no_ratio_or_trend_and_says_why():
+    X, _ = clustered(120, 8, seed=43)
+    r = dr.measure_drift(X, [snap("copy", X.copy())], n_boot=50, n_perm=99, device="cpu")
+    v, m = r.values, r.metrics
+    assert v["mean_drift"] == pytest.approx(0, abs=1e-12) and v["drift_std"] == pytest.approx(0, abs=1e-12)
+    assert v["anomalous_fraction"] == 0 and v["pairwise_similarity_correlation"] <= 1.0
+    assert v["mean_drift_ratio"] is None and "reference" in m["mean_drift_ratio"].note
+    assert v["procrustes_sigma_above_trend"] is None and "two earlier" in m["procrustes_sigma_above_trend"].note
+    assert m["mean_drift"].verdict is None and m["procrustes_distance"].verdict is None
+    assert r.alerts["verdict"].tolist() == ["healthy"] and r.pattern == "stable"
+    text = chapter.narrative(r)
+    assert "cannot be applied with a single snapshot" in text and not re.search(r"\bnan\b", text, re.IGNORECASE)
+    assert chapter.alert_callout(r)["kind"] == "success"
+    chapter.dashboard_figure(r).canvas.draw()
+
+
+def test_tiny_sets_twenty_matched_and_d_greater_than_n():
+    rng = np.random.default_rng(44)
+    X = unit(rng.standard_normal((20, 6)))
+    r = dr.measure_drift(X, [snap("s", unit(X + 0.1 * rng.standard_normal(X.shape)))], n_perm=99, device="cpu")
+    s = r.snapshots[0]
+    assert s.values["matched_entities"] == 20 and s.mmd.n_x == 10 and s.classifier.folds == 5
+    assert all(math.isfinite(s.values[k]) for k in dr.PAIR_STATISTICS) and s.cis["procrustes_distance"][0] <= \
+        s.values["procrustes_distance"]
+    X = rng.standard_normal((30, 50))  # d > n
+    snaps = [snap(f"m{i}", X + 0.1 * (i + 1) * rng.standard_normal(X.shape)) for i in range(3)]
+    r = dr.measure_drift(X, snaps, n_perm=99, device="cpu")
+    assert all(math.isfinite(r.values[k]) for k in ("mean_drift", "procrustes_distance", "mmd",
+                                                      "pairwise_similarity_correlation", "domain_classifier_auc"))
+    assert r.values["procrustes_sigma_above_trend"] is not None
+    with pytest.raises(ValueError, match="at least 20"):
+        dr.snapshot_drift(X[:10], snap("few", X[:10]))
+
+
+def test_a_baseline_under_twenty_rows_is_valid_input_and_the_chapter_skips_it(tmp_path):
+    from types import SimpleNamespace
+
+    from embeval_report.cli import main
+    from embeval_report.settings import ChapterSettings
+
+    X = np.random.default_rng(45).standard_normal((3, 2))
+    ids = [f"e{i}" for i in range(3)]
+    table(ids, X).to_csv(tmp_path / "s.csv", index=False)
+    es = load_source(write_set(tmp_path, X, ids, [{"name": "s", "vectors": "s.csv"}]))
+    snaps = dr.load_snapshots(es)  # every baseline entity matched: not an id mismatch
+    reason = chapter.precheck(es, SimpleNamespace(snapshots=snaps), None)
+    assert "at least 20" in reason and "only 3" in reason
+    big = SimpleNamespace(n=30)
+    assert chapter.precheck(big, SimpleNamespace(snapshots=[snap("s", np.zeros((30, 2)))]), None) is None
+    with pytest.raises(ValueError, match="mmd_sample"):  # below 2 rows per side: refused as input (exit 2)
+        ChapterSettings(options={"mmd_sample": 1})
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "m.yaml"), "--out", str(out), "--chapters", "drift", "--formats", "html"]) == 0
+    doc = json.loads((out / "metrics.json").read_text())["chapters"]["drift"]
+    assert doc["status"] == "skipped" and "at least 20" in doc["reason"]

@@ -9,9 +9,10 @@ import pytest
 from pypdf import PdfReader
 
 from embeval_report import chapters as chapters_mod
+from embeval_report.chapters import registry
 from embeval_report.cli import main
 from embeval_report.io import load_source
-from embeval_report.render import quarto_available
+from embeval_report.report.render import quarto_available
 from embeval_report.resources import notebooks_dir
 
 METRIC_KEYS = {"value", "ci_low", "ci_high", "verdict", "direction", "reference"}
@@ -116,9 +117,9 @@ def test_failing_chapter_still_yields_a_report(tmp_path, monkeypatch):
     broken.metadata["embeval"].update(name="broken", title="Broken chapter", order=20)
     broken.cells.insert(3, nbformat.v4.new_code_cell("raise RuntimeError('planted failure <x>')"))
     nbformat.write(broken, nbs / "20_broken.ipynb")
-    monkeypatch.setattr(chapters_mod, "notebooks_dir", lambda: nbs)
+    monkeypatch.setattr(registry, "notebooks_dir", lambda: nbs)
     out = tmp_path / "out"
-    assert main(["run", str(write_set(tmp_path)), "--out", str(out), "--formats", "html"]) == 0
+    assert main(["run", str(write_set(tmp_path)), "--out", str(out), "--formats", "html"]) == 4  # report written
     doc = json.loads((out / "metrics.json").read_text())
     check_metrics_schema(doc)
     assert doc["chapters"]["broken"]["status"] == "failed"

@@ -1,11 +1,14 @@
-"""Graph side data: readers and their errors, splits, negative sampling, heuristics (against networkx), demo."""
+"""Graph side data: readers and their errors, splits, negative sampling, heuristics (against networkx), demo,
+and the degenerate inputs of the link-prediction chapters."""
 import networkx as nx
 import numpy as np
 import pandas as pd
 import pytest
 
-from embeval_report import graph as g
+from embeval_report.demo import graph as demo_graph
 from embeval_report.errors import InputError
+from embeval_report.io import graph as io_graph
+from embeval_report.metrics import graph as g
 
 IDS = np.array([f"n{i}" for i in range(10)], dtype=object)
 
@@ -23,7 +26,7 @@ def write(tmp_path, name, text):
 def test_read_edges_with_all_columns(tmp_path):
     p = write(tmp_path, "e.csv", "src,dst,relation,timestamp,weight\n"
                                  "n0,n1,a,2024-01-02,1.5\nn2,n3,b,2024-01-01T12:00,2\nn1,n4,a,2024-02-01,0\n")
-    e = g.read_edges(p, IDS)
+    e = io_graph.read_edges(p, IDS)
     assert list(e.src) == [0, 2, 1] and list(e.dst) == [1, 3, 4]
     assert list(e.relation) == ["a", "b", "a"] and e.time_is_date and list(e.weight) == [1.5, 2, 0]
     assert e.time[1] - e.time[0] == -12 * 3600  # 2024-01-01 12:00 is 12 h before 2024-01-02
@@ -32,10 +35,10 @@ def test_read_edges_with_all_columns(tmp_path):
 
 def test_numeric_timestamps_tsv_and_parquet(tmp_path):
     p = write(tmp_path, "e.tsv", "src\tdst\ttimestamp\nn0\tn1\t5\nn1\tn2\t3.5\n")
-    e = g.read_edges(p, IDS)
+    e = io_graph.read_edges(p, IDS)
     assert not e.time_is_date and list(e.time) == [5.0, 3.5]
     pd.DataFrame({"src": ["n0", "n5"], "dst": ["n1", "n6"]}).to_parquet(tmp_path / "e.parquet")
-    e = g.read_edges(tmp_path / "e.parquet", IDS)
+    e = io_graph.read_edges(tmp_path / "e.parquet", IDS)
     assert list(e.src) == [0, 5] and e.time is None and e.relation is None
 
 
@@ -53,51 +56,51 @@ def test_numeric_timestamps_tsv_and_parquet(tmp_path):
 ])
 def test_bad_edge_files_name_file_row_and_column(tmp_path, text, expected):
     with pytest.raises(InputError, match=expected):
-        g.read_edges(write(tmp_path, "e.csv", text), IDS)
+        io_graph.read_edges(write(tmp_path, "e.csv", text), IDS)
 
 
 def test_unsupported_format_and_missing_file(tmp_path):
     with pytest.raises(InputError, match=r"unsupported format '\.json'"):
-        g.read_edges(write(tmp_path, "e.json", "{}"), IDS)
+        io_graph.read_edges(write(tmp_path, "e.json", "{}"), IDS)
     with pytest.raises(InputError, match="file not found"):
-        g.read_edges(tmp_path / "nope.csv", IDS)
+        io_graph.read_edges(tmp_path / "nope.csv", IDS)
 
 
 def test_self_loops_and_duplicates_are_dropped_keeping_the_earliest(tmp_path):
     p = write(tmp_path, "e.csv", "src,dst,timestamp\nn0,n1,5\nn2,n2,1\nn0,n1,2\nn1,n0,9\n")
-    e = g.read_edges(p, IDS)
+    e = io_graph.read_edges(p, IDS)
     assert e.notes == {"self_loops_dropped": 1, "duplicates_dropped": 1}
     assert sorted(zip(e.src, e.dst, e.time)) == [(0, 1, 2.0), (1, 0, 9.0)]  # (n1, n0) is another direction
 
 
 def test_read_negatives_groups_and_pads(tmp_path):
-    test = g.read_edges(write(tmp_path, "t.csv", "src,dst\nn0,n1\nn2,n3\n"), IDS)
+    test = io_graph.read_edges(write(tmp_path, "t.csv", "src,dst\nn0,n1\nn2,n3\n"), IDS)
     p = write(tmp_path, "neg.csv", "src,dst,negative\nn2,n3,n5\nn0,n1,n7\nn0,n1,n8\nn2,n3,n6\nn0,n1,n9\n")
-    t2, neg = g.read_negatives(p, IDS, test)
+    t2, neg = io_graph.read_negatives(p, IDS, test)
     assert len(t2) == 2
     np.testing.assert_array_equal(neg, [[7, 8, 9], [5, 6, -1]])
     # without test edges: the test edges are the distinct (src, dst) of the file, in order of appearance
-    t3, neg3 = g.read_negatives(p, IDS)
+    t3, neg3 = io_graph.read_negatives(p, IDS)
     assert list(zip(t3.src, t3.dst)) == [(2, 3), (0, 1)]
     np.testing.assert_array_equal(neg3, [[5, 6, -1], [7, 8, 9]])
 
 
 def test_negatives_errors(tmp_path):
-    test = g.read_edges(write(tmp_path, "t.csv", "src,dst\nn0,n1\nn2,n3\n"), IDS)
+    test = io_graph.read_edges(write(tmp_path, "t.csv", "src,dst\nn0,n1\nn2,n3\n"), IDS)
     with pytest.raises(InputError, match=r"neg\.csv, row 2, columns 'src', 'dst': \('n4', 'n1'\) is not a test edge"):
-        g.read_negatives(write(tmp_path, "neg.csv", "src,dst,negative\nn0,n1,n5\nn4,n1,n5\n"), IDS, test)
+        io_graph.read_negatives(write(tmp_path, "neg.csv", "src,dst,negative\nn0,n1,n5\nn4,n1,n5\n"), IDS, test)
     with pytest.raises(InputError, match=r"test edge \('n2', 'n3'\) \(row 2 of t\.csv\) has no negatives"):
-        g.read_negatives(write(tmp_path, "neg.csv", "src,dst,negative\nn0,n1,n5\n"), IDS, test)
+        io_graph.read_negatives(write(tmp_path, "neg.csv", "src,dst,negative\nn0,n1,n5\n"), IDS, test)
     with pytest.raises(InputError, match=r"missing column\(s\) 'negative'"):
-        g.read_negatives(write(tmp_path, "neg.csv", "src,dst,neg\nn0,n1,n5\n"), IDS, test)
+        io_graph.read_negatives(write(tmp_path, "neg.csv", "src,dst,neg\nn0,n1,n5\n"), IDS, test)
     with pytest.raises(InputError, match=r"row 1, column 'negative': unknown id 'x'"):
-        g.read_negatives(write(tmp_path, "neg.csv", "src,dst,negative\nn0,n1,x\n"), IDS, test)
+        io_graph.read_negatives(write(tmp_path, "neg.csv", "src,dst,negative\nn0,n1,x\n"), IDS, test)
 
 
 def test_read_score():
-    assert g.read_score(None) == "dot" and g.read_score(" Cosine ") == "cosine" and g.read_score("neg_l2") == "neg_l2"
+    assert io_graph.read_score(None) == "dot" and io_graph.read_score(" Cosine ") == "cosine" and io_graph.read_score("neg_l2") == "neg_l2"
     with pytest.raises(InputError, match=r"manifest field 'score': expected one of dot, cosine, neg_l2, found 'l1'"):
-        g.read_score("l1")
+        io_graph.read_score("l1")
 
 
 def test_manifest_accepts_the_score_field(tmp_path):
@@ -107,7 +110,7 @@ def test_manifest_accepts_the_score_field(tmp_path):
     write(tmp_path, "e.csv", "src,dst\nn0,n1\n")
     (tmp_path / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nedges: e.csv\nscore: cosine\n")
     es = load_source(tmp_path / "m.yaml")
-    assert es.has("edges") and g.read_score(es.fields["score"]) == "cosine"
+    assert es.has("edges") and io_graph.read_score(es.fields["score"]) == "cosine"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,10 +233,10 @@ def test_heuristics_match_networkx():
 def test_demo_side_data_over_the_demo_ids(tmp_path):
     from embeval_report.demo import streaming_embeddings
     streaming_embeddings(n_users=300, n_items=100, dim=16)[1].to_csv(tmp_path / "metadata.csv", index=False)
-    entries = g.demo_side_data(tmp_path)
+    entries = demo_graph.demo_side_data(tmp_path)
     assert entries == {"edges": "edges.csv"}
     meta = pd.read_csv(tmp_path / "metadata.csv")
-    e = g.read_edges(tmp_path / entries["edges"], meta["id"].to_numpy(dtype=object))
+    e = io_graph.read_edges(tmp_path / entries["edges"], meta["id"].to_numpy(dtype=object))
     assert e.time_is_date and len(e) > 2000 and e.notes["duplicates_dropped"] == 0
     assert set(e.relation) == {"user-user", "user-item", "item-item"}
     span = (e.time.max() - e.time.min()) / 86400
@@ -244,5 +247,5 @@ def test_demo_side_data_over_the_demo_ids(tmp_path):
     assert same[early].mean() > 0.7 and same[late].mean() < same[early].mean() - 0.15  # block affinity drifts
     # deterministic
     first = (tmp_path / "edges.csv").read_text()
-    g.demo_side_data(tmp_path)
+    demo_graph.demo_side_data(tmp_path)
     assert (tmp_path / "edges.csv").read_text() == first

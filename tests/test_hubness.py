@@ -16,10 +16,13 @@ import pytest
 from scipy import stats
 from scipy.special import log_ndtr
 
-from embeval_report import hubness as hb
-from embeval_report.display import Table
+from embeval_report.chapters import hubness as ch
+from embeval_report.errors import UndefinedMetricWarning
+from embeval_report.kernels import neighbours
+from embeval_report.metrics import hubness as hb
+from embeval_report.metrics.thresholds import verdict
+from embeval_report.report.display import Table
 from embeval_report.stats import bootstrap_ci
-from embeval_report.thresholds import verdict
 
 
 def shifted_cloud(n, d, shift=0.5, seed=0):
@@ -59,7 +62,7 @@ def skhubness_reference(nk, k, hub_size=2.0):
 @pytest.mark.parametrize("k", [1, 5, 10])
 def test_k_occurrence_equals_brute_force_numpy(k, monkeypatch):
     X = shifted_cloud(400, 30, seed=k)
-    monkeypatch.setattr(hb, "chunk_rows", lambda n, row_bytes, budget=None: 37)
+    monkeypatch.setattr(neighbours, "chunk_rows", lambda n, row_bytes, budget=None: 37)
     r = hb.measure_hubness(X, k, n_boot=0)
     ref = brute_knn(dense_cosine(X), k)
     np.testing.assert_array_equal(np.sort(r.neighbors, 1), np.sort(ref, 1))
@@ -189,7 +192,7 @@ def test_csls_equals_dense_numpy_reference(monkeypatch):
     r = np.sort(np.where(np.eye(len(X), dtype=bool), -np.inf, S), axis=1)[:, ::-1][:, :10].mean(1)
     csls = 2 * S - r[:, None] - r[None, :]
     ref = brute_knn(csls, k)
-    monkeypatch.setattr(hb, "chunk_rows", lambda n, row_bytes, budget=None: 41)
+    monkeypatch.setattr(neighbours, "chunk_rows", lambda n, row_bytes, budget=None: 41)
     idx, val = hb.csls_knn(X, k, neighborhood=10)
     np.testing.assert_allclose(val, np.take_along_axis(csls, ref, 1), atol=2e-5)
     assert (np.sort(idx, 1) == np.sort(ref, 1)).mean() > 0.999  # float32 near-ties aside
@@ -209,7 +212,7 @@ def test_mutual_proximity_equals_dense_scipy_reference(monkeypatch):
     np.testing.assert_allclose(s2, sd, atol=1e-10)
     logmp = log_ndtr((S - mu[:, None]) / sd[:, None]) + log_ndtr((S - mu[None, :]) / sd[None, :])
     ref = brute_knn(logmp, 6)
-    monkeypatch.setattr(hb, "chunk_rows", lambda n, row_bytes, budget=None: 53)
+    monkeypatch.setattr(neighbours, "chunk_rows", lambda n, row_bytes, budget=None: 53)
     idx, val = hb.mutual_proximity_knn(X, 6)
     np.testing.assert_allclose(val, stats.norm.cdf((np.take_along_axis(S, ref, 1) - mu[:, None]) / sd[:, None])
                                * stats.norm.cdf((np.take_along_axis(S, ref, 1) - mu[ref]) / sd[ref]), rtol=1e-4)
@@ -232,7 +235,7 @@ def test_reductions_lower_skewness_on_a_hubby_set():
     rec = hb.reduction_metrics(eff)
     assert [x.name for x in rec] == ["k_occurrence_skewness_csls", "k_occurrence_skewness_mutual_proximity"]
     assert all(x.verdict is None for x in rec)
-    assert "same label %" in hb.reduction_display_table(eff)
+    assert "same label %" in ch.reduction_display_table(eff)
 
 
 def test_overlap_and_label_agreement_hand_cases():
@@ -290,17 +293,110 @@ def test_tables_narrative_and_figures_on_a_small_set():
     assert "&lt;" in md and "\\*" in md and "<x>" not in md
     groups = hb.hubness_by_group(r, meta["kind"], column="kind")
     assert groups["n"].sum() == len(X) and groups["share of slots %"].sum() == pytest.approx(100)
-    assert hb.kind_column(meta) == "kind" and hb.kind_column(meta[["label"]]) is None
+    assert ch.kind_column(meta) == "kind" and ch.kind_column(meta[["label"]]) is None
     eff = hb.hubness_reduction_effect(X, r, labels=meta["label"], n_boot=50)
     cross = hb.cross_kind_hubness(X, meta["kind"], 10, n_boot=50)
-    text = hb.narrative(r, ids, meta, eff, cross)
+    text = ch.narrative(r, ids, meta, eff, cross)
     assert "skewness" in text and "id\\_" in text and "\\*&lt;" in text  # ids escaped for markdown and HTML
     assert "*<" not in text
     assert f"{r.values['k_occurrence_skewness']:.2f}" in text
-    box = hb.impact_callout(r, cross)
+    box = ch.impact_callout(r, cross)
     assert box["kind"] in ("success", "warning", "danger") and "§217.1.2" in box["text"]
     assert hb.cross_hub_table(cross, ("user", "item"), ids, meta, n=3).shape[0] == 3
     import matplotlib.pyplot as plt
-    for fig in (hb.k_occurrence_figure(r, meta["kind"]), hb.k_occurrence_figure(r), hb.reduction_figure(eff, 10)):
+    for fig in (ch.k_occurrence_figure(r, meta["kind"]), ch.k_occurrence_figure(r), ch.reduction_figure(eff, 10)):
         fig.savefig(__import__("io").BytesIO(), format="png")  # renders every label (mathtext included)
         plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Degenerate but valid sets: adapt k, warn what is undefined, skip with a reason
+# ---------------------------------------------------------------------------------------------
+
+class _Set:
+    """The part of an EmbeddingSet that a precheck reads."""
+
+    def __init__(self, X):
+        self.vectors, self.n = np.asarray(X, np.float32), len(X)
+
+
+def test_k_adapts_to_small_sets_and_tiny_sets_are_skipped():
+    assert hb.usable_k(10, 5000) == 10 and hb.usable_k(10, 12) == 10 and hb.usable_k(10, 11) == 9
+    assert hb.usable_k(10, 3) == 1 and hb.usable_k(10, 2) is None
+    X = np.random.default_rng(0).standard_normal((3, 2))
+    r = hb.measure_hubness(X, hb.usable_k(10, 3))
+    assert r.k == 1 and r.k_occurrence.sum() == 3 and np.isfinite(r.values["robin_hood_index"])
+    eff = hb.hubness_reduction_effect(X, r, n_boot=50)
+    assert len(eff.table) == 3
+    text = ch.narrative(r, reduction=eff, k_requested=10)
+    assert "$k = 1$ is used" in text and "nan" not in text
+    assert "at least 3 vectors" in ch.precheck(_Set(X[:2]), None, None)
+    assert ch.precheck(_Set(X), None, None) is None
+
+
+def test_d_greater_than_n():
+    X = np.random.default_rng(1).standard_normal((10, 50))
+    r = hb.measure_hubness(X, hb.usable_k(10, 10), n_boot=200)
+    assert r.k == 8 and r.k_occurrence.sum() == 80 and not r.all_ties
+    assert all(m.value is not None for m in r.metrics.values())
+
+
+def test_identical_rows_are_all_ties_undefined_and_skipped():
+    X = np.tile(np.arange(1, 9, dtype=np.float32), (200, 1))
+    with pytest.warns(UndefinedMetricWarning, match="ties broken arbitrarily"):
+        r = hb.measure_hubness(X, 10)
+    assert r.all_ties and all(np.isnan(m.value) and m.verdict is None and m.ci_low is None and "ties" in m.note
+                              for m in r.metrics.values())
+    assert np.isnan(r.centroid_spearman)
+    assert "same direction" in ch.precheck(_Set(X), None, None)
+    assert ch.precheck(_Set(X * np.arange(1, 201)[:, None]), None, None)  # scaled copies point the same way too
+
+
+def test_equal_spacing_is_no_hubness_not_ties():
+    """A regular polygon: every point's two nearest neighbours tie, but k = 2 lists both, so the lists are
+    defined; every point is listed twice, so the skewness is 0/0 (warned) and the inequality measures 0."""
+    a = np.linspace(0, 2 * np.pi, 8, endpoint=False)
+    X = np.c_[np.cos(a), np.sin(a)]
+    with pytest.warns(UndefinedMetricWarning, match="no spread"):
+        r = hb.measure_hubness(X, 2, n_boot=100)
+    assert not r.all_ties and (r.k_occurrence == 2).all()
+    assert np.isnan(r.values["k_occurrence_skewness"]) and r.metrics["k_occurrence_skewness"].verdict is None
+    assert r.values["robin_hood_index"] == 0 and r.values["k_occurrence_gini"] == 0
+    text = ch.narrative(r)
+    assert "undefined" in text and "nan" not in text
+    import matplotlib.pyplot as plt
+    plt.close(ch.k_occurrence_figure(r))
+
+
+def test_one_class_labels_and_299_vs_1():
+    X = np.random.default_rng(2).standard_normal((300, 8))
+    r = hb.measure_hubness(X, 10, n_boot=0)
+    one = hb.hubness_reduction_effect(X, r, labels=np.array(["a"] * 300), n_boot=0)
+    assert (one.table["label_agreement"] == 1.0).all()
+    rare = hb.hubness_reduction_effect(X, r, labels=np.array(["a"] * 299 + ["b"]), n_boot=0)
+    assert rare.table["label_agreement"].between(0.99, 1.0).all()
+
+
+def test_hub_captions_say_when_fewer_points_are_hubs():
+    X = np.random.default_rng(3).standard_normal((12, 4))
+    r = hb.measure_hubness(X, 10, n_boot=0)
+    hubs, anti = ch._hub_captions(r, 10)
+    assert "most listed points" in hubs and "least listed points" in anti and "0 of them are antihubs" in anti
+
+
+def test_old_module_paths_keep_every_public_name():
+    """``embeval_report.hubness`` / ``.correction`` (the pre-0.1 flat modules) still resolve every public name."""
+    import importlib
+    old = {"hubness": "K_DEFAULT HUB_SIZE SKHUBNESS METRICS SKEW_READING k_occurrence histogram_measures "
+                      "occurrence_measures histogram_bootstrap occurrence_cis HubnessResult top_slot_share "
+                      "measure_hubness centroid_cosines csls_knn cosine_mean_sd mutual_proximity_knn REDUCTIONS "
+                      "neighbour_overlap label_agreement ReductionEffect hubness_reduction_effect "
+                      "reduction_display_table reduction_metrics META_COLUMNS KIND_COLUMNS hub_table hubness_by_group "
+                      "kind_column CrossHubness cross_kind_hubness cross_display_table cross_hub_table "
+                      "frequency_association impact_callout narrative k_occurrence_figure reduction_figure",
+           "correction": "WHITEN_FLOOR REFERENCE COLUMNS whiten CorrectionComparison compare_corrections "
+                         "display_table narrative comparison_figure"}
+    for module, names in old.items():
+        mod = importlib.import_module(f"embeval_report.{module}")
+        assert [n for n in names.split() if not hasattr(mod, n)] == [], module
+    assert importlib.import_module("embeval_report.hubness").narrative is ch.narrative

@@ -11,13 +11,14 @@ import pandas as pd
 import pytest
 
 from embeval_report.errors import InputError
+from embeval_report.io.manifest import _CHECKERS
 from embeval_report.io import (
     FIELD_KINDS,
     MANIFEST_FIELDS,
     VECTOR_FORMATS,
     EmbeddingSet,
     ManifestField,
-    _CHECKERS,
+
     load_prepared,
     load_source,
     load_vectors,

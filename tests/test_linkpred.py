@@ -12,10 +12,14 @@ import pandas as pd
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from embeval_report import graph as g
-from embeval_report import kernels
-from embeval_report import linkpred as lp
-from embeval_report.thresholds import cohens_d_quality, verdict
+from embeval_report import kernels, stats
+from embeval_report.chapters import temporal_link_prediction as tchapter
+from embeval_report.metrics import edge_probes as ep
+from embeval_report.metrics import graph as g
+from embeval_report.metrics import linkpred as lp
+from embeval_report.metrics import ranks as rk
+from embeval_report.metrics import temporal as tp
+from embeval_report.metrics.thresholds import cohens_d_quality, verdict
 
 
 # ---------------------------------------------------------------------------------------------
@@ -30,7 +34,7 @@ def test_hand_computed_ranks_with_ties_all_three_policies():
     # edge 0 -> 6 (score 5) against 2, 3, padding: rank 1 under every policy
     cand = np.array([[1, 2, 3, 4, 5], [6, 2, 3, -1, -1]])
     for engine in ("torch", "numpy"):
-        cs = lp.score_candidates(X, np.array([0, 0]), cand, score="dot", device="cpu", engine=engine)
+        cs = rk.score_candidates(X, np.array([0, 0]), cand, score="dot", device="cpu", engine=engine)
         np.testing.assert_array_equal(cs.raw.optimistic, [2, 1])
     r = cs.raw
     np.testing.assert_array_equal(r.optimistic, [2, 1])
@@ -38,7 +42,7 @@ def test_hand_computed_ranks_with_ties_all_three_policies():
     np.testing.assert_array_equal(r.get("realistic"), [3, 1])
     np.testing.assert_array_equal(r.n_candidates, [5, 3])
     assert np.isnan(cs.scores[1, 3:]).all() and cs.scores[0, 0] == 2
-    v = lp.rank_metrics(r.get("pessimistic"))
+    v = rk.rank_metrics(r.get("pessimistic"))
     assert v["mean_rank"] == 2.5 and v["mrr"] == pytest.approx((1 / 4 + 1) / 2) and v["hits_at_1"] == 0.5
     with pytest.raises(ValueError, match="ties must be one of"):
         r.get("random")
@@ -49,7 +53,7 @@ def brute_ranks(X, src, cand, score):
     out = []
     for s, row in zip(src, cand):
         row = row[row >= 0]
-        sc = lp.pair_scores(X, np.full(len(row), s), row, score)
+        sc = rk.pair_scores(X, np.full(len(row), s), row, score)
         out.append((1 + (sc[1:] > sc[0]).sum(), 1 + (sc[1:] >= sc[0]).sum()))
     return np.array(out).T
 
@@ -63,15 +67,15 @@ def test_batched_scoring_matches_brute_force_and_chunking(score, engine, monkeyp
     cand = rng.integers(0, 60, (40, 12))
     cand[::5, -3:] = -1  # some padding
     opt, pess = brute_ranks(X, src, cand, score)
-    cs = lp.score_candidates(X, src, cand, score=score, device="cpu", engine=engine)
+    cs = rk.score_candidates(X, src, cand, score=score, device="cpu", engine=engine)
     np.testing.assert_array_equal(cs.raw.optimistic, opt)
     np.testing.assert_array_equal(cs.raw.pessimistic, pess)
     np.testing.assert_allclose(cs.scores[cand >= 0], np.concatenate(
-        [lp.pair_scores(X, np.full((r >= 0).sum(), s), r[r >= 0], score) for s, r in zip(src, cand)]), rtol=1e-5, atol=1e-5)
+        [rk.pair_scores(X, np.full((r >= 0).sum(), s), r[r >= 0], score) for s, r in zip(src, cand)]), rtol=1e-5, atol=1e-5)
     assert np.isnan(cs.scores[cand < 0]).all()
     monkeypatch.setattr(kernels, "CHUNK_BYTES", 2000)  # a few rows per chunk: same result
-    monkeypatch.setattr(lp, "CPU_CHUNK_BYTES", 2000)
-    cs2 = lp.score_candidates(X, src, cand, score=score, device="cpu", engine=engine)
+    monkeypatch.setattr(rk, "CPU_CHUNK_BYTES", 2000)
+    cs2 = rk.score_candidates(X, src, cand, score=score, device="cpu", engine=engine)
     np.testing.assert_array_equal(cs2.raw.optimistic, opt)
     np.testing.assert_allclose(cs2.scores, cs.scores, equal_nan=True)
 
@@ -81,7 +85,7 @@ def test_filtered_vs_raw_on_a_constructed_case():
     # 2 is also a real edge of the graph (0-2) and 3 is an edge in the other direction (3-0) of another relation.
     X = np.array([[1.0], [1.0], [3.0], [2.0], [0.5]])
     known = g.KnownEdges.from_edges(5, (np.array([0, 0, 3]), np.array([1, 2, 0]), np.array([0, 0, 1])))
-    cs = lp.score_candidates(X, np.array([0]), np.array([[1, 2, 3, 4]]), known=known, rel=np.array([0]), device="cpu")
+    cs = rk.score_candidates(X, np.array([0]), np.array([[1, 2, 3, 4]]), known=known, rel=np.array([0]), device="cpu")
     assert cs.raw.get("realistic")[0] == 3          # beaten by 2 and 3
     assert cs.filtered.get("realistic")[0] == 2     # 2 removed (known, same relation); 3 stays (other relation)
     assert cs.filtered.n_candidates[0] == 3 and cs.removed.tolist() == [[True, False, False]]
@@ -99,16 +103,16 @@ def test_rank_metrics_and_adjustments_match_pykeen():
     N = rng.integers(5, 120, 500)
     ranks = np.floor(rng.random(500) * N) + 1 + 0.5 * rng.integers(0, 2, 500)  # realistic ranks can be halves
     ranks = np.minimum(ranks, N)
-    v = lp.rank_metrics(ranks)
-    e = lp.expected_metrics(N)
+    v = rk.rank_metrics(ranks)
+    e = rk.expected_metrics(N)
     assert v["mean_rank"] == pytest.approx(pk.ArithmeticMeanRank()(ranks))
     assert v["mrr"] == pytest.approx(pk.InverseHarmonicMeanRank()(ranks))
     for k in (1, 10, 50):
         assert v[f"hits_at_{k}"] == pytest.approx(pk.HitsAtK(k=k)(ranks))
-    assert lp.adjust("mean_rank", v["mean_rank"], e) == pytest.approx(
+    assert rk.adjust("mean_rank", v["mean_rank"], e) == pytest.approx(
         pk.AdjustedArithmeticMeanRankIndex()(ranks, num_candidates=N))
-    assert lp.adjust("mrr", v["mrr"], e) == pytest.approx(pk.AdjustedInverseHarmonicMeanRank()(ranks, num_candidates=N))
-    assert lp.adjust("hits_at_10", v["hits_at_10"], e) == pytest.approx(
+    assert rk.adjust("mrr", v["mrr"], e) == pytest.approx(pk.AdjustedInverseHarmonicMeanRank()(ranks, num_candidates=N))
+    assert rk.adjust("hits_at_10", v["hits_at_10"], e) == pytest.approx(
         pk.AdjustedHitsAtK(k=10)(ranks, num_candidates=N))
     assert e["mean_rank"] == pytest.approx(pk.ArithmeticMeanRank().expected_value(num_candidates=N))
     assert e["mrr"] == pytest.approx(pk.InverseHarmonicMeanRank().expected_value(num_candidates=N))
@@ -117,11 +121,11 @@ def test_rank_metrics_and_adjustments_match_pykeen():
 def test_expected_values_are_the_uniform_rank_averages():
     for n in (1, 2, 7, 101):
         r = np.arange(1, n + 1)
-        e = lp.expected_metrics([n])
+        e = rk.expected_metrics([n])
         assert e["mean_rank"] == pytest.approx(r.mean())
         assert e["mrr"] == pytest.approx((1 / r).mean())  # H_n / n
         assert e["hits_at_10"] == pytest.approx((r <= 10).mean())
-    assert lp.harmonic(4) == pytest.approx(1 + 1 / 2 + 1 / 3 + 1 / 4)
+    assert rk.harmonic(4) == pytest.approx(1 + 1 / 2 + 1 / 3 + 1 / 4)
 
 
 def brute_delong(pos, neg):
@@ -133,7 +137,7 @@ def brute_delong(pos, neg):
 def test_auc_and_delong_interval():
     rng = np.random.default_rng(2)
     pos, neg = np.round(rng.normal(0.6, 1, 300), 1), np.round(rng.normal(0, 1, 500), 1)  # rounded: many ties
-    auc, lo, hi = lp.auc_delong(pos, neg)
+    auc, lo, hi = rk.auc_delong(pos, neg)
     assert auc == pytest.approx(roc_auc_score(np.r_[np.ones(300), np.zeros(500)], np.r_[pos, neg]))
     ref, se = brute_delong(pos, neg)
     assert auc == pytest.approx(ref)
@@ -144,41 +148,42 @@ def test_average_precision_matches_scikit_learn_with_ties_and_weights():
     rng = np.random.default_rng(3)
     y = rng.integers(0, 2, 400)
     s = np.round(rng.standard_normal(400), 1) + 0.7 * y
-    assert lp.average_precision(y, s) == pytest.approx(average_precision_score(y, s))
+    assert ep.average_precision(y, s) == pytest.approx(average_precision_score(y, s))
     w = rng.integers(0, 3, (3, 400))
-    for row, got in zip(w, lp.average_precision(y, s, w)):
+    for row, got in zip(w, ep.average_precision(y, s, w)):
         assert got == pytest.approx(average_precision_score(y, s, sample_weight=row))
 
 
 def test_cohens_d_forms_and_bands():
     a, b = np.array([2.0, 4.0, 6.0]), np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     sp = np.sqrt((2 * a.var(ddof=1) + 4 * b.var(ddof=1)) / 6)
-    assert lp.cohens_d(a, b) == pytest.approx((4 - 3) / sp)
-    assert lp.cohens_d_seed(a, b) == pytest.approx(1 / np.sqrt((a.var() + b.var()) / 2), rel=1e-8)
+    assert ep.cohens_d(a, b) == pytest.approx((4 - 3) / sp)
+    assert ep.cohens_d_seed(a, b) == pytest.approx(1 / np.sqrt((a.var() + b.var()) / 2), rel=1e-8)
     assert [cohens_d_quality(x) for x in (2.5, 1.7, 1.2, 0.7, 0.5, -1)] == [
         "excellent", "good", "moderate", "poor", "very_poor", "very_poor"]
     assert [verdict("negative_score_cohens_d", x) for x in (1.2, 0.7, 0.3)] == ["healthy", "concerning", "problematic"]
     assert [verdict("link_prediction_auc", x) for x in (0.95, 0.85, 0.7)] == ["healthy", "concerning", "problematic"]
-    lo, hi = lp.cohens_d_ci(0.8, 50, 60)
+    lo, hi = stats.cohens_d_ci(0.8, 50, 60)
     se = np.sqrt(110 / 3000 + 0.64 / 220)
     assert (lo, hi) == pytest.approx((0.8 - 1.959964 * se, 0.8 + 1.959964 * se), rel=1e-5)
 
 
 def test_edge_operators():
     X = np.array([[1.0, -2.0], [3.0, 4.0]])
-    np.testing.assert_allclose(lp.edge_features(X, [0], [1], "hadamard"), [[3, -8]])
-    np.testing.assert_allclose(lp.edge_features(X, [0], [1], "average"), [[2, 1]])
-    np.testing.assert_allclose(lp.edge_features(X, [0], [1], "weighted_l1"), [[2, 6]])
-    np.testing.assert_allclose(lp.edge_features(X, [0], [1], "weighted_l2"), [[4, 36]])
+    np.testing.assert_allclose(ep.edge_features(X, [0], [1], "hadamard"), [[3, -8]])
+    np.testing.assert_allclose(ep.edge_features(X, [0], [1], "average"), [[2, 1]])
+    np.testing.assert_allclose(ep.edge_features(X, [0], [1], "weighted_l1"), [[2, 6]])
+    np.testing.assert_allclose(ep.edge_features(X, [0], [1], "weighted_l2"), [[4, 36]])
 
 
 def test_mean_ci_methods():
     x = np.random.default_rng(0).random(500)
-    lo, hi, how = lp.mean_ci(x)
+    lo, hi, how = stats.mean_ci(x)
     assert lo < x.mean() < hi and "BCa" in how
-    y = np.random.default_rng(0).random(5000)
-    lo, hi, how = lp.mean_ci(y)
-    assert "normal" in how and hi - lo == pytest.approx(2 * 1.959964 * y.std(ddof=1) / np.sqrt(5000), rel=1e-5)
+    # the unified stats.mean_ci bootstraps up to stats.BCA_MAX = 5000 values (linkpred's own copy stopped at 2000)
+    y = np.random.default_rng(0).random(stats.BCA_MAX + 1)
+    lo, hi, how = stats.mean_ci(y)
+    assert "normal" in how and hi - lo == pytest.approx(2 * 1.959964 * y.std(ddof=1) / np.sqrt(len(y)), rel=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,7 +223,7 @@ def test_planted_structure_beats_heuristics_and_random_vectors_score_at_chance()
     # random vectors: MRR at its chance value (1/m') H_{m'} with m' = 101 candidates
     R = np.random.default_rng(5).standard_normal(X.shape).astype(np.float32)
     rr = lp.evaluate_link_prediction(R, data, probe=False, heuristics=False)
-    chance = lp.harmonic(101) / 101
+    chance = rk.harmonic(101) / 101
     se = (1 / rr.ranks).std(ddof=1) / np.sqrt(len(rr.ranks))
     assert abs(rr.values["mrr"] - chance) < 4 * se
     assert abs(rr.values["amri"]) < 0.1 and abs(rr.values["auc"] - 0.5) < 0.05
@@ -233,7 +238,7 @@ def test_quality_and_false_negatives_count_real_edges():
     is_edge = data.known.contains(u, cand.ravel(), np.zeros(cand.size, int))
     assert r.quality.n_false == is_edge.sum() and r.values["false_negative_rate"] == pytest.approx(is_edge.mean())
     pos, neg = r.cs.pooled(False)
-    assert r.values["negative_score_cohens_d"] == pytest.approx(lp.cohens_d(pos, neg))
+    assert r.values["negative_score_cohens_d"] == pytest.approx(ep.cohens_d(pos, neg))
     assert r.quality.mw_auc == pytest.approx(r.values["auc"], abs=1e-9)  # U / (n+ n-) is the AUC
     assert r.quality.quality == cohens_d_quality(r.values["negative_score_cohens_d"])
     tt = r.tie_table.set_index(["ranks", "ties"])
@@ -259,15 +264,15 @@ def test_relation_table_global_row_is_the_count_weighted_average():
 
 def test_temporal_evaluation_never_leaks_and_reports_horizons():
     X, e = planted(n=300, blocks=10, n_edges=3000, t=True)
-    t = lp.evaluate_temporal(X, e, len(X), n_negatives=50, n_bins=4, max_heuristic_queries=200)
+    t = tp.evaluate_temporal(X, e, len(X), n_negatives=50, n_bins=4, max_heuristic_queries=200)
     d = t.data
     assert d.train.time.max() < d.test.time.min()
     assert t.horizon["test edges"].iloc[1:].sum() == len(d.test) and len(t.horizon) == 5
-    assert set(t.metrics) == set(lp.TEMPORAL_METRICS)
-    assert t.values["temporal_mrr"] > 2 * lp.harmonic(51) / 51
+    assert set(t.metrics) == set(tp.TEMPORAL_METRICS)
+    assert t.values["temporal_mrr"] > 2 * rk.harmonic(51) / 51
     assert len(t.cuts) == 5 and (np.diff(t.cuts["train edges"]) > 0).all()
-    assert "Why random splits leak" in lp.temporal_narrative(t)
-    assert "timestamp" in lp.temporal_unavailable(None)
+    assert "Why random splits leak" in tchapter.temporal_narrative(t)
+    assert "timestamp" in tchapter.temporal_unavailable(None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,7 +297,7 @@ def test_chapters_end_to_end(tmp_path):
                  "--chapters", "link_prediction,temporal_link_prediction"]) == 0
     doc = json.loads((out / "metrics.json").read_text())
     assert set(doc["chapters"]["link_prediction"]["metrics"]) == set(lp.METRICS)
-    assert set(doc["chapters"]["temporal_link_prediction"]["metrics"]) == set(lp.TEMPORAL_METRICS)
+    assert set(doc["chapters"]["temporal_link_prediction"]["metrics"]) == set(tp.TEMPORAL_METRICS)
     html = (out / "report.html").read_text()
     assert "raw, realistic ties, 100 negatives, cosine" in html and "Why random splits leak" in html
     out2 = tmp_path / "out2"
@@ -301,3 +306,206 @@ def test_chapters_end_to_end(tmp_path):
     doc2 = json.loads((out2 / "metrics.json").read_text())
     assert doc2["chapters"]["temporal_link_prediction"]["status"] == "ok"
     assert "No timestamps" in (out2 / "report.html").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Degenerate inputs: the chapters run with what can be computed, or are skipped with a reason
+# ---------------------------------------------------------------------------------------------
+
+def test_undefined_values_warn_instead_of_a_silent_nan():
+    from embeval_report.errors import UndefinedMetricWarning
+    with pytest.warns(UndefinedMetricWarning, match="DeLong interval of the AUC undefined"):
+        auc, lo, hi = rk.auc_delong([1.0], [0.0, 2.0, 0.5])
+    assert auc == pytest.approx(2 / 3) and np.isnan(lo) and np.isnan(hi)
+    with pytest.warns(UndefinedMetricWarning, match="AUC undefined: 3 positive and 0 negative"):
+        assert np.isnan(rk.auc_delong([1.0, 2.0, 3.0], [])[0])
+    with pytest.warns(UndefinedMetricWarning, match="chance-adjusted mean rank is undefined"):
+        assert np.isnan(rk.adjust("mean_rank", 1.0, rk.expected_metrics([1, 1])))
+    with pytest.warns(UndefinedMetricWarning, match="Cohen's d of positive vs negative scores is undefined"):
+        q = ep.negative_quality(np.ones(5), np.ones(50), n_false=0, n_negatives=50, auc=0.5, sampled=True,
+                                strategy="uniform")
+    assert np.isnan(q.cohens_d) and q.rules == ("poor_auc",)  # NaN d triggers neither d rule
+    q1 = ep.negative_quality(np.array([2.0]), np.arange(50.0) / 100, n_false=30, n_negatives=50, auc=0.9, sampled=False,
+                             strategy=None)
+    assert np.isnan(q1.pos_sd) and q1.rules == ("false_negatives",)
+
+
+def _manifest(tmp_path, X, edges: dict, extra: str = ""):
+    np.save(tmp_path / "v.npy", np.asarray(X, np.float32))
+    (tmp_path / "ids.txt").write_text("\n".join(f"n{i}" for i in range(len(X))))
+    pd.DataFrame(edges).to_csv(tmp_path / "e.csv", index=False)
+    (tmp_path / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nedges: e.csv\n" + extra)
+    return tmp_path / "m.yaml"
+
+
+def _run_chapters(tmp_path, path, **options) -> dict:
+    """Both chapters as the runner and their notebooks run them: the precheck, then compute and every
+    ``show_`` function; a chapter's entry is its report, or the reason it is skipped."""
+    import warnings
+
+    from embeval_report.chapters import link_prediction as lchapter
+    from embeval_report.chapters import open_chapter
+    from embeval_report.errors import ChapterSkipped
+    out = {}
+    with warnings.catch_warnings():  # open_chapter installs the notebook's warning display
+        for name, module in (("link_prediction", lchapter), ("temporal_link_prediction", tchapter)):
+            ctx = open_chapter(name, str(path), None, str(tmp_path / "results"), {"options": options})
+            reason = module.precheck(ctx.es, ctx.side, ctx.settings)
+            if reason:
+                out[name] = reason
+                continue
+            try:
+                out[name] = report = module.compute(ctx)
+            except ChapterSkipped as e:
+                out[name] = str(e)
+                continue
+            for show in [f for f in module.__all__ if f.startswith("show_")]:
+                getattr(module, show)(report)
+    return out
+
+
+def _info(tmp_path, name):
+    return json.loads((tmp_path / "results" / f"{name}.json").read_text())["info"]
+
+
+def _texts(reports) -> str:
+    from embeval_report.chapters import link_prediction as lchapter
+    out = []
+    if not isinstance(reports["link_prediction"], str):
+        r = reports["link_prediction"].result
+        out += [lchapter.narrative(r), lchapter.protocol_markdown(r), lchapter.quality_table(r.quality).to_string(),
+                *lchapter.recommendations(r.quality)]
+    t = reports["temporal_link_prediction"]
+    if not isinstance(t, str) and t.result is not None:
+        out += [tchapter.temporal_narrative(t.result), tchapter.temporal_protocol_markdown(t.result)]
+    return "\n".join(out)
+
+
+def test_three_points_in_two_dimensions(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    path = _manifest(tmp_path, rng.standard_normal((3, 2)),
+                     {"src": ["n0", "n1", "n0"], "dst": ["n1", "n2", "n2"], "timestamp": [1, 2, 3]})
+    reps = _run_chapters(tmp_path, path)
+    r = reps["link_prediction"].result
+    assert len(r.data.test) == 1 and r.metrics["mrr"].ci_low is None and r.probes is None
+    info = _info(tmp_path, "link_prediction")
+    assert any(w.startswith("the interval of a mean needs at least 2 test edges") for w in info["warnings"])
+    assert reps["temporal_link_prediction"].result.metrics["random_split_mrr_gap"].ci_low is None
+    assert " nan" not in _texts(reps) and "Traceback" not in capsys.readouterr().out
+
+
+def test_identical_rows_tie_every_score(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    src, dst = rng.integers(0, 200, 600), rng.integers(0, 200, 600)
+    path = _manifest(tmp_path, np.ones((200, 8)), {"src": [f"n{i}" for i in src], "dst": [f"n{i}" for i in dst],
+                                                    "timestamp": rng.random(600)})
+    reps = _run_chapters(tmp_path, path)
+    r = reps["link_prediction"].result
+    np.testing.assert_array_equal(r.ranks, (1 + r.n_candidates) / 2)  # realistic rank: the middle of all ties
+    assert r.values["auc"] == 0.5 and r.metrics["negative_score_cohens_d"].to_json()["value"] is None
+    assert r.metrics["negative_score_cohens_d"].verdict is None
+    assert any("Cohen's d" in w for w in _info(tmp_path, "link_prediction")["warnings"])
+    t = reps["temporal_link_prediction"].result
+    assert "Performance decays" not in tchapter.temporal_narrative(t)  # a zero-width interval says nothing
+    text = _texts(reps)
+    assert " nan" not in text and "undefined" in text and "Traceback" not in capsys.readouterr().out
+
+
+def test_more_dimensions_than_points(tmp_path):
+    rng = np.random.default_rng(2)
+    src, dst = rng.integers(0, 10, 30), rng.integers(0, 10, 30)
+    path = _manifest(tmp_path, rng.standard_normal((10, 50)), {"src": [f"n{i}" for i in src],
+                                                                "dst": [f"n{i}" for i in dst], "timestamp": src + dst})
+    reps = _run_chapters(tmp_path, path)
+    assert set(reps["link_prediction"].result.metrics) <= set(lp.METRICS)
+    assert reps["temporal_link_prediction"].result is not None and " nan" not in _texts(reps)
+
+
+def test_two_edges_one_train_one_test(tmp_path):
+    path = _manifest(tmp_path, np.random.default_rng(3).standard_normal((20, 4)),
+                     {"src": ["n0", "n1"], "dst": ["n1", "n2"], "timestamp": [1, 2]})
+    reps = _run_chapters(tmp_path, path)
+    r, t = reps["link_prediction"].result, reps["temporal_link_prediction"].result
+    assert len(r.data.train) == len(r.data.test) == 1
+    assert len(t.data.test) == 1 and "mrr_change_over_horizon" not in t.metrics
+    assert " nan" not in _texts(reps)
+
+
+def test_too_little_input_is_skipped_with_a_reason(tmp_path):
+    X = np.random.default_rng(4).standard_normal((20, 4))
+    reps = _run_chapters(tmp_path, _manifest(tmp_path, X, {"src": ["n0", "n3"], "dst": ["n1", "n3"],
+                                                           "timestamp": [1, 2]}))  # one edge left: n3-n3 is a loop
+    assert reps["link_prediction"].startswith("needs at least 2 edges") and "1 after dropping" in reps["link_prediction"]
+    assert "two or more distinct times" in reps["temporal_link_prediction"]
+    two = tmp_path / "two"
+    two.mkdir()
+    reps = _run_chapters(two, _manifest(two, X[:2], {"src": ["n0"], "dst": ["n1"]}))
+    assert all(v.startswith("needs at least 3 entities") for v in reps.values())
+
+
+def test_one_timestamp_falls_back_to_a_random_split(tmp_path):
+    rng = np.random.default_rng(5)
+    src, dst = rng.integers(0, 50, 100), rng.integers(0, 50, 100)
+    path = _manifest(tmp_path, rng.standard_normal((50, 4)), {"src": [f"n{i}" for i in src],
+                                                               "dst": [f"n{i}" for i in dst],
+                                                               "timestamp": ["2024-01-01"] * 100})
+    reps = _run_chapters(tmp_path, path)
+    lrep = reps["link_prediction"]
+    assert lrep.result.data.split.startswith("seeded random split") and "cannot be split by time" in lrep.notes[0]
+    assert _info(tmp_path, "link_prediction")["adapted"] == lrep.notes
+    assert "distinct times" in reps["temporal_link_prediction"]
+
+
+def test_relation_with_too_few_destinations_draws_from_all_ids(tmp_path):
+    rng = np.random.default_rng(6)
+    src, dst = rng.integers(0, 60, 300), rng.integers(2, 60, 300)
+    rel = np.where(np.arange(300) % 10 == 0, "rare", "common")
+    dst = np.where(rel == "rare", 1, dst)  # one destination only
+    e = g.EdgeList(src[src != dst], dst[src != dst], relation=rel[src != dst].astype(object), file="e.csv")
+    d = g.build_link_data(e, 60, split="random", n_negatives=20, pool="destinations")
+    assert d.notes["destination_pool_too_small"] == ["rare"] and "all ids for rare" in d.negatives
+    rare = d.test_rel == d.relations.index("rare")
+    assert (d.candidates[~rare, 1:] >= 2).all() and (d.candidates[rare, 1:] < 2).any()
+
+
+def test_old_module_names_keep_link_data_from_set(tmp_path):
+    from embeval_report import graph as old_graph
+    from embeval_report.io import load_source
+    rng = np.random.default_rng(7)
+    src, dst = rng.integers(0, 30, 80), rng.integers(0, 30, 80)
+    es = load_source(_manifest(tmp_path, rng.standard_normal((30, 4)), {"src": [f"n{i}" for i in src],
+                                                                        "dst": [f"n{i}" for i in dst]}))
+    data, edges = old_graph.link_data_from_set(es, n_negatives=7, seed=1)
+    assert isinstance(data, g.LinkData) and data.n_negatives == 7 and len(data.train) + len(data.test) == len(edges)
+    assert data.split.startswith("seeded random split")
+
+
+def test_degenerate_input_through_the_cli(tmp_path):
+    from embeval_report.cli import main
+    path = _manifest(tmp_path, np.random.default_rng(8).standard_normal((2, 4)), {"src": ["n0"], "dst": ["n1"]})
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--formats", "html",
+                 "--chapters", "link_prediction,temporal_link_prediction"]) == 0
+    doc = json.loads((out / "metrics.json").read_text())["chapters"]
+    assert doc["link_prediction"]["status"] == doc["temporal_link_prediction"]["status"] == "skipped"
+    assert "needs at least 3 entities" in doc["link_prediction"]["reason"]
+
+
+def test_link_data_from_side_data_with_a_negatives_file(tmp_path):
+    from embeval_report.io import load_source
+    from embeval_report.io.side_data import load_side_data
+    X = np.random.default_rng(9).standard_normal((12, 3))
+    path = _manifest(tmp_path, X, {"src": [f"n{i}" for i in range(11)], "dst": [f"n{i + 1}" for i in range(11)]},
+                     "negatives: neg.csv\n")
+    (tmp_path / "neg.csv").write_text("src,dst,negative\nn0,n1,n5\nn0,n1,n6\nn2,n3,n7\n")
+    es = load_source(path)
+    data = g.link_data(load_side_data(es), es.n)
+    assert data.split == "the test edges named in the negatives file" and data.strategy is None
+    np.testing.assert_array_equal(data.candidates, [[1, 5, 6], [3, 7, -1]])
+    assert len(data.train) == 9 and data.notes["test_edges_also_in_edges"] == 2
+    assert data.negatives == "1–2 fixed negatives per test edge from the negatives file"
+    from embeval_report.errors import UndefinedMetricWarning
+    with pytest.warns(UndefinedMetricWarning, match="hits at 10 is undefined: every test edge has at most 10"):
+        r = lp.evaluate_link_prediction(X, data, probe=False, heuristics=True)
+    assert np.isnan(r.values["adjusted_hits_at_10"]) and r.metrics["adjusted_hits_at_10"].to_json()["value"] is None
+    assert r.protocol["n_test"] == 2 and r.n_candidates.tolist() == [3, 2]

@@ -13,8 +13,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 os.environ.setdefault("IPYTHONDIR", tempfile.mkdtemp(prefix="ipython-"))
 
-from embeval_report.display import Link, callout, show_figure, show_markdown, show_table  # noqa: E402
-from embeval_report.render import quarto_available, render_report  # noqa: E402
+from embeval_report.report.display import Link, callout, show_figure, show_markdown, show_table  # noqa: E402
+from embeval_report.report.render import quarto_available, render_report  # noqa: E402
 
 ANSI_ERROR = "ValueError: planted \x1b[31mfailure\x1b[0m <x>"
 
@@ -272,7 +272,7 @@ def test_set_intersection_survives_into_the_pdf(tmp_path):
     import nbformat
     from pypdf import PdfReader
 
-    from embeval_report.render import render_report
+    from embeval_report.report.render import render_report
 
     nb = nbformat.v4.new_notebook(metadata={"embeval": {"name": "m", "title": "Math", "status": "ok"}})
     nb.cells = [nbformat.v4.new_markdown_cell("# Math\n\nOverlap $|N_i \\cap N_j| / k$ and $A \\cup B$.")]

@@ -1,6 +1,13 @@
 """Semantic benchmarks against gensim (KeyedVectors.evaluate_word_pairs / evaluate_word_analogies /
-most_similar_cosmul) on gensim's shipped benchmark files, hand-computed analogies, and file errors."""
+most_similar_cosmul) on gensim's shipped benchmark files, hand-computed analogies, file errors, and
+degenerate inputs (all OOV, one pair, constant scores, identical rows, a 3 x 2 set).
+
+The public API is used through the old module name ``embeval_report.semantic`` (it resolves to
+``metrics.semantic``, ``chapters.semantic``, ``io.words`` and ``stats``)."""
+import json
 import math
+import re
+import warnings
 
 import nbformat
 import numpy as np
@@ -11,8 +18,11 @@ from gensim.models.word2vec import LineSentence
 from gensim.test.utils import datapath
 from statsmodels.stats.proportion import proportion_confint
 
+from embeval_report import kernels
 from embeval_report import semantic as sem
-from embeval_report.errors import InputError
+from embeval_report.chapters import semantic as chapter
+from embeval_report.errors import InputError, UndefinedMetricWarning
+from embeval_report.metrics import semantic as msem
 from embeval_report.resources import notebooks_dir
 
 WORDSIM, SIMLEX, QUESTIONS = datapath("wordsim353.tsv"), datapath("simlex999.txt"), datapath("questions-words.txt")
@@ -162,7 +172,7 @@ def test_3cosadd_equals_brute_force_and_is_chunk_invariant(planted_kv, monkeypat
     add, mul = sem.solve_analogies(X, abc, device="cpu")
     np.testing.assert_array_equal(add, S.argmax(1))
     np.testing.assert_array_equal(mul, M.argmax(1))
-    monkeypatch.setattr(sem, "CHUNK_BYTES", 10_000)  # a few questions per chunk
+    monkeypatch.setattr(kernels, "CHUNK_BYTES", 10_000)  # a few questions per chunk
     add2, mul2 = sem.solve_analogies(X, abc, device="cpu")
     np.testing.assert_array_equal(add, add2)
     np.testing.assert_array_equal(mul, mul2)
@@ -267,7 +277,7 @@ def test_non_utf8_file(tmp_path):
 def test_result_metrics_narrative_and_figures(lee_kv):
     r = sem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=WORDSIM, analogies=QUESTIONS,
                               n_boot=100, device="cpu")
-    assert set(r.metrics) == set(sem.METRICS)
+    assert set(r.metrics) == set(sem.SPECS) == set(sem.METRICS)
     assert all(m.verdict is None and m.reference for m in r.metrics.values())
     text = sem.narrative(r)
     assert "Spearman ρ" in text and "3CosAdd" in text
@@ -310,3 +320,143 @@ def test_wilson_interval_matches_statsmodels_with_exact_ends():
         assert sem.wilson_ci(k, n) == pytest.approx(ref, abs=1e-12)
     assert sem.wilson_ci(0, 25)[0] == 0.0 and sem.wilson_ci(25, 25)[1] == 1.0
     assert sem.wilson_ci(0, 0) == (None, None)
+
+
+# --------------------------------------------------------------------------- degenerate inputs
+
+NO_NAN = re.compile(r"\bnan\b|Traceback|Error")
+
+
+def run_measure(X, ids, tmp_path, pairs=None, questions=None, **kw):
+    """measure_semantics on files written from text, with the UndefinedMetricWarnings it emitted."""
+    files = {}
+    if pairs is not None:
+        (tmp_path / "p.tsv").write_text(pairs)
+        files["word_pairs"] = tmp_path / "p.tsv"
+    if questions is not None:
+        (tmp_path / "q.txt").write_text(questions)
+        files["analogies"] = tmp_path / "q.txt"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = sem.measure_semantics(np.asarray(X, float), ids, device="cpu", n_boot=200, **files, **kw)
+    return r, [str(w.message) for w in caught if issubclass(w.category, UndefinedMetricWarning)]
+
+
+def check_chapter_pieces(r):
+    """Narrative, tables and figures of a degenerate result: no 'nan', no exception."""
+    import matplotlib.pyplot as plt
+
+    text = chapter.narrative(r) + (chapter.coverage_warning(r) or "")
+    assert not NO_NAN.search(text), text
+    if r.pairs is not None:
+        chapter.pair_disagreements(r)
+        chapter.similarity_scatter(r)
+    if r.analogies is not None:
+        assert not NO_NAN.search(chapter.section_summary(r).to_string())
+        chapter.analogy_failures(r)
+        chapter.section_accuracy_figure(r)
+    plt.close("all")
+    for m in r.metrics.values():  # the record keeps null, never NaN, and says why
+        rec = m.to_record()
+        assert rec["value"] is None or math.isfinite(rec["value"])
+        if rec["value"] is None:
+            assert rec["note"]
+
+
+def test_all_oov_gives_null_metrics_with_reasons(tmp_path):
+    X = np.random.default_rng(0).standard_normal((30, 4))
+    ids = [f"e{i}" for i in range(30)]
+    r, warned = run_measure(X, ids, tmp_path, pairs="x\ty\t3\nz\tw\t5\ne0\tq\t1\n", questions=": s\na b c d\ne0 e1 e2 zz\n")
+    assert math.isnan(r.values["word_pairs_spearman"]) and math.isnan(r.values["analogy_accuracy"])
+    assert r.values["word_pairs_oov"] == 3 and r.values["word_pairs_oov_ratio"] == 1.0
+    assert r.values["analogy_oov"] == 2 and r.values["analogy_oov_ratio"] == 1.0
+    for name in ("word_pairs_spearman", "word_pairs_pearson", "analogy_accuracy", "analogy_accuracy_3cosmul"):
+        m = r.metrics[name]
+        assert m.value is None and m.ci_low is None and m.note
+    assert r.metrics["word_pairs_spearman"].note == "p.tsv has 0 pairs with both words in the vocabulary; " \
+                                                    "a correlation needs at least 3"
+    assert "none of the 2 questions in q.txt has all four words" in r.metrics["analogy_accuracy"].note
+    assert len(warned) == 2 and warned[0].startswith("word-pair correlation undefined: p.tsv has 0 pairs")
+    assert r.analogies.sections["accuracy_3cosadd"].isna().all()
+    check_chapter_pieces(r)
+
+
+@pytest.mark.parametrize("pairs,reason", [
+    ("e0\te1\t3\nz\tw\t5\n", "p.tsv has 1 pair with both words in the vocabulary; a correlation needs at least 3"),
+    ("".join(f"e{i}\te{i + 1}\t4\n" for i in range(10)), "the human scores of the 10 pairs with both words in the "
+                                                          "vocabulary in p.tsv are all equal (4)"),
+])
+def test_single_pair_and_constant_scores_are_undefined(tmp_path, pairs, reason):
+    X = np.random.default_rng(1).standard_normal((30, 4))
+    r, warned = run_measure(X, [f"e{i}" for i in range(30)], tmp_path, pairs=pairs)
+    assert math.isnan(r.values["word_pairs_spearman"]) and math.isnan(r.values["word_pairs_pearson"])
+    assert r.metrics["word_pairs_pearson"].value is None and r.metrics["word_pairs_pearson"].note.startswith(reason)
+    assert warned == [f"word-pair correlation undefined: {r.pairs.undefined}"]
+    assert r.pairs.undefined.startswith(reason)
+    check_chapter_pieces(r)
+
+
+def test_identical_rows_have_no_correlation_but_analogies_run(tmp_path):
+    X = np.tile(np.arange(1, 9.0), (200, 1))
+    ids = [f"e{i}" for i in range(200)]
+    r, warned = run_measure(X, ids, tmp_path, pairs="".join(f"e{i}\te{i + 1}\t{i % 7}\n" for i in range(50)),
+                            questions=": s\n" + "".join(f"e{i} e{i + 1} e{i + 2} e{i + 3}\n" for i in range(20)))
+    assert r.values["word_pairs_spearman"] != r.values["word_pairs_spearman"]  # NaN
+    assert "cosine similarity is the same (1)" in r.pairs.undefined and len(warned) == 1
+    # every candidate ties: the lowest row that is not a, b or c wins (e3 for the first question only)
+    assert r.analogies.correct_3cosadd == r.analogies.correct_3cosmul == 1 and r.values["analogy_accuracy"] == 0.05
+    check_chapter_pieces(r)
+
+
+def test_three_by_two_set_matches_gensim_and_has_no_candidate(tmp_path):
+    """With three ids, excluding a, b and c leaves no candidate: no prediction, counted wrong (as gensim)."""
+    X = np.random.default_rng(2).standard_normal((3, 2))
+    ids = ["e0", "e1", "e2"]
+    questions = ": s\ne0 e1 e2 e0\ne1 e2 e0 e1\n"
+    r, warned = run_measure(X, ids, tmp_path, pairs="e0\te1\t3\ne1\te2\t5\ne0\te2\t1\n", questions=questions)
+    kv = KeyedVectors(2)
+    kv.add_vectors(ids, X.astype(np.float32))
+    score, _ = kv.evaluate_word_analogies(str(tmp_path / "q.txt"))
+    assert r.values["analogy_accuracy"] == score == 0.0 and r.analogies.n_evaluated == 2
+    assert r.analogies.questions["predicted_3cosadd"].isna().all()
+    add, mul = sem.solve_analogies(X, [[0, 1, 2]], device="cpu")
+    assert add.tolist() == mul.tolist() == [-1]
+    # three pairs: the correlation is defined; too few distinct resamples for a bootstrap interval, said so
+    assert math.isfinite(r.values["word_pairs_spearman"])
+    assert r.metrics["word_pairs_spearman"].ci_low is None and "bootstrap" in r.metrics["word_pairs_spearman"].note
+    assert any("interval undefined" in w for w in warned)
+    check_chapter_pieces(r)
+    assert "no candidate is left" in chapter.narrative(r)
+
+
+def test_metrics_module_has_no_presentation():
+    import inspect
+
+    src = inspect.getsource(msem)
+    assert "matplotlib" not in src and "..report" not in src and "..chapters" not in src
+
+
+def test_chapter_through_the_cli_on_degenerate_sets(tmp_path):
+    """The chapter runs (ok) on an all-OOV set and on identical rows; null metrics, notes in the report."""
+    from embeval_report.cli import main
+
+    for name, X, pairs, questions in (
+            ("oov", np.random.default_rng(0).standard_normal((30, 4)), "x\ty\t3\n", ": s\na b c d\n"),
+            ("identical", np.tile(np.arange(1, 9.0), (200, 1)), "".join(f"e{i}\te{i + 1}\t{i % 7}\n" for i in range(9)),
+             "e0 e1 e2 e3\n")):
+        folder = tmp_path / name
+        folder.mkdir()
+        np.save(folder / "v.npy", X.astype(np.float32))
+        (folder / "ids.txt").write_text("\n".join(f"e{i}" for i in range(len(X))) + "\n")
+        (folder / "p.tsv").write_text(pairs)
+        (folder / "q.txt").write_text(questions)
+        (folder / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nword_pairs: p.tsv\nanalogies: q.txt\n")
+        out = tmp_path / f"out-{name}"
+        assert main(["run", str(folder / "m.yaml"), "--out", str(out), "--chapters", "semantic",
+                     "--formats", "html"]) == 0
+        doc = json.loads((out / "metrics.json").read_text())["chapters"]["semantic"]
+        assert doc["status"] == "ok" and doc["metrics"]["word_pairs_spearman"]["value"] is None
+        info = json.loads((out / "results" / "semantic.json").read_text())["info"]
+        assert any(w.startswith("word-pair correlation undefined") for w in info["warnings"])
+        html = re.sub(r"<[^>]+>", " ", (out / "report.html").read_text())
+        assert "Undefined for this input" in html and not re.search(r"\bnan\b|Traceback", html)

@@ -167,7 +167,7 @@ def test_verdict_bands_follow_seed_000_section_217_2_2():
 # ---------------------------------------------------------------------------------------------
 
 def test_word2vec_runs_frequent_words_are_more_stable(tmp_path):
-    gensim = pytest.importorskip("gensim")
+    pytest.importorskip("gensim")
     from gensim.models import Word2Vec
     from gensim.test.utils import datapath
     from gensim.utils import simple_preprocess
@@ -496,3 +496,188 @@ def test_chapters_run_end_to_end(tmp_path):
     assert {"tranche_knn_overlap_last", "tranche_movement_last"} <= set(ch["training_stability"]["metrics"])
     html = (out / "report.html").read_text()
     assert "Stability across training runs" in html and "Cohort movement" in html
+
+
+# ---------------------------------------------------------------------------------------------
+# Intervals that never vanish: the jackknife when per-block moments do not fit
+# ---------------------------------------------------------------------------------------------
+
+def test_block_bootstrap_up_to_d_647_then_jackknife():
+    """The rule of the old block count (two (2d x 2d) moment sets per block in 512 MiB, at least 20 blocks):
+    the demo's d keeps its 64-block bootstrap, d > 647 gets a jackknife instead of no interval."""
+    from embeval_report.metrics.stability import _plan
+    assert (_plan(5000, [64, 64], 200).method, _plan(5000, [64], 200).units) == ("bootstrap", 64)
+    assert _plan(5000, [647], 200).method == "bootstrap"
+    plan = _plan(5000, [648, 100], 200)
+    assert plan.method == "jackknife" and plan.units == 20
+    assert _plan(10, [4], 200).method == "jackknife"  # fewer than 20 entities: delete-one jackknife
+    assert _plan(10, [4], 0).method == "none"
+
+
+def test_jackknife_replicates_are_the_statistics_without_each_group(monkeypatch):
+    from embeval_report import stats
+    from embeval_report.kernels.moments import _assignment
+    monkeypatch.setattr(stats, "RESAMPLING_BYTES", 1000)  # no room for per-block moments
+    A, B = noisy_runs(n=120, d=5, sigma=0.5, R=2, seed=3)
+    r = st.measure_run_stability([A, B], k=5, n_boot=200, seed=2)
+    r0 = st.measure_run_stability([A, B], k=5, n_boot=0, seed=2)
+    assert r.plan.method == "jackknife" and r.n_blocks == 20 and "jackknife" in r.ci_method
+    assert r.values == r0.values  # same point estimates
+    for name, m in r.metrics.items():
+        assert m.has_ci and m.ci_low <= m.value <= m.ci_high, name
+    # replicate g: the statistic on the rows outside group g (centring held at the full-sample mean)
+    group = _assignment(120, 20, 2)
+    plan = r.plan
+    _, reps = st.pair_replicates(A, B, plan, plan.replicates(lambda w: w), seed=2)
+    Ac, Bc = A - A.mean(0), B - B.mean(0)
+    for g in (0, 7, 19):
+        keep = group != g
+        GA, GB = Ac[keep] @ Ac[keep].T, Bc[keep] @ Bc[keep].T
+        mask = ~np.eye(keep.sum(), dtype=bool)
+        assert reps[g, 1] == pytest.approx(np.corrcoef(GA[mask], GB[mask])[0, 1], rel=1e-9)
+        assert reps[g, 0] == pytest.approx(procrustes_align(Ac[keep], Bc[keep], center=False).disparity, rel=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# Degenerate but valid inputs
+# ---------------------------------------------------------------------------------------------
+
+def test_identical_rows_give_undefined_metrics_with_a_warning():
+    from embeval_report.errors import UndefinedMetricWarning
+    X = np.tile(np.arange(1, 9, dtype=float), (200, 1))
+    with pytest.warns(UndefinedMetricWarning, match="undefined"):
+        r = st.measure_run_stability([X, X.copy(), X.copy()], n_boot=50)
+    for name in ("procrustes_aligned_cosine", "procrustes_disparity", "pairwise_similarity_correlation"):
+        m = r.metrics[name]
+        assert np.isnan(m.value) and m.to_json()["value"] is None and m.verdict is None and m.note
+    assert r.values["knn_overlap"] == 1.0
+    text = st.narrative(r)
+    assert "nan" not in text and "undefined" in text and "No verdict" in text
+
+
+def test_a_run_identical_to_the_main_set():
+    X = np.random.default_rng(4).standard_normal((150, 6))
+    r = st.measure_run_stability([X, X.copy()], n_boot=50)
+    assert r.values["knn_overlap"] == 1.0 and r.values["pairwise_similarity_correlation"] == pytest.approx(1.0)
+    assert r.values["procrustes_disparity"] == pytest.approx(0.0, abs=1e-12)
+    assert r.metrics["procrustes_disparity"].ci_low >= 0.0  # clipped to the metric's range
+    assert r.metrics["pairwise_similarity_correlation"].verdict == "healthy"
+    from embeval_report.errors import UndefinedMetricWarning
+    with pytest.warns(UndefinedMetricWarning, match="cannot differ"):
+        s = st.subset_stability(r, [st.category_grouping(np.array(["a", "b"] * 75), column="kind")])
+    assert len(s.table) == 2 and not len(s.tests)  # every overlap is 1: nothing to test
+
+
+@pytest.mark.parametrize("n, d", [(3, 2), (10, 50)])
+def test_tiny_sets_and_d_above_n(n, d):
+    rng = np.random.default_rng(n)
+    X = rng.standard_normal((n, d))
+    k = st.usable_k(10, n)
+    assert k == n - 2
+    r = st.measure_run_stability([X, X + 0.1 * rng.standard_normal((n, d))], k=k)
+    assert r.plan.method == "jackknife" and r.k == k and r.chance == pytest.approx(k / (n - 1))
+    assert 0 <= r.values["knn_overlap"] <= 1 and np.isfinite(r.values["pairwise_similarity_correlation"])
+    for m in r.metrics.values():
+        assert m.has_ci or m.note  # an interval, or the reason there is none
+
+
+def test_too_few_shared_entities(tmp_path):
+    X = np.random.default_rng(0).standard_normal((40, 4)).astype(np.float32)
+    ids = [f"e{i}" for i in range(40)]
+    np.save(tmp_path / "v.npy", X)
+    (tmp_path / "ids.txt").write_text("\n".join(ids))
+    write_table(tmp_path / "r.parquet", ids[:5], X[:5])
+    (tmp_path / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nruns: [r.parquet]\n")
+    es = load_source(tmp_path / "m.yaml")
+    with pytest.raises(InputError, match="k = 10 needs at least 12 shared entities, found 5"):
+        st.load_runs(es)  # the public reader keeps its k check
+    from embeval_report.io.side_data import load_side_data
+    from embeval_report.chapters import stability as chapter
+    side = load_side_data(es)
+    inputs = st.match_runs(es, side.runs)
+    assert len(inputs.index) == 5 and st.usable_k(10, 5) == 3
+    assert chapter.precheck(es, side, None) is None
+    write_table(tmp_path / "r.parquet", ids[:2], X[:2])
+    reason = chapter.precheck(es, load_side_data(es), None)
+    assert "only 2 entities" in reason and "at least 3" in reason
+
+
+def test_vocabulary_outside_the_compared_entities_is_left_out_with_a_note(tmp_path):
+    n = 60
+    ids = [f"w{i}" for i in range(n)]
+    (tmp_path / "v.txt").write_text("w50\nw51\n")
+    (tmp_path / "u.txt").write_text("w1\nw2\nw3\n")
+    es = make_set(np.random.default_rng(0).standard_normal((n, 4)), ids,
+                  vocabularies=[{"name": "late", "ids": str(tmp_path / "v.txt")},
+                                {"name": "early", "ids": str(tmp_path / "u.txt")}])
+    g = st.vocabulary_grouping(es, np.arange(40))  # w50, w51 are missing from some run
+    assert list(g.subsets) == ["early"] and any("“late”" in note and "left out" in note for note in g.notes)
+    from embeval_report.io.runs import read_vocabularies
+    g2 = st.vocabulary_grouping(es, np.arange(40), read_vocabularies(es, es.fields["vocabularies"]))
+    assert list(g2.subsets) == ["early"]  # the validated side data gives the same grouping
+    only_late = st.vocabulary_grouping(es, np.arange(40), read_vocabularies(es, es.fields["vocabularies"][:1]))
+    assert only_late.subsets == {} and only_late.notes
+
+
+def test_tranches_that_share_no_entities_and_identical_checkpoints(tmp_path):
+    from embeval_report.chapters import training_stability as chapter
+    from embeval_report.errors import UndefinedMetricWarning
+    from embeval_report.io.side_data import load_side_data
+    from embeval_report.metrics.training_stability import adapted_k, largest_comparison
+    X = np.random.default_rng(0).standard_normal((100, 8)).astype(np.float32)
+    ids = [f"e{i}" for i in range(100)]
+    np.save(tmp_path / "v.npy", X)
+    (tmp_path / "ids.txt").write_text("\n".join(ids))
+    write_table(tmp_path / "a.parquet", ids[:50], X[:50])
+    write_table(tmp_path / "b.parquet", ids[50:], X[50:])
+    same = np.tile(np.arange(1, 9, dtype=np.float32), (100, 1))
+    write_table(tmp_path / "c.parquet", ids, same)
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "ids": "ids.txt", "tranches": [
+        {"name": "t1", "vectors": "a.parquet"}, {"name": "t2", "vectors": "b.parquet"}]}))
+    es = load_source(tmp_path / "m.yaml")
+    side = load_side_data(es)
+    assert largest_comparison(side.tranches, es.n) == 0 and adapted_k(side.tranches, es.n, 10) == 0
+    assert "no two checkpoints share 3 entities" in chapter.precheck(es, side, None)
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "ids": "ids.txt", "tranches": [
+        {"name": "t1", "vectors": "c.parquet"}, {"name": "t2", "vectors": "c.parquet"}]}))
+    es = load_source(tmp_path / "m.yaml")
+    with pytest.warns(UndefinedMetricWarning, match="no spread"):
+        r = st.measure_training_stability(es, k=5, n_boot=0)
+    assert np.isnan(r.values["tranche_movement_last"]) and r.metrics["tranche_movement_last"].note
+    assert r.values["tranche_knn_overlap_last"] == 1.0
+    assert "nan" not in st.training_narrative(r)
+
+
+def test_degenerate_chapters_through_the_cli(tmp_path):
+    """A 3 x 2 set with a run and two checkpoints runs both chapters with k lowered to 1; two shared
+    entities skip both chapters with the reason."""
+    import re
+    from embeval_report.cli import main
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3, 2))
+    ids = ["a", "b", "c"]
+    np.save(tmp_path / "v.npy", X.astype(np.float32))
+    np.save(tmp_path / "r.npy", (X + 0.1 * rng.standard_normal((3, 2))).astype(np.float32))
+    (tmp_path / "ids.txt").write_text("\n".join(ids))
+    write_table(tmp_path / "t1.parquet", ids, X + 0.3 * rng.standard_normal((3, 2)))
+    write_table(tmp_path / "two.parquet", ids[:2], X[:2])
+    manifest = {"vectors": "v.npy", "ids": "ids.txt", "runs": ["r.npy"],
+                "tranches": [{"name": "t1", "vectors": "t1.parquet"}, {"name": "t2", "vectors": "v.npy"}]}
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(manifest))
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "m.yaml"), "--out", str(out), "--chapters", "stability,training_stability",
+                 "--formats", "html"]) == 0
+    ch = json.loads((out / "metrics.json").read_text())["chapters"]
+    assert ch["stability"]["status"] == "ok" and ch["training_stability"]["status"] == "ok"
+    info = json.loads((out / "results" / "stability.json").read_text())["info"]
+    assert (info["k"], info["k_requested"], info["resampling"]) == (1, 10, "jackknife")
+    html = re.sub(r"<[^>]+>", " ", (out / "report.html").read_text())
+    assert "Smaller k" in html and not re.search(r"Traceback|Error:|\bnan\b", html)
+    manifest.update(runs=["two.parquet"], tranches=[{"name": "t1", "vectors": "two.parquet"},
+                                                     {"name": "t2", "vectors": "two.parquet"}])
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(manifest))
+    assert main(["run", str(tmp_path / "m.yaml"), "--out", str(out), "--chapters", "stability,training_stability",
+                 "--formats", "html"]) == 0
+    ch = json.loads((out / "metrics.json").read_text())["chapters"]
+    assert ch["stability"]["status"] == "skipped" and "only 2 entities" in ch["stability"]["reason"]
+    assert ch["training_stability"]["status"] == "skipped"

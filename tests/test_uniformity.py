@@ -1,20 +1,26 @@
 """Uniformity and alignment against independent references: dense numpy, quadrature, Monte Carlo, by hand."""
 import math
+import re
+import warnings
 
 import matplotlib
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
 from scipy import integrate, special
 
 from embeval_report import kernels
-from embeval_report.errors import InputError
+from embeval_report.chapters import uniformity as chapter_uni
+from embeval_report.errors import InputError, UndefinedMetricWarning
 from embeval_report.io import load_source
-from embeval_report.uniformity import (PositivePairs, alignment, alignment_uniformity_plane, distance_distribution,
-                                       enable_alignment_text, label_pairs, measure_uniformity, narrative,
-                                       positive_pairs_for, random_pair_sq_distance, read_positive_pairs,
-                                       sphere_sq_distance_density, sphere_uniformity, uniformity, uniformity_score)
+from embeval_report.chapters.uniformity import (alignment_uniformity_plane, distance_distribution, enable_alignment_text,
+                                                narrative)
+from embeval_report.io.pairs import PositivePairs, read_positive_pairs
+from embeval_report.metrics.uniformity import (alignment, label_pairs, measure_uniformity, positive_pairs_for,
+                                               random_pair_sq_distance, sphere_sq_distance_density, sphere_uniformity,
+                                               uniformity, uniformity_score)
 
 matplotlib.use("Agg")
 
@@ -324,3 +330,85 @@ def test_uniformity_verdict_withheld_where_the_box_value_is_unreachable():
     r = measure_uniformity(X, None, abtt=False, device="cpu")
     assert r.metrics["uniformity"].verdict is None
     assert "cannot be reached" in narrative(r)
+
+
+# ------------------------------------------------------------------ degenerate input, side data, old import path
+
+def test_old_module_path_still_exposes_the_public_api():
+    import embeval_report.uniformity as old
+
+    for name in ("uniformity", "alignment", "uniformity_score", "sphere_uniformity", "measure_uniformity", "label_pairs",
+                 "read_positive_pairs", "PositivePairs", "positive_pairs_for", "narrative", "alignment_uniformity_plane"):
+        assert callable(getattr(old, name)), name
+
+
+def test_positive_pairs_come_from_the_validated_side_data_then_labels():
+    from embeval_report.io.side_data import SideData
+
+    class Set:  # the part of an EmbeddingSet positive_pairs_for reads
+        def __init__(self, labels):
+            self.metadata = {"label": pd.Series(labels, dtype=object)}
+
+        def has(self, what):
+            return what == "metadata.label" and self.metadata["label"] is not None
+
+    given = PositivePairs(np.array([0]), np.array([1]), "file", "1 pair from p.csv", 1, False)
+    assert positive_pairs_for(Set(["a", "a", "b"]), SideData({"positive_pairs": given})) is given
+    assert positive_pairs_for(Set(["a", "a", "b"]), SideData()).source == "labels"
+    one_class = positive_pairs_for(Set(["a"] * 6), SideData())
+    assert len(one_class) == 15 and "1 label with" in one_class.description
+    assert positive_pairs_for(Set(["a", "b", "c"]), SideData()) is None  # all labels distinct: no pairs
+    assert positive_pairs_for(Set(None), SideData()) is None
+
+
+def test_two_vectors_give_values_without_intervals():
+    X = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    r = measure_uniformity(X, PositivePairs(np.array([0]), np.array([1]), "file", "1 pair", 1, False), device="cpu")
+    assert r.values["uniformity"] == pytest.approx(-4.0)
+    assert r.metrics["uniformity"].ci_low is None and r.metrics["alignment"].ci_low is None
+    assert r.metrics["uniformity"].to_json()["value"] == pytest.approx(-4.0)
+    assert "no interval" in chapter_uni.metrics_caption(r) and narrative(r)
+    for fig in (alignment_uniformity_plane(r), distance_distribution(r)):
+        matplotlib.pyplot.close(fig)
+
+
+@pytest.mark.parametrize("labels", [None, ["a"] * 100 + ["b"] * 100])
+def test_identical_rows_are_a_collapsed_set_not_an_error(labels):
+    X = np.tile(np.arange(1, 9, dtype=np.float32), (200, 1))
+    pairs = None if labels is None else label_pairs(np.array(labels, dtype=object))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UndefinedMetricWarning)  # nothing here is undefined
+        r = measure_uniformity(X, pairs, device="cpu")
+    assert r.values["uniformity"] == pytest.approx(0.0, abs=1e-9)
+    assert r.abtt is None and r.info["all_but_the_top"] is None  # nothing left after removing the mean
+    text = narrative(r)
+    assert "not compared" in text and not re.search(r"\bnan\b", text)
+    if labels is not None:
+        assert r.values["alignment"] == pytest.approx(0.0, abs=1e-9)
+        assert "not comparable with random pairs" in text
+    for fig in (alignment_uniformity_plane(r), distance_distribution(r)):
+        matplotlib.pyplot.close(fig)
+
+
+def test_small_and_wide_sets_run_and_precheck_needs_two_vectors():
+    rng = np.random.default_rng(13)
+    for X in (rng.standard_normal((3, 2)), rng.standard_normal((10, 50))):
+        r = measure_uniformity(X, None, device="cpu")
+        assert math.isfinite(r.values["uniformity"]) and not re.search(r"\bnan\b", narrative(r))
+    small = measure_uniformity(rng.standard_normal((10, 50)), None, device="cpu")
+    if small.values["uniformity_gap"] < 0:
+        assert "below it" in narrative(small)
+
+    class Tiny:
+        n = 1
+    assert "at least 2" in chapter_uni.precheck(Tiny(), None, None)
+
+
+def test_threshold_text_comes_from_the_bands(monkeypatch):
+    from embeval_report.metrics.thresholds import Bands
+
+    X = uniform_sphere(300, 16, 14)
+    r = measure_uniformity(X, PositivePairs(np.arange(0, 300, 2), np.arange(1, 300, 2), "file", "p", 150, False),
+                           abtt=False, device="cpu")
+    monkeypatch.setattr(chapter_uni, "ALIGNMENT_BOX", Bands("lower", 0.37, math.inf, "box", "typical good < 0.37"))
+    assert "alignment < 0.37" in narrative(r) and "alignment < 0.37" in chapter_uni.plane_caption(r)

@@ -1,0 +1,373 @@
+"""The Node classification chapter: is the label linearly decodable? The probe against chance, the
+label budget, the per-class scores and confusions, and the probe within each kind of entity
+(computed in :mod:`embeval_report.metrics.classification`).
+
+Also the pieces the clustering chapter shares: :func:`precheck`, :func:`exclusion_text`,
+:func:`share_heatmap` and :func:`plain`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from ..errors import ChapterSkipped, InputError
+from ..io import kind_column
+from ..metrics import classification as nc
+from ..metrics.labels import LabelSet, label_problem, prepare_labels
+from ..report.display import definitions_markdown, escape, show_figure, show_markdown, show_table
+from ..report.format import interval
+from ..report.plotting import PALETTE, WIDTH
+from .setup import ChapterContext
+
+LABEL_COLUMN = "label"
+
+
+@dataclass(frozen=True)
+class NodeClassificationReport:
+    """Everything the chapter shows."""
+
+    result: nc.ClassificationResult
+    kind_column: str | None
+    by_group: pd.DataFrame | None  # the probe within each value of ``kind_column``
+
+
+def precheck(es, side, settings) -> str | None:
+    """Why the label column cannot be evaluated (fewer than 2 classes with 5 members, no label), or ``None``."""
+    meta = es.metadata
+    if meta is None or LABEL_COLUMN not in meta:
+        return None  # the registry reports the missing input
+    return label_problem(meta[LABEL_COLUMN], column=LABEL_COLUMN)
+
+
+def chapter_labels(ctx: ChapterContext) -> LabelSet:
+    """The label set both label chapters evaluate; :class:`ChapterSkipped` with the reason when unusable."""
+    labels = ctx.es.metadata[LABEL_COLUMN]
+    try:
+        return prepare_labels(labels, n=ctx.es.n, column=LABEL_COLUMN)
+    except InputError as e:
+        raise ChapterSkipped(label_problem(labels, column=LABEL_COLUMN) or str(e)) from None
+
+
+def compute(ctx: ChapterContext) -> NodeClassificationReport:
+    """Run the probe (and the probe within each kind of entity) and record every number."""
+    es, meta = ctx.es, ctx.es.metadata
+    labels = chapter_labels(ctx)
+    budget = nc.MAX_PROBE_ENTITIES if ctx.sample_size is None else min(nc.MAX_PROBE_ENTITIES, ctx.sample_size)
+    try:
+        result = nc.evaluate_node_classification(es.vectors, labels, max_entities=budget, level=ctx.level,
+                                                 seed=ctx.seed, column=LABEL_COLUMN)
+    except InputError as e:  # e.g. a sample_size too small to keep 2 classes
+        raise ChapterSkipped(str(e).split(": ", 1)[-1]) from None
+    col = kind_column(meta)
+    by_kind = (nc.node_classification_by_group(es.vectors, meta[LABEL_COLUMN], meta[col], column=col,
+                                               max_entities=budget, level=ctx.level, seed=ctx.seed,
+                                               label_column=LABEL_COLUMN) if col else None)
+    ctx.rec.add(*result.metrics.values())
+    ctx.rec.note(**classification_record(result, by_kind, col))
+    return NodeClassificationReport(result, col, by_kind)
+
+
+def classification_record(r: nc.ClassificationResult, by_group: pd.DataFrame | None = None, column: str | None = None
+                          ) -> dict:
+    """JSON-serialisable context for ``Recorder.note``: baselines, per-class scores, learning curve."""
+    v = r.values
+    baselines = {m: {k: v[f"{m}_{k}"] for k in nc.SPECS} for m in ("majority", "stratified")}
+    baselines["expected_stratified_accuracy"] = v["chance_accuracy_expected"]
+    out = dict(r.info, classes=list(r.labels.classes), baselines=baselines,
+               fold_scores=r.folds.to_dict(orient="records"), per_class=r.per_class.to_dict(orient="records"),
+               learning_curve=r.learning_summary.to_dict(orient="records"))
+    if by_group is not None:
+        out["by_group"] = {"column": column, "rows": by_group.to_dict(orient="records")}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------------
+
+def summary_table(r: nc.ClassificationResult) -> pd.DataFrame:
+    """Probe and chance baselines side by side: mean ± sd over folds and the t-interval."""
+    rows = []
+    for model, text in nc.MODEL_NAMES.items():
+        row = {"model": text}
+        for name, col in (("accuracy", "accuracy"), ("micro_f1", "micro-F1"), ("macro_f1", "macro-F1")):
+            key = name if model == "probe" else f"{model}_{name}"
+            row[col] = f"{r.values[key]:.3f} ± {r.values[key + '_std']:.3f}"
+            if name != "micro_f1":
+                row[f"{col} {r.level:.0%} CI"] = interval(r.values[key + "_ci_low"], r.values[key + "_ci_high"],
+                                                          ".3f", sep=" – ")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def learning_display_table(r: nc.ClassificationResult) -> pd.DataFrame:
+    """The learning curve as the report shows it (percentages)."""
+    t = r.learning_summary
+    return pd.DataFrame({"training fraction %": 100 * t["train_fraction"], "training entities": t["n_train"],
+                         "repeats": t["repeats"], "accuracy %": 100 * t["accuracy_mean"],
+                         "accuracy sd": 100 * t["accuracy_std"], "macro-F1 %": 100 * t["macro_f1_mean"],
+                         "macro-F1 sd": 100 * t["macro_f1_std"], "majority baseline %": 100 * t["majority_accuracy"]})
+
+
+def by_group_table(by_group: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
+    """The per-kind table as shown: the accuracy interval as one column."""
+    t = by_group.copy()
+    if "accuracy ci_low" in t:
+        at = list(t.columns).index("accuracy ci_low")
+        t.insert(at, f"accuracy {level:.0%} CI", [interval(lo, hi, ".3f", sep=" – ") for lo, hi in
+                                                  zip(t["accuracy ci_low"], t["accuracy ci_high"])])
+        t = t.drop(columns=["accuracy ci_low", "accuracy ci_high"])
+    return t
+
+
+# ---------------------------------------------------------------------------------------------
+# Narrative
+# ---------------------------------------------------------------------------------------------
+
+def exclusion_text(ls: LabelSet) -> str:
+    """Markdown sentence on the entities a label set excludes ("" when none was excluded)."""
+    parts = []
+    if ls.n_missing:
+        parts.append(f"{ls.n_missing:,} of {ls.n_total:,} entities have no `{escape(ls.column)}` and are "
+                     "excluded")
+    if ls.dropped:
+        n_drop = sum(ls.dropped.values())
+        names = ", ".join(f"{escape(k)} ({v})" for k, v in list(ls.dropped.items())[:8])
+        more = f" and {len(ls.dropped) - 8} more" if len(ls.dropped) > 8 else ""
+        parts.append(f"{len(ls.dropped)} class{'es' if len(ls.dropped) > 1 else ''} with fewer than "
+                     f"{ls.min_class_size} members ({names}{more}; {n_drop:,} entities) "
+                     f"{'are' if len(ls.dropped) > 1 else 'is'} dropped, since a stratified "
+                     f"{ls.min_class_size}-fold split cannot place one in every test fold")
+    if ls.sampled_from:
+        parts.append(f"the evaluation uses a stratified random sample of {ls.n:,} of the "
+                     f"{ls.sampled_from:,} labelled entities")
+    if not parts:
+        return ""
+    text = "; ".join(parts)
+    return text[0].upper() + text[1:] + "."
+
+
+def decodability(r: nc.ClassificationResult) -> str:
+    """A word for how well the probe reads the label, from its lift over the majority class."""
+    v = r.values
+    maj, acc = v["majority_accuracy"], v["accuracy"]
+    gain = (acc - maj) / max(1 - maj, 1e-12)
+    if not v["accuracy_ci_low"] > maj:
+        return "not detectably"
+    return "almost perfectly" if gain >= 0.9 else "strongly" if gain >= 0.7 else "clearly" if gain >= 0.4 \
+        else "partly" if gain >= 0.15 else "weakly"
+
+
+def _class_paragraph(r: nc.ClassificationResult) -> str | None:
+    pc = r.per_class
+    if len(pc) < 2:
+        return None
+    best, worst = pc.iloc[0], pc.iloc[-1]
+    text = (f"**By class.** The best-recognised class is {escape(best['class'])} (F1 {best['F1']:.2f}) and the "
+            f"hardest {escape(worst['class'])} (F1 {worst['F1']:.2f}, recall {worst['recall']:.2f})")
+    if worst["share of the class %"] > 0:
+        text += (f", whose entities are most often predicted as {escape(worst['most often predicted instead'])} "
+                 f"({worst['share of the class %']:.0f} % of them)")
+    pairs = nc.confused_pairs(r, top=3, min_share=0.05)
+    if len(pairs):
+        text += (". The most frequent confusions: " + "; ".join(
+            f"{escape(p['true class'])} → {escape(p['predicted as'])} {p['share of the true class %']:.0f} %"
+            for _, p in pairs.iterrows())
+            + ". Confused classes sit close together in the space; if the distinction matters downstream, the "
+              "vectors do not carry it well.")
+    else:
+        text += ". No class loses more than 5 % of its entities to any single other class."
+    return text
+
+
+def _budget_paragraph(r: nc.ClassificationResult, reading: str) -> str | None:
+    ls_sum = r.learning_summary
+    if len(ls_sum) < 2:
+        return None
+    first, last = ls_sum.iloc[0], ls_sum.iloc[-1]
+    if reading == "not detectably":
+        return (f"**Label budget.** With no detectable signal, more labels do not help: the probe's accuracy is "
+                f"{first['accuracy_mean']:.3f} when trained on {first['train_fraction']:.0%} of "
+                f"the entities and {last['accuracy_mean']:.3f} on {last['train_fraction']:.0%}.")
+    ratio = first["accuracy_mean"] / max(last["accuracy_mean"], 1e-12)
+    return (f"**Label budget.** Trained on {first['train_fraction']:.0%} of the entities "
+            f"({int(first['n_train']):,}), the probe reaches accuracy {first['accuracy_mean']:.3f} "
+            f"(sd {first['accuracy_std']:.3f} over {int(first['repeats'])} splits); on {last['train_fraction']:.0%} "
+            f"({int(last['n_train']):,}) it reaches {last['accuracy_mean']:.3f}, so {ratio:.0%} of the accuracy is "
+            "available with the smallest budget. "
+            + ("The label is carried by a few strong directions: a small labelled set is enough to read it (the seed: "
+               "embeddings that reach high accuracy with 10 % of the labels encode richer structure than those that "
+               "need 70 %)." if ratio >= 0.95 else
+               "Accuracy still grows with more labels: the label is spread over many weak directions, and a "
+               "downstream model will need a sizeable labelled set."))
+
+
+def classification_narrative(r: nc.ClassificationResult, by_group: pd.DataFrame | None = None,
+                             column: str | None = None) -> str:
+    """Markdown paragraphs that say what this set's probe numbers mean."""
+    v, m, ls = r.values, r.metrics, r.labels
+    col = escape(ls.column)
+    top_class = escape(ls.classes[0])
+    reading = decodability(r)
+    maj, acc = v["majority_accuracy"], v["accuracy"]
+    gain = (acc - maj) / max(1 - maj, 1e-12)
+    parts = [
+        f"**The `{col}` is {reading} linearly decodable from the vectors.** A logistic-regression probe on the "
+        f"standardised vectors predicts the {ls.n_classes} classes of {ls.n:,} entities with accuracy "
+        f"{m['accuracy'].text('.3f')} in {r.n_folds}-fold stratified cross-validation. Always answering the most "
+        f"frequent class ({top_class}) scores {maj:.3f}, and guessing at the class frequencies "
+        f"{v['stratified_accuracy']:.3f} (expected {v['chance_accuracy_expected']:.3f}); "
+        + (f"the probe is {100 * (acc - maj):.1f} points above the majority class and closes {gain:.0%} of the gap "
+           f"between it and a perfect score. " if reading != "not detectably" else
+           f"the probe does no better than always answering the majority class ({100 * (acc - maj):+.1f} points; the "
+           f"interval includes the baseline). ")
+        + f"Macro-F1, which weighs every class equally, is {m['macro_f1'].text('.3f')}, "
+        f"against {v['majority_macro_f1']:.3f} for the majority class"
+        + (": the smaller classes are predicted clearly worse than the large ones."
+           if acc - v["macro_f1"] > 0.05 and reading != "not detectably" else ".")]
+    parts += [p for p in (_class_paragraph(r), _budget_paragraph(r, reading)) if p]
+    if by_group is not None and "accuracy" in by_group and by_group["accuracy"].notna().sum() >= 2:
+        t = by_group[by_group["accuracy"].notna()]
+        items = [f"{escape(x[column])} {x['accuracy']:.3f} (majority {x['majority baseline']:.3f}, "
+                 f"{int(x['evaluated']):,} entities)" for _, x in t.iterrows()]
+        hi, lo = t.loc[t["accuracy"].idxmax()], t.loc[t["accuracy"].idxmin()]
+        text = f"**By {escape(column)}** (a separate probe within each): " + "; ".join(items) + "."
+        if hi["accuracy"] - lo["accuracy"] > 0.05:
+            text += (f" The label is clearly easier to read from {escape(hi[column])} than from {escape(lo[column])} "
+                     "vectors; the overall number mixes the two.")
+        else:
+            text += " The groups are about equally decodable."
+        parts.append(text)
+    excl = exclusion_text(ls)
+    if excl:
+        parts.append(excl)
+    if r.info.get("not_converged_fits"):
+        parts.append(f"{r.info['not_converged_fits']} probe fits stopped at max_iter = {r.info['max_iter']} before "
+                     "converging; their scores may be slightly low.")
+    return "\n\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------------------------
+
+def plain(s) -> str:
+    """A user string safe for matplotlib text (no mathtext)."""
+    return str(s).replace("$", r"\$")
+
+
+def learning_curve_figure(r: nc.ClassificationResult) -> plt.Figure:
+    """Accuracy and macro-F1 against the training fraction (±1 sd over repeats), with the chance baselines
+    and the cross-validated estimate (the seed's ``fig-classification-curve``)."""
+    t = r.learning_summary
+    v = r.values
+    fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.8))
+    cv_frac = (r.n_folds - 1) / r.n_folds
+    for ax, key, title, marker in ((axes[0], "accuracy", "Accuracy", "o"), (axes[1], "macro_f1", "Macro-F1", "s")):
+        if len(t):
+            ax.errorbar(t["train_fraction"], t[f"{key}_mean"], yerr=t[f"{key}_std"], marker=marker, capsize=4, lw=2,
+                        color=PALETTE["data"], label="probe, held-out rest (±1 sd)")
+        lo, hi = v[f"{key}_ci_low"], v[f"{key}_ci_high"]
+        ax.errorbar([cv_frac], [v[key]], yerr=[[v[key] - lo], [hi - v[key]]], fmt="D", color=PALETTE["accent"],
+                    capsize=4, label=f"{r.n_folds}-fold CV ({100 * r.level:.0f} % CI)")
+        ax.axhline(v[f"majority_{key}"], color=PALETTE["reference"], ls="--", lw=1.2, label="majority class")
+        ax.axhline(v[f"stratified_{key}"], color=PALETTE["muted"], ls=":", lw=1.2, label="stratified random")
+        ax.set(xlabel="Training fraction", ylabel=title, title=f"{title} vs label budget", ylim=(0, 1.05),
+               xlim=(0, 1))
+        ax.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def share_heatmap(ax, counts: np.ndarray, rows, cols, *, annotate: bool, cmap: str = "Blues"):
+    """Counts drawn as row shares (each row sums to 1), labelled with ``rows`` and ``cols``; returns the image."""
+    share = counts / np.maximum(counts.sum(1, keepdims=True), 1)
+    im = ax.imshow(share, cmap=cmap, vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(cols)), [plain(c) for c in cols], rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), [plain(c) for c in rows], fontsize=8)
+    ax.grid(False)
+    if annotate:
+        for i in range(share.shape[0]):
+            for j in range(share.shape[1]):
+                if counts[i, j]:
+                    ax.text(j, i, f"{share[i, j]:.0%}", ha="center", va="center", fontsize=7,
+                            color="white" if share[i, j] > 0.55 else "#222")
+    return im
+
+
+def confusion_figure(r: nc.ClassificationResult) -> plt.Figure:
+    """Row-normalised confusion matrix of the out-of-fold predictions (recall on the diagonal)."""
+    C = r.labels.n_classes
+    size = min(WIDTH * 0.75, 2.2 + 0.42 * C)
+    fig, ax = plt.subplots(figsize=(size + 1.2, size))
+    im = share_heatmap(ax, r.confusion, r.labels.classes, r.labels.classes, annotate=C <= nc.MAX_CONFUSION_CLASSES)
+    ax.set(xlabel="Predicted class", ylabel="True class", title="Share of each true class predicted as …")
+    fig.colorbar(im, ax=ax, shrink=0.8, label="share of the true class")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# What the notebook shows
+# ---------------------------------------------------------------------------------------------
+
+def show_summary(rep: NodeClassificationReport) -> None:
+    show_markdown(classification_narrative(rep.result, rep.by_group, rep.kind_column))
+
+
+def show_metrics(rep: NodeClassificationReport) -> None:
+    r = rep.result
+    show_table(summary_table(r),
+               caption=f"Probe and chance baselines over the same {r.n_folds} stratified folds ({r.n:,} entities, "
+                       f"{r.labels.n_classes} classes): mean ± sd over the folds and a {100 * r.level:.0f} % Student-t "
+                       "interval over the folds. No seed threshold table applies, so no verdict.",
+               label="tbl-nc-summary")
+    show_markdown("**Definitions** (over the entities of a test fold; $P_c$, $R_c$: precision and recall of class $c$, "
+                  "$C$ classes). Micro-F1 pools the counts of all classes and equals accuracy when each entity has one "
+                  "label; macro-F1 averages the per-class F1, so small classes weigh as much as large ones.\n\n"
+                  + definitions_markdown(r.metrics))
+
+
+def show_learning_curve(rep: NodeClassificationReport) -> None:
+    r = rep.result
+    repeats = r.info["repeats"]
+    show_figure(learning_curve_figure(r),
+                caption=f"Accuracy and macro-F1 of the probe against the share of entities it is trained on (mean ± 1 "
+                        f"sd over {repeats} stratified splits, scored on the rest); diamond: the {r.n_folds}-fold "
+                        f"cross-validated estimate with its {100 * r.level:.0f} % interval; dashed and dotted: the chance "
+                        "baselines.", label="fig-nc-learning-curve")
+    if not len(r.learning):
+        show_markdown("No training fraction leaves every class in both the training part and the rest, so the "
+                      "learning curve is empty.")
+        return
+    show_table(learning_display_table(r),
+               caption="Learning curve: probe scores on the held-out rest after training on each fraction (mean and sd "
+                       "over the splits, in %).", label="tbl-nc-learning-curve")
+
+
+def show_per_class(rep: NodeClassificationReport) -> None:
+    r = rep.result
+    show_table(r.per_class, caption="Per-class scores from the out-of-fold predictions, best F1 first; the last two "
+                                    "columns name the class its entities are most often predicted as, and how often.",
+               label="tbl-nc-per-class")
+    if r.labels.n_classes <= nc.MAX_CONFUSION_CLASSES:
+        show_figure(confusion_figure(r),
+                    caption="Confusion matrix of the out-of-fold predictions, each row as shares of its true class (the "
+                            "diagonal is the recall).", label="fig-nc-confusion")
+    else:
+        show_markdown(f"With {r.labels.n_classes} classes the confusion matrix is too large to read; the table below "
+                      "lists the largest confusions.")
+    show_table(nc.confused_pairs(r, top=10),
+               caption="The largest confusions: true classes whose entities the probe most often assigns to one other "
+                       "class (at least 2 % of the true class).", label="tbl-nc-confusions")
+
+
+def show_by_kind(rep: NodeClassificationReport) -> None:
+    if rep.by_group is None:
+        show_markdown("The metadata has no `kind`, `type` or `group` column with 2–4 values, so no breakdown is shown.")
+        return
+    r = rep.result
+    show_table(by_group_table(rep.by_group, r.level),
+               caption=f"The probe within each value of “{rep.kind_column}” (own {r.n_folds}-fold CV; lift: accuracy "
+                       "minus the majority-class accuracy, in points).", label="tbl-nc-by-kind")

@@ -1,0 +1,101 @@
+"""The one setup call every chapter notebook makes: :func:`open_chapter`.
+
+Every notebook has the same parameters cell (papermill injects the run's values below it)::
+
+    source = ""            # manifest or vectors file (read when the notebook is re-run by hand)
+    prepared = None        # the runner's validated cache of the input
+    results_dir = "../results"
+    settings = {}          # ChapterSettings: seed, device, sample_size, level, options
+
+and then ``ctx = open_chapter("<name>", source, prepared, results_dir, settings)``, which returns
+the loaded set, its side data, the settings and the recorder.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UndefinedMetricWarning
+from ..io import EmbeddingSet, load_prepared, load_source
+from ..io.side_data import SideData, load_side_data
+from ..report.recorder import Recorder
+from ..settings import ChapterSettings
+
+#: the parameters cell of every chapter notebook, letter for letter (a test checks it)
+PARAMETERS_CELL = """\
+# Parameters: papermill injects the run's values below this cell (see embeval_report.chapters.setup)
+source = ""          # manifest or vectors file, read when the notebook is re-run by hand
+prepared = None      # the runner's validated cache of the input
+results_dir = "../results"
+settings = {}        # seed, device, sample_size, level and options, e.g. {"seed": 1, "options": {"k": 20}}"""
+
+
+@dataclass
+class ChapterContext:
+    """The embedding set, side data, settings and recorder of one chapter execution."""
+
+    chapter: str
+    es: EmbeddingSet
+    side: SideData
+    settings: ChapterSettings
+    rec: Recorder
+
+    #: settings read directly from the context: ``ctx.seed``, ``ctx.device``, ``ctx.sample_size``, ``ctx.level``
+    SHORTCUTS = ("seed", "device", "sample_size", "level")
+
+    def __getattr__(self, name: str):
+        if name in ChapterContext.SHORTCUTS:
+            return getattr(self.settings, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def option(self, name: str):
+        """A chapter option's value (see :data:`embeval_report.settings.OPTIONS`)."""
+        return self.settings.option(name)
+
+
+def open_chapter(chapter: str, source: str = "", prepared: str | None = None, results_dir: str | None = "../results",
+                 settings: dict | ChapterSettings | None = None) -> ChapterContext:
+    """Load the set (the runner's prepared cache when it exists, else ``source``), resolve the settings,
+    apply the report's figure style, and start recording.
+
+    In JupyterLab, re-running a report's notebook reads the original ``source`` again (validating
+    it and its side data) and writes its records next to the report (``../results``).
+    """
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    if prepared and Path(prepared).exists():
+        es, side = load_prepared(prepared), SideData.open(Path(prepared) / "side")
+    else:
+        es = load_source(source)
+        side = load_side_data(es)
+    s = settings if isinstance(settings, ChapterSettings) else ChapterSettings.resolve(settings or {})
+    from ..report.plotting import use_style
+
+    use_style()
+    rec = Recorder(chapter, results_dir)
+    rec.note(n=es.n, d=es.d, seed=s.seed, device=s.device, sample_size=s.sample_size,
+             **({"options": s.options} if s.options else {}))
+    _show_undefined_warnings(rec)
+    return ChapterContext(chapter, es, side, s, rec)
+
+
+def _show_undefined_warnings(rec: Recorder) -> None:
+    """Show each :class:`UndefinedMetricWarning` once as a note in the chapter, and record it."""
+    previous = warnings.showwarning
+    seen: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, UndefinedMetricWarning):
+            return previous(message, category, filename, lineno, file, line)
+        text = str(message)
+        if text in seen:
+            return None
+        seen.add(text)
+        rec.append("warnings", text)
+        from ..report.display import callout, escape
+
+        callout("note", escape(text), title="Undefined for this input")
+        return None
+
+    warnings.showwarning = show
+    warnings.simplefilter("always", UndefinedMetricWarning)

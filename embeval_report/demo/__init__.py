@@ -1,0 +1,61 @@
+"""The built-in demo: a streaming platform's user and item embeddings with planted problems.
+
+:mod:`.world` generates the set (and the editorial judgements and analogies of the semantic
+chapter); :mod:`.stability`, :mod:`.drift` and :mod:`.graph` write the side data of those chapters;
+:func:`write_demo` writes everything with its manifest.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from .drift import demo_side_data as drift_side_data
+from .graph import demo_side_data as graph_side_data
+from .stability import demo_side_data as stability_side_data
+from .world import (
+    GENRES,
+    RELATED_GENRES,
+    StreamingWorld,
+    editorial_judgements,
+    genre_analogies,
+    streaming_embeddings,
+    streaming_world,
+    unit_vectors,
+)
+
+__all__ = ["GENRES", "RELATED_GENRES", "StreamingWorld", "editorial_judgements", "genre_analogies",
+           "streaming_embeddings", "streaming_world", "unit_vectors", "write_demo"]
+
+
+def write_demo(folder, *, seed: int = 0) -> Path:
+    """Write the demo set (vectors.npy, ids.txt, metadata.csv, word_pairs.tsv, analogies.txt, the side
+    data of :data:`SIDE_DATA`, manifest.yaml); return the manifest."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vectors, meta = streaming_embeddings(seed=seed)
+    np.save(folder / "vectors.npy", vectors)
+    (folder / "ids.txt").write_text("\n".join(meta["id"]) + "\n")
+    meta.to_csv(folder / "metadata.csv", index=False)
+    pairs = editorial_judgements(meta, seed=seed)
+    (folder / "word_pairs.tsv").write_text(
+        "# StreamCo editorial similarity of item pairs (synthetic demo data), 0 = unrelated, 10 = interchangeable\n"
+        "# item 1\titem 2\teditors' score\n"
+        + "".join(f"{a}\t{b}\t{s:.2f}\n" for a, b, s in pairs.itertuples(index=False)))
+    (folder / "analogies.txt").write_text("".join(
+        f": {name}\n" + "".join(" ".join(q) + "\n" for q in qs) for name, qs in genre_analogies(vectors, meta, seed=seed)))
+    manifest = {
+        "name": "StreamCo users and items (demo)",
+        "vectors": "vectors.npy",
+        "ids": "ids.txt",
+        "metadata": "metadata.csv",
+        "word_pairs": "word_pairs.tsv",
+        "analogies": "analogies.txt",
+    }
+    for write_side_data in (stability_side_data, drift_side_data, graph_side_data):  # runs, snapshots, edges, ...
+        manifest.update(write_side_data(folder, seed=seed))
+    path = folder / "manifest.yaml"
+    path.write_text("# embeval-report demo: a streaming platform's user and item embeddings\n"
+                    + yaml.safe_dump(manifest, sort_keys=False))
+    return path

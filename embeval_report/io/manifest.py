@@ -1,0 +1,188 @@
+"""The manifest: its schema (every field, its kind and meaning) and its validation."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from .files import describe, existing_file, one_line, read_text, resolve_path
+
+# --------------------------------------------------------------------------- schema
+
+FIELD_KINDS = ("str", "path", "path_or_column", "path_list", "mapping_list", "timestamp")
+
+
+@dataclass(frozen=True)
+class ManifestField:
+    """One manifest field (or one key of a ``mapping_list`` item).
+
+    Attributes
+    ----------
+    kind : str
+        One of ``FIELD_KINDS``: "str", "path" (an existing file, resolved to an absolute
+        path), "path_or_column" (see the module docstring), "path_list" (non-empty list of
+        paths), "mapping_list" (non-empty list of mappings with the given ``keys``),
+        "timestamp" (a date, number or string; dates become ISO strings).
+    description : str
+        One line shown in error messages and documentation.
+    required : bool
+        Whether the field must be given.
+    keys : Mapping[str, ManifestField]
+        The schema of each item of a "mapping_list".
+    """
+
+    kind: str
+    description: str
+    required: bool = False
+    keys: Mapping[str, ManifestField] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in FIELD_KINDS:
+            raise ValueError(f"unknown manifest field kind {self.kind!r}; expected one of {FIELD_KINDS}")
+
+
+_SNAPSHOT_KEYS = {
+    "name": ManifestField("str", "name of the snapshot", required=True),
+    "vectors": ManifestField("path", "vectors file of the snapshot", required=True),
+    "timestamp": ManifestField("timestamp", "when the snapshot was taken (date, number or text)"),
+}
+
+_TRANCHE_KEYS = {
+    "name": ManifestField("str", "label of the checkpoint (e.g. 'epoch 3' or 'tranche 2')", required=True),
+    "vectors": ManifestField("path", "vectors file of the checkpoint", required=True),
+    "order": ManifestField("timestamp", "position along training (number or date; default: list order)"),
+    "run": ManifestField("str", "which training run the checkpoint belongs to (default: one run)"),
+}
+
+_VOCABULARY_KEYS = {
+    "name": ManifestField("str", "name of the id subset (e.g. 'frequent words')", required=True),
+    "ids": ManifestField("path", "file with one id per line", required=True),
+}
+
+MANIFEST_FIELDS: dict[str, ManifestField] = {
+    "name": ManifestField("str", "display name of the embedding set (default: the manifest file name)"),
+    "vectors": ManifestField("path", "file with the embedding matrix", required=True),
+    "ids": ManifestField("path_or_column", "file with one id per line, or the name of an id column"),
+    "metadata": ManifestField("path", "table (.csv/.tsv/.parquet) with an 'id' column and free columns"),
+    "runs": ManifestField("path_list", "vectors files of further training runs of the same items"),
+    "snapshots": ManifestField("mapping_list", "vectors of the same items over time", keys=_SNAPSHOT_KEYS),
+    "tranches": ManifestField("mapping_list", "checkpoints along training (seed 003's tranches)", keys=_TRANCHE_KEYS),
+    "vocabularies": ManifestField("mapping_list", "named id subsets for restricted stability",
+                                  keys=_VOCABULARY_KEYS),
+    "positive_pairs": ManifestField("path", "table of id pairs that should be similar"),
+    "word_pairs": ManifestField("path", "table of word pairs with human similarity scores"),
+    "analogies": ManifestField("path", "analogy questions (a : b :: c : d)"),
+    "edges": ManifestField("path", "graph edges between ids"),
+    "test_edges": ManifestField("path", "held-out graph edges for link prediction"),
+    "negatives": ManifestField("path", "negative id pairs (non-edges)"),
+    "score": ManifestField("str", "how link prediction scores an edge from two vectors: dot, cosine or neg_l2"),
+}
+
+CORE_FIELDS = ("name", "vectors", "ids", "metadata")
+MANIFEST_SUFFIXES = (".yaml", ".yml")
+
+
+def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
+    """Parse and validate a manifest without loading the files it names.
+
+    Returns
+    -------
+    dict
+        The given fields in manifest order, checked against ``MANIFEST_FIELDS``; paths
+        are absolute str, ``ids`` is ``{"path": ...}`` or ``{"column": ...}`` and
+        ``name`` defaults to the manifest stem.
+    """
+    path = existing_file(path)
+    spec = _check_mapping(_parse_yaml(path), MANIFEST_FIELDS, path.name, path.parent, "field")
+    spec.setdefault("name", path.stem)
+    return spec
+
+
+def _parse_yaml(path: Path) -> Any:
+    """Parse a YAML file; syntax errors name the line."""
+    import yaml
+
+    text = read_text(path, path.name)
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path.name}, line {mark.line + 1}" if mark is not None else path.name
+        problem = getattr(e, "problem", None) or one_line(e)
+        raise InputError(f"{where}: invalid YAML: {problem}") from None
+
+
+def _check_mapping(raw: Any, schema: Mapping[str, ManifestField], where: str, base: Path, noun: str) -> dict[str, Any]:
+    """Validate a mapping against a schema; empty (null) values count as absent."""
+    if not isinstance(raw, dict):
+        raise InputError(f"{where}: expected a mapping of {noun}s ({', '.join(schema)}), found {describe(raw)}")
+    out = {}
+    for key, value in raw.items():
+        if key not in schema:
+            raise InputError(f"{where}: unknown {noun} {key!r}; known {noun}s: {', '.join(schema)}")
+        if value is not None:
+            spec = schema[key]
+            out[key] = _CHECKERS[spec.kind](value, f"{where}, {noun} {key!r}", base, spec)
+    for key, spec in schema.items():
+        if spec.required and key not in out:
+            raise InputError(f"{where}: missing required {noun} {key!r} ({spec.description})")
+    return out
+
+
+def _require_text(value: Any, where: str, expected: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{where}: expected {expected}, found {describe(value)}")
+    return value
+
+
+def _check_str(value: Any, where: str, base: Path, spec: ManifestField) -> str:
+    return _require_text(value, where, "a non-empty string")
+
+
+def _check_path(value: Any, where: str, base: Path, spec: ManifestField) -> str:
+    _require_text(value, where, "a file path (string)")
+    return str(existing_file(resolve_path(value, base), where))
+
+
+def _check_path_or_column(value: Any, where: str, base: Path, spec: ManifestField) -> dict[str, str]:
+    _require_text(value, where, "a file path or a column name (string)")
+    candidate = resolve_path(value, base)
+    if candidate.exists():
+        return {"path": str(existing_file(candidate, where))}
+    return {"column": value}
+
+
+def _check_path_list(value: Any, where: str, base: Path, spec: ManifestField) -> list[str]:
+    if not isinstance(value, list) or not value:
+        raise InputError(f"{where}: expected a non-empty list of file paths, found {describe(value)}")
+    return [_check_path(item, f"{where}, item {i}", base, spec) for i, item in enumerate(value, 1)]
+
+
+def _check_mapping_list(value: Any, where: str, base: Path, spec: ManifestField) -> list[dict[str, Any]]:
+    if not isinstance(value, list) or not value:
+        raise InputError(
+            f"{where}: expected a non-empty list of mappings with keys {', '.join(spec.keys)}, found {describe(value)}"
+        )
+    return [_check_mapping(item, spec.keys, f"{where}, item {i}", base, "key") for i, item in enumerate(value, 1)]
+
+
+def _check_timestamp(value: Any, where: str, base: Path, spec: ManifestField) -> str | int | float:
+    if isinstance(value, date):  # also datetime
+        return value.isoformat()
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise InputError(f"{where}: expected a timestamp (date, number or string), found {describe(value)}")
+    return value
+
+
+_CHECKERS: dict[str, Callable[[Any, str, Path, ManifestField], Any]] = {
+    "str": _check_str,
+    "path": _check_path,
+    "path_or_column": _check_path_or_column,
+    "path_list": _check_path_list,
+    "mapping_list": _check_mapping_list,
+    "timestamp": _check_timestamp,
+}

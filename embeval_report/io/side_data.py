@@ -1,0 +1,115 @@
+"""Every side-data field of a manifest, loaded and validated in one place before any chapter runs.
+
+:data:`LOADERS` maps each manifest field to the function that reads it; :func:`load_side_data`
+runs them in that order (``negatives`` after ``test_edges``, which it is checked against), so a
+bad file stops the run with exit status 2 and one line naming the file, row and field, before
+any chapter starts. A chapter reads the result through :class:`SideData` (``ctx.side.edges``).
+
+Adding a side-data field: its schema entry in :data:`embeval_report.io.manifest.MANIFEST_FIELDS`,
+one reader, one line here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .embedding_set import EmbeddingSet
+from .graph import EdgeList, field_label, read_edges, read_negatives, read_score
+from .pairs import read_positive_pairs
+from .runs import load_runs, load_tranches, read_vocabularies
+from .snapshots import load_snapshots
+from .words import read_analogies, read_word_pairs
+
+
+@dataclass(frozen=True)
+class Negatives:
+    """Fixed negatives: the test edges they belong to, and ``candidates[i]`` the negative
+    destinations of test edge ``i`` (row indices, padded with -1)."""
+
+    test: EdgeList
+    candidates: np.ndarray
+    file: str
+
+
+def _negatives(es: EmbeddingSet, path: str, side: dict) -> Negatives:
+    test, negs = read_negatives(path, es.ids, side.get("test_edges"), label=field_label(path, "negatives"))
+    return Negatives(test, negs, Path(path).name)
+
+
+#: manifest field -> loader(es, value, loaded so far); run in this order
+LOADERS: dict[str, Callable[[EmbeddingSet, Any, dict], Any]] = {
+    "positive_pairs": lambda es, v, _: read_positive_pairs(v, es.ids),
+    "word_pairs": lambda es, v, _: read_word_pairs(v),
+    "analogies": lambda es, v, _: read_analogies(v),
+    "runs": lambda es, v, _: load_runs(es, v),
+    "tranches": lambda es, v, _: load_tranches(es, v),
+    "vocabularies": lambda es, v, _: read_vocabularies(es, v),
+    "snapshots": lambda es, v, _: load_snapshots(es, v),
+    "edges": lambda es, v, _: read_edges(v, es.ids, label=field_label(v, "edges")),
+    "test_edges": lambda es, v, _: read_edges(v, es.ids, label=field_label(v, "test_edges")),
+    "negatives": _negatives,
+    "score": lambda es, v, _: read_score(v),
+}
+
+
+class SideData:
+    """The loaded side data of a set: ``side.edges``, ``side.runs``, ... (``None`` when absent).
+
+    Backed by a mapping, or by a folder of per-field pickles written by the runner's prepared
+    cache (each read on first use, so a chapter loads only what it needs).
+    """
+
+    def __init__(self, values: dict | None = None, folder: Path | None = None, present=()):
+        self._values = dict(values or {})
+        self._folder = folder
+        self._present = set(present) | set(self._values)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._present
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in LOADERS:
+            raise AttributeError(f"no side-data field {name!r}; known: {', '.join(LOADERS)}")
+        if name not in self._values:
+            self._values[name] = self._read(name) if name in self._present else None
+        return self._values[name]
+
+    def _read(self, name: str):
+        import pickle
+
+        with open(self._folder / f"{name}.pkl", "rb") as f:
+            return pickle.load(f)
+
+    def fields(self) -> list[str]:
+        """The fields present, in loading order."""
+        return [f for f in LOADERS if f in self._present]
+
+    def save(self, folder: Path) -> None:
+        """Write one pickle per present field into ``folder`` (see :meth:`open`)."""
+        import pickle
+
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in self.fields():
+            with open(folder / f"{name}.pkl", "wb") as f:
+                pickle.dump(getattr(self, name), f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    @classmethod
+    def open(cls, folder: Path) -> "SideData":
+        """The side data saved in ``folder``, read lazily field by field."""
+        return cls(folder=folder, present=[p.stem for p in folder.glob("*.pkl")])
+
+
+def load_side_data(es: EmbeddingSet, *, progress: Callable[[str], None] | None = None) -> SideData:
+    """Read and validate every side-data field of ``es`` (raises :class:`~embeval_report.errors.InputError`)."""
+    loaded: dict[str, Any] = {}
+    for name, loader in LOADERS.items():
+        if name in es.fields:
+            if progress:
+                progress(name)
+            loaded[name] = loader(es, es.fields[name], loaded)
+    return SideData(loaded)

@@ -1,0 +1,15 @@
+"""Chunked torch kernels: GPU when present, BLAS on the CPU otherwise.
+
+* :mod:`.device` — device choice, chunk sizes, row iteration and normalisation;
+* :mod:`.moments` — first and second moments of row sets (covariance, cosine Gram);
+* :mod:`.pairs` — random pairs, pair cosines and the exact all-pairs Gaussian potential;
+* :mod:`.neighbours` — exact k nearest neighbours (plain and rescored) and neighbour-set overlap.
+"""
+from .device import CHUNK_BYTES, as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
+from .moments import BlockMoments, block_moments, column_mean
+from .neighbours import knn, neighbour_sets_overlap, rescored_knn
+from .pairs import gaussian_potential_rows, pair_cosines, random_pairs
+
+__all__ = ["CHUNK_BYTES", "as_numpy", "chunk_budget", "chunk_rows", "iter_chunks", "resolve_device", "unit_rows", "BlockMoments",
+           "block_moments", "column_mean", "knn", "neighbour_sets_overlap", "rescored_knn",
+           "gaussian_potential_rows", "pair_cosines", "random_pairs"]

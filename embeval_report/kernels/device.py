@@ -1,0 +1,81 @@
+"""Where and how the kernels run: device choice, chunking, row transforms.
+
+Every pairwise or Gram computation in the package goes through :mod:`embeval_report.kernels`,
+so memory stays bounded (rows are processed in chunks; no n x n matrix is ever built) and the
+same code runs on ``cpu`` and ``cuda``.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from ..progress import progress
+
+#: bytes a single chunk of work may use (about 256 MiB) — the default; the value in force is
+#: ``embeval_report.kernels.CHUNK_BYTES`` (see :func:`chunk_budget`), which users and tests may change
+CHUNK_BYTES = 256 * 2**20
+
+
+def chunk_budget() -> int:
+    """Bytes one chunk of work may use: ``embeval_report.kernels.CHUNK_BYTES`` at call time."""
+    from .. import kernels
+
+    return int(kernels.CHUNK_BYTES)
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """Map ``"auto" | "cpu" | "cuda"`` to a torch device (``auto`` = cuda when available)."""
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' was requested but torch sees no CUDA device; use 'auto' or 'cpu'")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', not {device!r}")
+    return torch.device(device)
+
+
+def as_numpy(X) -> np.ndarray:
+    """Return a 2-D float array view of a numpy array or torch tensor (no copy when possible)."""
+    if isinstance(X, torch.Tensor):
+        X = X.detach().cpu().numpy()
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise ValueError(f"expected a 2-D array of shape (n, d), got shape {X.shape}")
+    return X
+
+
+def chunk_rows(n_rows: int, row_bytes: int, budget: int | None = None) -> int:
+    """Number of rows per chunk so that one chunk uses at most ``budget`` bytes (default :func:`chunk_budget`)."""
+    budget = chunk_budget() if budget is None else budget
+    return int(max(1, min(n_rows, budget // max(row_bytes, 1))))
+
+
+def iter_chunks(X, *, device: torch.device, dtype=torch.float64, rows: int | None = None,
+                desc: str | None = None) -> Iterator[tuple[int, torch.Tensor]]:
+    """Yield ``(start, chunk)`` with ``chunk = X[start:start+rows]`` as a tensor on ``device``."""
+    X = as_numpy(X)
+    n, d = X.shape
+    rows = rows or chunk_rows(n, d * 8 * 4)
+    starts = range(0, n, rows)
+    if desc:
+        starts = progress(starts, desc=desc, total=len(starts))
+    for s in starts:
+        yield s, to_tensor(X[s:s + rows], dtype=dtype, device=device)
+
+
+def to_tensor(a, *, dtype=torch.float32, device="cpu") -> torch.Tensor:
+    """``a`` (numpy, possibly a read-only memory map) as a contiguous tensor; kernels never write into it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
+
+
+def unit_rows(x: torch.Tensor) -> torch.Tensor:
+    """L2-normalise rows (zero rows stay zero)."""
+    return x / x.norm(dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+

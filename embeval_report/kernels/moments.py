@@ -1,0 +1,135 @@
+"""First and second moments of row sets in one chunked float64 pass (optionally per block)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .device import as_numpy, iter_chunks, resolve_device
+
+
+@dataclass(frozen=True)
+class BlockMoments:
+    """First and second moments of a row set, kept per block of rows.
+
+    Rows are assigned to ``n_blocks`` blocks by a seeded random permutation. Block ``b``
+    keeps ``count[b]``, ``s[b] = sum_i x_i`` and ``G[b] = sum_i x_i x_i^T`` (over its rows,
+    after subtracting ``shift`` for numerical stability). Whole-set statistics are the
+    sums over blocks; a bootstrap replicate re-weights blocks with multinomial counts,
+    so resampling costs O(blocks * d^2) instead of a pass over the data.
+    """
+
+    count: np.ndarray  # (B,)
+    s: np.ndarray      # (B, d)
+    G: np.ndarray      # (B, d, d)
+    shift: np.ndarray  # (d,)
+
+    def total(self, weights: np.ndarray | None = None) -> tuple[float, np.ndarray, np.ndarray]:
+        """``(N, sum x, sum x x^T)`` for block weights (all ones by default)."""
+        w = np.ones(len(self.count)) if weights is None else np.asarray(weights, float)
+        return float(w @ self.count), np.tensordot(w, self.s, 1), np.tensordot(w, self.G, 1)
+
+
+def column_mean(X, *, device="auto") -> np.ndarray:
+    """Column mean of ``X`` in one chunked float64 pass."""
+    dev = resolve_device(device)
+    X = as_numpy(X)
+    acc = torch.zeros(X.shape[1], dtype=torch.float64, device=dev)
+    for _, x in iter_chunks(X, device=dev):
+        acc += x.sum(0)
+    return (acc / len(X)).cpu().numpy()
+
+
+def block_moments(X, *, transform=None, shift: np.ndarray | None = None, n_blocks: int = 1,
+                  seed: int = 0, device="auto", desc: str | None = None) -> BlockMoments:
+    """Accumulate :class:`BlockMoments` of ``transform(X) - shift`` in one chunked pass.
+
+    ``transform`` maps a chunk of rows (float64 tensor on the device) to new rows, for example
+    :func:`unit_rows`; ``shift`` is subtracted afterwards (pass the column mean to keep the
+    covariance of a strongly shifted set free of cancellation error). Accumulation is float64
+    and exact: the result does not depend on the chunk size.
+    """
+    dev = resolve_device(device)
+    X = as_numpy(X)
+    n, d = X.shape
+    n_blocks = int(max(1, min(n_blocks, n)))
+    block_of = _assignment(n, n_blocks, seed)
+    shift = np.zeros(d) if shift is None else np.asarray(shift, float)
+    shift_t = torch.as_tensor(shift, device=dev)
+    count = torch.zeros(n_blocks, dtype=torch.float64, device=dev)
+    S = G = None
+    for start, x in iter_chunks(X, device=dev, desc=desc):
+        if transform is not None:
+            x = transform(x)
+        x = x - shift_t
+        if S is None:
+            S = torch.zeros(n_blocks, x.shape[1], dtype=torch.float64, device=dev)
+            G = torch.zeros(n_blocks, x.shape[1], x.shape[1], dtype=torch.float64, device=dev)
+        b = torch.as_tensor(block_of[start:start + len(x)], device=dev)
+        if n_blocks == 1:
+            count[0] += len(x)
+            S[0] += x.sum(0)
+            G[0] += x.T @ x
+            continue
+        count.index_add_(0, b, torch.ones(len(x), dtype=torch.float64, device=dev))
+        S.index_add_(0, b, x)
+        for blk in torch.unique(b).tolist():
+            xb = x[b == blk]
+            G[blk] += xb.T @ xb
+    return BlockMoments(count.cpu().numpy(), S.cpu().numpy(), G.cpu().numpy(), shift)
+
+
+def _assignment(n: int, n_groups: int, seed: int) -> np.ndarray:
+    """Row -> group (block) by a seeded random permutation, sizes differing by at most one."""
+    out = np.empty(n, dtype=np.int64)
+    out[np.random.default_rng(seed).permutation(n)] = np.arange(n) % n_groups
+    return out
+
+
+class GroupedMoments:
+    """Whole-set moments plus, on demand, those of the set without one random group of rows.
+
+    The same interface as :class:`BlockMoments` for a delete-a-group jackknife: ``total()`` is the
+    whole set and ``total(w)`` with ``w`` all ones but a zero at group ``g`` is the set without
+    group ``g``. Only one group's d x d moments are held at a time (one extra pass over the data in
+    all), so intervals stay available when per-block moments would not fit in memory.
+    """
+
+    def __init__(self, X, *, transform=None, shift: np.ndarray | None = None, n_groups: int = 20, seed: int = 0,
+                 device="auto", desc: str | None = None):
+        self.X, self.transform, self.device = as_numpy(X), transform, resolve_device(device)
+        n = len(self.X)
+        self.groups = _assignment(n, int(max(1, min(n_groups, n))), seed)
+        self.count = np.bincount(self.groups).astype(float)
+        self.shift = np.zeros(self.X.shape[1]) if shift is None else np.asarray(shift, float)
+        whole = block_moments(self.X, transform=transform, shift=self.shift, device=self.device, desc=desc)
+        self._total = whole.total()
+        self._cached: tuple[int, tuple] | None = None
+
+    def total(self, weights: np.ndarray | None = None) -> tuple[float, np.ndarray, np.ndarray]:
+        if weights is None:
+            return self._total
+        w = np.asarray(weights, float)
+        out = np.flatnonzero(w == 0)
+        if len(out) != 1 or not np.all(np.delete(w, out) == 1):
+            raise ValueError("GroupedMoments supports leave-one-group-out weights only (all ones, one zero)")
+        g = int(out[0])
+        if self._cached is None or self._cached[0] != g:
+            rows = np.flatnonzero(self.groups == g)
+            self._cached = (g, block_moments(self.X[rows], transform=self.transform, shift=self.shift,
+                                             device=self.device).total())
+        N, s, G = self._total
+        n_g, s_g, G_g = self._cached[1]
+        return N - n_g, s - s_g, G - G_g
+
+
+def resampled_moments(plan, X, *, transform=None, shift: np.ndarray | None = None, seed: int = 0, device="auto",
+                      desc: str | None = None):
+    """The moments a :class:`~embeval_report.stats.ResamplingPlan` needs: per-block for a bootstrap,
+    whole-set plus one group at a time for a jackknife, a single block otherwise."""
+    if plan.method == "jackknife":
+        return GroupedMoments(X, transform=transform, shift=shift, n_groups=plan.units, seed=seed, device=device,
+                              desc=desc)
+    units = plan.units if plan.method == "bootstrap" else 1
+    return block_moments(X, transform=transform, shift=shift, n_blocks=units, seed=seed, device=device, desc=desc)

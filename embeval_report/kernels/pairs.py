@@ -1,0 +1,86 @@
+"""Pair kernels: random pairs, cosines of given pairs, and the exact all-pairs Gaussian potential."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..progress import progress
+from .device import as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
+
+
+def random_pairs(n: int, n_pairs: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n_pairs`` index pairs ``(i, j)`` drawn uniformly from all ordered pairs with ``i != j``."""
+    rng = np.random.default_rng(seed)
+    i = rng.integers(0, n, n_pairs)
+    j = (i + rng.integers(1, n, n_pairs)) % n
+    return i, j
+
+
+def pair_cosines(X, i: np.ndarray, j: np.ndarray, *, transform=None, device="auto") -> np.ndarray:
+    """Cosine similarity of rows ``X[i]`` and ``X[j]`` (after ``transform`` of the rows, if given)."""
+    X = as_numpy(X)
+    dev = resolve_device(device)
+    out = np.empty(len(i))
+    step = chunk_rows(len(i), X.shape[1] * 8 * 4)
+    for s in range(0, len(i), step):
+        a = torch.as_tensor(X[i[s:s + step]], dtype=torch.float64, device=dev)
+        b = torch.as_tensor(X[j[s:s + step]], dtype=torch.float64, device=dev)
+        if transform is not None:
+            a, b = transform(a), transform(b)
+        out[s:s + step] = (unit_rows(a) * unit_rows(b)).sum(1).cpu().numpy()
+    return out
+
+
+def gaussian_potential_rows(X, t: float = 2.0, *, transform=None, device="auto",
+                            desc: str | None = "all-pairs potential") -> np.ndarray:
+    r"""Per-row log Gaussian potential over all other rows, exact, block by block.
+
+    Returns ``L`` with :math:`L_i = \log \sum_{j \ne i} \exp(-t \lVert x_i - x_j \rVert^2)`
+    (float64, shape (n,)), where the rows are ``transform(X)`` (e.g. :func:`unit_rows`) when a
+    transform is given. The all-pairs log sum over ordered pairs is ``logsumexp(L)``.
+
+    The transformed rows are kept on the device once (n x d float64); the pairs are visited in
+    square blocks of the upper triangle (each unordered pair once, credited to both rows), so
+    memory is O(n d + B^2) with B^2 bounded by :func:`~.device.chunk_budget`, never n x n. Each block is
+    exponentiated once after subtracting its maximum; a block where some row or column would
+    underflow (only for large ``t`` or unnormalised rows) is redone with ``torch.logsumexp``.
+    """
+    dev = resolve_device(device)
+    X = as_numpy(X)
+    n = len(X)
+    Z = torch.empty(X.shape, dtype=torch.float64, device=dev)
+    for s, x in iter_chunks(X, device=dev):
+        Z[s:s + len(x)] = transform(x) if transform is not None else x
+    tsq = t * (Z * Z).sum(1)
+    out = torch.full((n,), -torch.inf, dtype=torch.float64, device=dev)
+    B = int(max(1, min(n, np.sqrt(chunk_budget() // (8 * 3)))))
+    starts = range(0, n, B)
+    if desc:
+        starts = progress(starts, desc=desc, total=len(starts))
+
+    def log_potential(a, b):  # -t ||z_a - z_b||^2 for the block (a, b), diagonal excluded
+        L = (Z[a:a + B] @ Z[b:b + B].T).mul_(2.0 * t).sub_(tsq[a:a + B, None]).sub_(tsq[None, b:b + B])
+        L.clamp_max_(0.0)
+        if a == b:
+            L.fill_diagonal_(-torch.inf)
+        return L
+
+    for a in starts:
+        ra = slice(a, min(a + B, n))
+        for b in range(a, n, B):
+            rb = slice(b, min(b + B, n))
+            L = log_potential(a, b)
+            m = L.max()
+            if not torch.isfinite(m):  # a single row: no pair
+                continue
+            E = L.sub_(m).exp_()
+            rows, cols = E.sum(1), E.sum(0)
+            if bool((rows == 0).any()) or (a != b and bool((cols == 0).any())):
+                L = log_potential(a, b)
+                rows, cols = torch.logsumexp(L, 1), torch.logsumexp(L, 0)
+            else:
+                rows, cols = rows.log_().add_(m), cols.log_().add_(m)
+            out[ra] = torch.logaddexp(out[ra], rows)
+            if a != b:
+                out[rb] = torch.logaddexp(out[rb], cols)
+    return out.cpu().numpy()

@@ -1,0 +1,255 @@
+r"""Node classification: is the label linearly decodable from the vectors?
+
+Implements seed 000 §218.3 (``evaluate_node_classification``) with the standard protocol. Labels
+come from a metadata column (``label``); see :func:`~embeval_report.metrics.labels.prepare_labels`
+for what is excluded.
+
+* Probe: ``StandardScaler`` + multinomial ``LogisticRegression`` (L2, C = 1, lbfgs, max_iter =
+  1000), both fitted on the training folds only. Scores from scikit-learn: accuracy
+  :math:`\frac1n\sum_i[\hat y_i = y_i]`, micro-F1 (equal to accuracy for single-label data) and
+  macro-F1 :math:`\frac1C\sum_c 2P_cR_c/(P_c+R_c)` (every class counts equally).
+* Protocol: stratified k-fold cross-validation (k = 5, shuffled with the run's seed). Reported:
+  the mean over folds, the standard deviation (ddof 1) and a Student-t interval
+  :math:`\bar s \pm t_{k-1}\,\mathrm{sd}/\sqrt k` over the folds (:func:`~embeval_report.stats.t_interval`).
+  The folds share training data, so this interval is approximate and tends to be too narrow
+  (Bengio & Grandvalet 2004).
+* Chance: ``DummyClassifier`` ``most_frequent`` (majority class) and ``stratified`` (random guesses
+  at the class frequencies; expected accuracy :math:`\sum_c p_c^2`) on the same folds.
+* Learning curve over the label budget (the seed's training fractions 0.1, 0.3, …, 0.9), with
+  seeded *stratified* shuffle splits, 5 repeats per fraction.
+
+The seed's ``evaluate_node_classification`` uses random (non-stratified) splits, 10 trials per
+fraction, no feature scaling, no baseline, and ``multi_class="multinomial"``, which scikit-learn
+≥ 1.7 rejects (multinomial is the default for lbfgs; seed catalog Part B, Appendix C).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from sklearn.dummy import DummyClassifier
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, precision_recall_fscore_support
+from sklearn.model_selection import StratifiedKFold, StratifiedShuffleSplit
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from ..kernels import as_numpy
+from ..stats import t_interval
+from .labels import (N_FOLDS, LabelSet, OnLabels, as_labelset, per_group, prepare_labels,  # noqa: F401
+                     stratified_subsample, threads)
+from .spec import MetricSpec, specs
+
+TRAIN_FRACTIONS = (0.1, 0.3, 0.5, 0.7, 0.9)
+N_REPEATS = 5
+PROBE_C = 1.0
+PROBE_MAX_ITER = 1000
+#: the probe runs on a stratified sample of at most this many labelled entities
+MAX_PROBE_ENTITIES = 20_000
+#: confusion-matrix figure only up to this many classes
+MAX_CONFUSION_CLASSES = 15
+
+SEED_NC = "seed 000 §218.3"
+
+SPECS = specs(
+    MetricSpec("accuracy", "Probe accuracy", "higher", r"\mathrm{acc} = \tfrac1n \sum_i [\hat y_i = y_i]",
+               f"{SEED_NC}; scikit-learn accuracy_score", range=(0.0, 1.0)),
+    MetricSpec("micro_f1", "Probe micro-F1", "higher",
+               r"F_1^{\mu} = \frac{2\sum_c TP_c}{2\sum_c TP_c + \sum_c FP_c + \sum_c FN_c}"
+               r" \;(= \mathrm{acc}\text{ for one label per entity})",
+               f"{SEED_NC}; scikit-learn f1_score", range=(0.0, 1.0)),
+    MetricSpec("macro_f1", "Probe macro-F1", "higher", r"F_1^{M} = \tfrac1C \sum_c \frac{2 P_c R_c}{P_c + R_c}",
+               f"{SEED_NC}; scikit-learn f1_score", range=(0.0, 1.0)),
+)
+MODEL_NAMES = {"probe": "logistic-regression probe", "majority": "majority class (DummyClassifier most_frequent)",
+               "stratified": "stratified random (DummyClassifier stratified)"}
+
+
+def make_probe(C: float = PROBE_C, max_iter: int = PROBE_MAX_ITER, seed: int = 0):
+    """The probe: standardisation then multinomial L2 logistic regression (lbfgs)."""
+    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=max_iter, random_state=seed))
+
+
+def fold_scores(y_true, y_pred, n_classes: int) -> dict[str, float]:
+    """Accuracy, micro-F1 and macro-F1 over all ``n_classes`` classes (absent predictions score 0)."""
+    labels = np.arange(n_classes)
+    return {"accuracy": float(accuracy_score(y_true, y_pred)),
+            "micro_f1": float(f1_score(y_true, y_pred, labels=labels, average="micro", zero_division=0)),
+            "macro_f1": float(f1_score(y_true, y_pred, labels=labels, average="macro", zero_division=0))}
+
+
+@dataclass(frozen=True)
+class ClassificationResult(OnLabels):
+    """Everything the node-classification chapter shows."""
+
+    labels: LabelSet
+    values: dict                # name -> point value (probe metrics and baselines)
+    metrics: dict               # accuracy, micro_f1, macro_f1 -> Metric
+    folds: pd.DataFrame         # fold, model, n_test, accuracy, micro_f1, macro_f1
+    predictions: np.ndarray     # out-of-fold probe prediction (class code) of each entity
+    confusion: np.ndarray       # C x C counts, rows = true class, out-of-fold
+    per_class: pd.DataFrame     # class, n, precision, recall, F1, most confused with
+    learning: pd.DataFrame      # one row per (train_fraction, repeat)
+    n_folds: int
+    level: float
+    info: dict = field(default_factory=dict)
+
+    @property
+    def learning_summary(self) -> pd.DataFrame:
+        """Mean and sd (ddof 1) over repeats per training fraction: the seed's table plus n_train."""
+        if not len(self.learning):
+            return pd.DataFrame(columns=["train_fraction", "n_train", "repeats", "accuracy_mean", "accuracy_std",
+                                         "macro_f1_mean", "macro_f1_std", "majority_accuracy"])
+        g = self.learning.groupby("train_fraction")
+        return pd.DataFrame({"n_train": g["n_train"].first(), "repeats": g.size(),
+                             "accuracy_mean": g["accuracy"].mean(), "accuracy_std": g["accuracy"].std(),
+                             "macro_f1_mean": g["macro_f1"].mean(), "macro_f1_std": g["macro_f1"].std(),
+                             "majority_accuracy": g["majority_accuracy"].mean()}).reset_index()
+
+
+def evaluate_node_classification(X, labels, *, n_folds: int = N_FOLDS, train_fractions=TRAIN_FRACTIONS,
+                                 n_repeats: int = N_REPEATS, C: float = PROBE_C, max_iter: int = PROBE_MAX_ITER,
+                                 max_entities: int | None = MAX_PROBE_ENTITIES, level: float = 0.95, seed: int = 0,
+                                 column: str = "label") -> ClassificationResult:
+    r"""Linear-probe node classification with stratified k-fold CV, chance baselines and a learning curve.
+
+    Parameters
+    ----------
+    X : array (n, d) or torch tensor
+    labels : one label per row (missing allowed) or a :class:`LabelSet`
+    n_folds : folds of the stratified CV (shuffled with ``seed``); classes smaller than this are dropped
+    train_fractions, n_repeats : learning curve (empty ``train_fractions`` skips it)
+    C, max_iter : the logistic regression's inverse L2 strength and iteration cap
+    max_entities : stratified subsample above this many labelled entities (``None``: all)
+
+    Metrics (all higher is better; no seed threshold, so no verdict): ``accuracy``,
+    ``micro_f1`` and ``macro_f1`` — means over the folds with a Student-t interval over folds.
+    Reference: seed 000 §218.3; scikit-learn ``accuracy_score`` / ``f1_score``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.repeat(["a", "b"], 50)
+    >>> X = rng.standard_normal((100, 4)) + 5 * (y == "a")[:, None]
+    >>> evaluate_node_classification(X, y, train_fractions=()).values["accuracy"]
+    1.0
+    """
+    X = as_numpy(X)
+    if n_folds < 2:
+        raise ValueError("n_folds must be at least 2")
+    ls = stratified_subsample(as_labelset(labels, len(X), n_folds, column), max_entities, seed=seed)
+    Xl = np.asarray(X[ls.rows], dtype=np.float64)
+    y, n_cls = ls.codes, ls.n_classes
+    cv = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
+    rows, oof, not_converged = [], np.empty(ls.n, dtype=np.int64), 0
+    with threads(*Xl.shape), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        for f, (tr, te) in enumerate(cv.split(Xl, y)):
+            models = {"probe": make_probe(C, max_iter, seed), "majority": DummyClassifier(strategy="most_frequent"),
+                      "stratified": DummyClassifier(strategy="stratified", random_state=seed + f)}
+            for name, model in models.items():
+                pred = model.fit(Xl[tr], y[tr]).predict(Xl[te])
+                if name == "probe":
+                    oof[te] = pred
+                rows.append(dict(fold=f + 1, model=name, n_test=len(te), **fold_scores(y[te], pred, n_cls)))
+        learning = _learning_curve(Xl, y, train_fractions, n_repeats, C, max_iter, seed)
+        not_converged = sum(issubclass(w.category, ConvergenceWarning) for w in caught)
+    folds = pd.DataFrame(rows)
+    values = {}
+    ci_method = (f"{level:.0%} Student-t interval over the {n_folds} stratified CV folds (mean ± t·sd/√k; "
+                 "approximate: the folds share training data)")
+    for model in MODEL_NAMES:
+        t = folds[folds.model == model]
+        for name in SPECS:
+            key = name if model == "probe" else f"{model}_{name}"
+            values[key] = float(t[name].mean())
+            values[key + "_std"] = float(t[name].std(ddof=1))
+            values[key + "_ci_low"], values[key + "_ci_high"] = t_interval(t[name], level)
+    p = ls.counts / ls.n
+    values["chance_accuracy_expected"] = float((p ** 2).sum())
+    metrics = {s.name: s.record(values[s.name], (values[s.name + "_ci_low"], values[s.name + "_ci_high"]),
+                                ci_method=ci_method) for s in SPECS.values()}
+    conf = confusion_matrix(y, oof, labels=np.arange(n_cls))
+    return ClassificationResult(
+        labels=ls, values=values, metrics=metrics, folds=folds, predictions=oof, confusion=conf,
+        per_class=_per_class_table(ls, oof, conf), learning=learning, n_folds=n_folds, level=level,
+        info=dict(n_entities=ls.n, n_classes=n_cls, n_folds=n_folds, n_missing=ls.n_missing,
+                  dropped_classes=ls.dropped, sampled_from=ls.sampled_from, C=C, max_iter=max_iter,
+                  probe="StandardScaler + LogisticRegression(lbfgs, L2)", not_converged_fits=int(not_converged),
+                  train_fractions=list(train_fractions), repeats=n_repeats, ci_method=ci_method))
+
+
+def _learning_curve(Xl, y, fractions, n_repeats: int, C: float, max_iter: int, seed: int) -> pd.DataFrame:
+    """Probe scores on the held-out rest after training on a stratified fraction (seeded repeats).
+
+    A fraction whose training or test part cannot hold one entity of every class is skipped.
+    """
+    n_cls = int(y.max()) + 1
+    rows = []
+    for frac in fractions:
+        splitter = StratifiedShuffleSplit(n_splits=n_repeats, train_size=float(frac), random_state=seed)
+        try:
+            splits = list(splitter.split(Xl, y))
+        except ValueError:  # too few entities for this fraction
+            continue
+        for r, (tr, te) in enumerate(splits):
+            pred = make_probe(C, max_iter, seed).fit(Xl[tr], y[tr]).predict(Xl[te])
+            majority = np.bincount(y[tr], minlength=n_cls).argmax()
+            s = fold_scores(y[te], pred, n_cls)
+            rows.append(dict(train_fraction=float(frac), n_train=len(tr), repeat=r + 1, accuracy=s["accuracy"],
+                             macro_f1=s["macro_f1"], majority_accuracy=float((y[te] == majority).mean())))
+    return pd.DataFrame(rows, columns=["train_fraction", "n_train", "repeat", "accuracy", "macro_f1",
+                                       "majority_accuracy"])
+
+
+def _per_class_table(ls: LabelSet, pred, conf) -> pd.DataFrame:
+    """Per class, from the out-of-fold predictions: n, precision, recall, F1, most confused with."""
+    y = ls.codes
+    prec, rec, f1, support = precision_recall_fscore_support(y, pred, labels=np.arange(ls.n_classes),
+                                                             zero_division=0)
+    off = conf.astype(float).copy()
+    np.fill_diagonal(off, -1)
+    rows = []
+    for c, name in enumerate(ls.classes):
+        j = int(off[c].argmax())
+        share = conf[c, j] / max(conf[c].sum(), 1)
+        rows.append({"class": name, "n": int(support[c]), "precision": float(prec[c]), "recall": float(rec[c]),
+                     "F1": float(f1[c]), "most often predicted instead": ls.classes[j] if conf[c, j] else "—",
+                     "share of the class %": 100 * float(share) if conf[c, j] else 0.0})
+    return pd.DataFrame(rows).sort_values(["F1", "n"], ascending=[False, False], ignore_index=True)
+
+
+def confused_pairs(r: ClassificationResult, top: int = 5, min_share: float = 0.02) -> pd.DataFrame:
+    """The largest off-diagonal cells of the confusion matrix, as shares of the true class."""
+    conf = r.confusion
+    share = conf / np.maximum(conf.sum(1, keepdims=True), 1)
+    rows = [{"true class": r.labels.classes[i], "predicted as": r.labels.classes[j], "entities": int(conf[i, j]),
+             "share of the true class %": 100 * float(share[i, j])}
+            for i in range(len(conf)) for j in range(len(conf)) if i != j and share[i, j] >= min_share]
+    df = pd.DataFrame(rows, columns=["true class", "predicted as", "entities", "share of the true class %"])
+    return df.sort_values("share of the true class %", ascending=False, ignore_index=True).head(top)
+
+
+def node_classification_by_group(X, labels, groups, *, column: str = "kind", n_folds: int = N_FOLDS,
+                                  max_entities: int | None = MAX_PROBE_ENTITIES, level: float = 0.95, seed: int = 0,
+                                  label_column: str = "label") -> pd.DataFrame:
+    """The probe within each group of entities (users, items, …): its own CV, no learning curve.
+
+    A group whose labels cannot be evaluated (one class, too few members) gets a row that says so.
+    The accuracy interval is in the columns ``accuracy ci_low`` / ``accuracy ci_high``.
+    """
+    def evaluate(Xg, yg):
+        return evaluate_node_classification(Xg, yg, n_folds=n_folds, train_fractions=(), max_entities=max_entities,
+                                            level=level, seed=seed, column=label_column)
+
+    def summarise(r):
+        v = r.values
+        return {"evaluated": r.n, "classes": r.labels.n_classes, "accuracy": v["accuracy"],
+                "accuracy ci_low": v["accuracy_ci_low"], "accuracy ci_high": v["accuracy_ci_high"],
+                "macro-F1": v["macro_f1"], "majority baseline": v["majority_accuracy"],
+                "lift (points)": 100 * (v["accuracy"] - v["majority_accuracy"])}
+    return per_group(X, labels, groups, column, evaluate, summarise)

@@ -1,0 +1,394 @@
+r"""Clustering alignment: do the natural groups of the space match the labels?
+
+Implements seed 000 §218.4 (``evaluate_clustering``) with the standard protocol. Labels as in
+node classification (:func:`~embeval_report.metrics.labels.prepare_labels`).
+
+* k-means with k = the number of classes on the **L2-normalised** vectors (so it groups by
+  direction, as cosine similarity does), ``n_init = 10``, seeded; ``MiniBatchKMeans`` (batch 4096,
+  also ``n_init = 10``) above :data:`MINIBATCH_THRESHOLD` entities.
+* ``ari``: adjusted Rand index (Hubert & Arabie 1985), 1 for identical partitions and 0 in
+  expectation for a random one (it can be negative). ``nmi``: mutual information normalised by the
+  arithmetic mean of the two entropies (scikit-learn's default; equal to the V-measure), in
+  [0, 1] but *not* corrected for chance. ``ami``: the chance-adjusted version (Vinh, Epps &
+  Bailey 2010).
+* ``silhouette`` (Rousseeuw 1987) :math:`s(i) = (b(i) - a(i))/\max(a(i), b(i))` with the cosine
+  distance :math:`1 - \cos`, of the k-means partition; ``label_silhouette``: the same for the
+  classes themselves. Computed exactly within a seeded sample of at most ``silhouette_sample``
+  entities (the chapter option, default :data:`SILHOUETTE_SAMPLE`; as
+  ``sklearn.metrics.silhouette_score(sample_size=…)``), by chunked matrix products in torch (no
+  n x n matrix). The seed uses the Euclidean distance on the raw vectors. Undefined (fewer than
+  two groups among the sampled entities, e.g. identical vectors) → NaN with an
+  :class:`~embeval_report.errors.UndefinedMetricWarning`.
+* Uncertainty: ARI / NMI / AMI carry the 2.5–97.5 % range over :data:`N_SEED_RUNS` k-means runs
+  with other seeds (algorithmic variability; the entities are fixed); the silhouettes a percentile
+  bootstrap over the sampled entities (their per-entity values held fixed).
+
+The seed sweeps k from (true k − 2) to (true k + 3) and picks the k with the best ARI for its
+t-SNE figure; here the headline uses the true k and the sweep is a side table and figure.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.optimize import linear_sum_assignment
+from sklearn.cluster import KMeans, MiniBatchKMeans
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score, normalized_mutual_info_score
+
+from ..errors import InputError, UndefinedMetricWarning
+from ..kernels import as_numpy, chunk_rows, resolve_device, unit_rows
+from ..stats import bootstrap_ci, percentile_interval
+from .labels import N_FOLDS, LabelSet, OnLabels, as_labelset, per_group, threads
+from .spec import MetricSpec, specs
+
+KMEANS_N_INIT = 10
+N_SEED_RUNS = 20
+#: seed runs above MINIBATCH_THRESHOLD entities (each run is a full pass over the data)
+N_SEED_RUNS_LARGE = 10
+#: MiniBatchKMeans above this many entities
+MINIBATCH_THRESHOLD = 50_000
+MINIBATCH_SIZE = 4096
+#: silhouettes are computed within a seeded sample of at most this many entities (default of the
+#: ``silhouette_sample`` chapter option)
+SILHOUETTE_SAMPLE = 10_000
+#: points drawn in the 2-D projection figure (t-SNE runs on this sample)
+PROJECTION_SAMPLE = {"pca": 5000, "tsne": 2000}
+#: Kaufman & Rousseeuw's (1990) reading of an average silhouette: (lower edge, reading), checked top-down with ">"
+SILHOUETTE_READINGS = ((0.7, "strong structure"), (0.5, "reasonable structure"),
+                       (0.25, "weak structure that could be artificial"), (-math.inf, "no substantial structure"))
+
+SEED_CL = "seed 000 §218.4"
+
+SPECS = specs(
+    MetricSpec("ari", "Adjusted Rand index (ARI)", "higher",
+               r"\mathrm{ARI} = \frac{\sum_{ij}\binom{n_{ij}}{2} - E}{\tfrac12[\sum_i\binom{a_i}{2} + \sum_j\binom{b_j}{2}] - E},"
+               r"\ E = \frac{\sum_i\binom{a_i}{2}\sum_j\binom{b_j}{2}}{\binom n2}",
+               f"Hubert & Arabie 1985; {SEED_CL}; scikit-learn adjusted_rand_score (0 = chance, 1 = identical)",
+               range=(-0.5, 1.0), chance=0.0),
+    MetricSpec("nmi", "Normalized mutual information (NMI)", "higher",
+               r"\mathrm{NMI} = \frac{I(Y;K)}{\tfrac12[H(Y) + H(K)]}",
+               f"{SEED_CL}; scikit-learn normalized_mutual_info_score (arithmetic mean; not chance-corrected)",
+               range=(0.0, 1.0)),
+    MetricSpec("ami", "Adjusted mutual information (AMI)", "higher",
+               r"\mathrm{AMI} = \frac{I(Y;K) - \mathbb{E}[I]}{\tfrac12[H(Y) + H(K)] - \mathbb{E}[I]}",
+               "Vinh, Epps & Bailey 2010; scikit-learn adjusted_mutual_info_score (0 = chance)",
+               range=(-1.0, 1.0), chance=0.0),
+    MetricSpec("silhouette", "Silhouette of the k-means clusters (cosine)", "higher",
+               r"s(i) = \frac{b(i) - a(i)}{\max(a(i), b(i))},\ d = 1 - \cos",
+               f"Rousseeuw 1987; {SEED_CL} (seed: Euclidean); scikit-learn silhouette_score(metric='cosine')",
+               range=(-1.0, 1.0)),
+    MetricSpec("label_silhouette", "Silhouette of the label classes (cosine)", "higher",
+               r"s(i)\text{ with the classes as clusters},\ d = 1 - \cos",
+               "Rousseeuw 1987; scikit-learn silhouette_score(metric='cosine') on the labels", range=(-1.0, 1.0)),
+)
+
+
+def kmeans_fit(U, k: int, *, n_init: int = KMEANS_N_INIT, seed: int = 0,
+               minibatch_threshold: int = MINIBATCH_THRESHOLD) -> tuple[np.ndarray, float, str]:
+    """k-means labels, inertia and algorithm name (``MiniBatchKMeans`` above ``minibatch_threshold`` rows).
+
+    Fewer distinct points than ``k`` (identical vectors) give fewer distinct clusters than ``k``;
+    scikit-learn's warning about it is not repeated (the silhouette says so).
+    """
+    with threads(*U.shape), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        if len(U) > minibatch_threshold:
+            km = MiniBatchKMeans(n_clusters=k, n_init=n_init, random_state=seed, batch_size=MINIBATCH_SIZE).fit(U)
+            return km.labels_.astype(np.int64), float(km.inertia_), f"MiniBatchKMeans (batch {MINIBATCH_SIZE})"
+        km = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit(U)
+    return km.labels_.astype(np.int64), float(km.inertia_), "KMeans (Lloyd)"
+
+
+def silhouette_values(X, labels, *, device="auto") -> np.ndarray:
+    r"""Per-entity silhouette :math:`s(i) = (b(i) - a(i)) / \max(a(i), b(i))` with cosine distance.
+
+    :math:`a(i)` is the mean distance :math:`1 - \cos` to the other members of :math:`i`'s cluster,
+    :math:`b(i)` the smallest mean distance to another cluster (Rousseeuw 1987); :math:`s(i) = 0`
+    in a cluster of one (scikit-learn's convention). Exact, by chunked matrix products in torch:
+    each block of rows gets its distances to all rows and sums them per cluster through a one-hot
+    matrix, so memory is bounded (no n x n matrix). Matches
+    ``sklearn.metrics.silhouette_samples(X, labels, metric="cosine")``.
+    """
+    X = as_numpy(X)
+    codes, _ = pd.factorize(pd.Series(np.asarray(labels, dtype=object)), sort=True)
+    m = len(X)
+    if len(codes) != m:
+        raise ValueError(f"labels: expected {m} values, got {len(codes)}")
+    k = int(codes.max()) + 1 if m else 0
+    if not 2 <= k <= m - 1:
+        raise ValueError(f"the silhouette needs 2 ≤ number of clusters ≤ n − 1; got {k} clusters for n = {m}")
+    dev = resolve_device(device)
+    U = unit_rows(torch.as_tensor(np.ascontiguousarray(X), dtype=torch.float64, device=dev))
+    code_t = torch.as_tensor(codes, device=dev)
+    onehot = torch.zeros(m, k, dtype=torch.float64, device=dev)
+    onehot[torch.arange(m, device=dev), code_t] = 1.0
+    sizes = onehot.sum(0)
+    out = torch.empty(m, dtype=torch.float64, device=dev)
+    step = chunk_rows(m, m * 8 * 2)
+    for s in range(0, m, step):
+        u = U[s:s + step]
+        r = torch.arange(len(u), device=dev)
+        D = (1.0 - u @ U.T).clamp_(0.0, 2.0)
+        D[r, r + s] = 0.0
+        S = D @ onehot                                  # (chunk, k): summed distance to each cluster
+        own = code_t[s:s + step]
+        own_size = sizes[own]
+        a = S[r, own] / (own_size - 1).clamp_min(1)
+        S[r, own] = torch.inf
+        b = (S / sizes).min(1).values
+        sil = (b - a) / torch.maximum(a, b)
+        out[s:s + step] = torch.where((own_size > 1) & torch.isfinite(sil), sil, torch.zeros_like(sil))
+    return out.cpu().numpy()
+
+
+def silhouette_defined(labels) -> bool:
+    """Whether the silhouette of a partition is defined: 2 ≤ number of groups ≤ n − 1."""
+    return 2 <= len(np.unique(labels)) <= len(labels) - 1
+
+
+#: unit vectors closer than this (max abs coordinate difference) count as one direction (float32 rounding)
+SAME_DIRECTION_TOL = 1e-6
+
+
+def silhouette_undefined(U, codes) -> str:
+    """Why the silhouette of partition ``codes`` of the unit vectors ``U`` is undefined ("" when it is defined):
+    fewer than 2 or more than n − 1 groups, or every vector pointing in the same direction (every distance
+    0, so :math:`s(i) = 0/0`)."""
+    m = len(codes)
+    if m >= 2 and np.abs(np.asarray(U) - np.asarray(U)[0]).max() <= SAME_DIRECTION_TOL:
+        return f"all {m:,} entities it is computed on point in the same direction, so every distance is 0"
+    if not silhouette_defined(codes):
+        return f"it needs 2 to n − 1 groups, and the {m:,} entities it is computed on fall into {len(np.unique(codes))}"
+    return ""
+
+
+def _sample_silhouettes(U, codes, what: str, device) -> tuple[np.ndarray, str]:
+    """Per-entity silhouettes of the sampled entities and "", or NaN and the reason with an
+    :class:`UndefinedMetricWarning`."""
+    why = silhouette_undefined(U, codes)
+    if not why:
+        return silhouette_values(U, codes, device=device), ""
+    warnings.warn(f"The silhouette of {what} is undefined: {why}.", UndefinedMetricWarning, stacklevel=3)
+    return np.full(len(codes), np.nan), why
+
+
+def match_clusters(contingency: np.ndarray) -> np.ndarray:
+    """One-to-one matching of clusters (columns) to classes (rows) maximising the entities matched
+    (Hungarian algorithm); ``out[j]`` is the class of cluster ``j`` (−1 when unmatched)."""
+    rows, cols = linear_sum_assignment(-np.asarray(contingency, float))
+    out = np.full(contingency.shape[1], -1, dtype=np.int64)
+    out[cols] = rows
+    return out
+
+
+@dataclass(frozen=True)
+class ClusteringResult(OnLabels):
+    """Everything the clustering chapter shows."""
+
+    labels: LabelSet
+    k: int
+    values: dict                 # metric name -> point value (+ cluster_accuracy, inertia, …)
+    metrics: dict                # ari, nmi, ami, silhouette, label_silhouette -> Metric
+    clusters: np.ndarray         # k-means cluster of each labelled entity (primary run)
+    contingency: np.ndarray      # C x k counts (rows: classes, columns: clusters)
+    matching: np.ndarray         # class index matched to each cluster
+    seed_runs: pd.DataFrame      # seed, ari, nmi, ami, inertia of the runs with other seeds
+    sweep: pd.DataFrame | None   # k, ari, nmi, ami, silhouette, inertia around the true k
+    sample: np.ndarray           # positions (into labels.rows) of the silhouette sample
+    silhouettes: np.ndarray      # per sampled entity, k-means partition (NaN when undefined)
+    label_silhouettes: np.ndarray  # per sampled entity, label classes (NaN when undefined)
+    algorithm: str
+    level: float
+    info: dict = field(default_factory=dict)
+
+
+def sample_positions(n: int, size: int | None, seed: int, salt: int) -> np.ndarray:
+    """Sorted positions of a seeded sample of at most ``size`` of ``n`` entities (all when ``size`` is None)."""
+    if size is None or n <= size:
+        return np.arange(n)
+    return np.sort(np.random.default_rng([seed, 96, salt]).choice(n, int(size), replace=False))
+
+
+def _partition_scores(y, clusters) -> dict[str, float]:
+    return {"ari": float(adjusted_rand_score(y, clusters)), "nmi": float(normalized_mutual_info_score(y, clusters)),
+            "ami": float(adjusted_mutual_info_score(y, clusters))}
+
+
+def unit_vectors(X) -> np.ndarray:
+    """L2-normalised rows, float32 for float32 input (k-means memory at large n), else float64."""
+    X = np.asarray(X)
+    return unit_rows(torch.as_tensor(X, dtype=torch.float32 if X.dtype == np.float32 else torch.float64)).numpy()
+
+
+def evaluate_clustering(X, labels, *, n_init: int = KMEANS_N_INIT, n_seed_runs: int = N_SEED_RUNS,
+                        silhouette_sample: int | None = SILHOUETTE_SAMPLE, sweep: bool = True,
+                        minibatch_threshold: int = MINIBATCH_THRESHOLD, min_class_size: int = N_FOLDS,
+                        n_boot: int = 1000, level: float = 0.95, seed: int = 0, device="auto",
+                        column: str = "label") -> ClusteringResult:
+    r"""k-means with k = number of classes on the L2-normalised vectors, scored against the labels.
+
+    Parameters
+    ----------
+    X : array (n, d) or torch tensor
+    labels : one label per row (missing allowed) or a :class:`LabelSet` (classes smaller than
+        ``min_class_size`` dropped, as in the node-classification chapter)
+    n_init : k-means restarts per run (the best inertia is kept)
+    n_seed_runs : further runs with seeds ``seed + 1 …`` for the ARI / NMI / AMI intervals (0: none; at most
+        :data:`N_SEED_RUNS_LARGE` above ``minibatch_threshold`` entities)
+    silhouette_sample : silhouettes within a seeded sample of at most this many entities (``None``: all)
+    sweep : also run k from max(2, C − 2) to C + 3 (the seed's range)
+
+    Metrics (higher is better; no seed threshold, so no verdict): ``ari``, ``nmi``, ``ami``,
+    ``silhouette`` (k-means partition) and ``label_silhouette`` (classes), cosine distance.
+    Reference: seed 000 §218.4; scikit-learn ``adjusted_rand_score``,
+    ``normalized_mutual_info_score``, ``adjusted_mutual_info_score``, ``silhouette_score``.
+    """
+    X = as_numpy(X)
+    ls = as_labelset(labels, len(X), min_class_size, column)
+    U = unit_vectors(X[ls.rows])
+    y, k = ls.codes, ls.n_classes
+    if ls.n <= k:
+        raise InputError(f"metadata column '{ls.column}': clustering needs more labelled entities ({ls.n}) than "
+                         f"classes ({k})")
+    clusters, inertia, algorithm = kmeans_fit(U, k, n_init=n_init, seed=seed, minibatch_threshold=minibatch_threshold)
+    values = _partition_scores(y, clusters)
+    values["inertia"] = inertia
+    if ls.n > minibatch_threshold:
+        n_seed_runs = min(n_seed_runs, N_SEED_RUNS_LARGE)
+    runs = []
+    for r in range(1, n_seed_runs + 1):
+        c, inert, _ = kmeans_fit(U, k, n_init=n_init, seed=seed + r, minibatch_threshold=minibatch_threshold)
+        runs.append(dict(seed=seed + r, inertia=inert, **_partition_scores(y, c)))
+    seed_runs = pd.DataFrame(runs, columns=["seed", "inertia", "ari", "nmi", "ami"])
+    sample = sample_positions(ls.n, silhouette_sample, seed, 1)
+    sil, sil_why = _sample_silhouettes(U[sample], clusters[sample], "the k-means clusters", device)
+    lab_sil, lab_why = _sample_silhouettes(U[sample], y[sample], f"the '{ls.column}' classes", device)
+    values["silhouette"], values["label_silhouette"] = float(sil.mean()), float(lab_sil.mean())
+    cont = np.zeros((k, k), dtype=np.int64)
+    np.add.at(cont, (y, clusters), 1)
+    matching = match_clusters(cont)
+    values["cluster_accuracy"] = float(cont[matching, np.arange(k)].sum() / ls.n)
+    sample_text = (f"all {ls.n:,} entities" if len(sample) == ls.n else
+                   f"a seeded random sample of {len(sample):,} of the {ls.n:,} entities")
+    seed_method = (f"{level:.0%} range (percentiles) over {n_seed_runs} k-means runs with seeds {seed + 1}–"
+                   f"{seed + n_seed_runs}, n_init = {n_init} each: algorithmic variability, entities fixed"
+                   if n_seed_runs >= 2 else "")
+    boot_method = (f"{level:.0%} percentile bootstrap over the entities of {sample_text} ({n_boot} resamples; "
+                   "per-entity silhouettes held fixed)")
+    metrics = {}
+    for spec in SPECS.values():
+        name, note = spec.name, ""
+        if name in ("ari", "nmi", "ami"):
+            ci = percentile_interval(seed_runs[name], level) if n_seed_runs >= 2 else None
+            method = seed_method
+        else:
+            per, why = (sil, sil_why) if name == "silhouette" else (lab_sil, lab_why)
+            ci = bootstrap_ci(np.mean, per, level=level, n_boot=n_boot, seed=seed, method="percentile") \
+                if n_boot and len(per) > 1 and not why else None
+            method = boot_method if n_boot else ""
+            note = f"undefined: {why}" if why else ""
+        metrics[name] = spec.record(values[name], ci, ci_method=method, note=note)
+    sweep_table = _k_sweep(U, y, k, clusters, inertia, sample, n_init, seed, minibatch_threshold, device) \
+        if sweep else None
+    return ClusteringResult(
+        labels=ls, k=k, values=values, metrics=metrics, clusters=clusters, contingency=cont, matching=matching,
+        seed_runs=seed_runs, sweep=sweep_table, sample=sample, silhouettes=sil, label_silhouettes=lab_sil,
+        algorithm=algorithm, level=level,
+        info=dict(n_entities=ls.n, n_classes=k, n_missing=ls.n_missing, dropped_classes=ls.dropped,
+                  algorithm=algorithm, n_init=n_init, n_seed_runs=n_seed_runs, normalised="L2 (unit vectors)",
+                  silhouette_sample=int(len(sample)), silhouette_distance="cosine (1 - cos)",
+                  minibatch_threshold=minibatch_threshold, seed=seed, inertia=inertia,
+                  cluster_accuracy=values["cluster_accuracy"]))
+
+
+def _k_sweep(U, y, k, clusters, inertia, sample, n_init, seed, minibatch_threshold, device) -> pd.DataFrame:
+    """Scores for k from max(2, C − 2) to C + 3 (the seed's range; the true k re-uses the main run).
+
+    The silhouette of a k whose clusters it is undefined for is NaN (no warning: the sweep is a side table).
+    """
+    rows = []
+    for kk in range(max(2, k - 2), min(k + 4, len(U))):
+        c, inert = (clusters, inertia) if kk == k else kmeans_fit(U, kk, n_init=n_init, seed=seed,
+                                                                  minibatch_threshold=minibatch_threshold)[:2]
+        sil = float(silhouette_values(U[sample], c[sample], device=device).mean()) \
+            if not silhouette_undefined(U[sample], c[sample]) else float("nan")
+        rows.append(dict(k=kk, **_partition_scores(y, c), silhouette=sil, inertia=inert))
+    return pd.DataFrame(rows)
+
+
+def clustering_by_group(X, labels, groups, *, column: str = "kind", min_class_size: int = N_FOLDS,
+                        silhouette_sample: int | None = SILHOUETTE_SAMPLE, seed: int = 0, device="auto",
+                        label_column: str = "label") -> pd.DataFrame:
+    """k-means alignment within each group of entities (one seeded run each, no intervals, no sweep)."""
+    def evaluate(Xg, yg):
+        return evaluate_clustering(Xg, yg, n_seed_runs=0, silhouette_sample=silhouette_sample, sweep=False, n_boot=0,
+                                   min_class_size=min_class_size, seed=seed, device=device, column=label_column)
+
+    def summarise(r):
+        v = r.values
+        return {"evaluated": r.n, "k": r.k, "ARI": v["ari"], "NMI": v["nmi"], "AMI": v["ami"],
+                "matched %": 100 * v["cluster_accuracy"], "silhouette (clusters)": v["silhouette"],
+                "silhouette (labels)": v["label_silhouette"]}
+    return per_group(X, labels, groups, column, evaluate, summarise)
+
+
+def partition_agreement(clusters, other) -> dict[str, float]:
+    """ARI and NMI between the k-means clusters and another column (e.g. ``kind``), missing values skipped."""
+    other = pd.Series(np.asarray(other, dtype=object))
+    ok = other.notna().to_numpy()
+    if ok.sum() < 2:
+        return {"ari": float("nan"), "nmi": float("nan")}
+    o = other[ok].astype(str).to_numpy()
+    return {"ari": float(adjusted_rand_score(o, clusters[ok])),
+            "nmi": float(normalized_mutual_info_score(o, clusters[ok]))}
+
+
+@dataclass(frozen=True)
+class Projection:
+    """2-D coordinates of a sample of the labelled entities, for the figures."""
+
+    method: str                # "pca" | "tsne"
+    positions: np.ndarray      # positions into the LabelSet's rows
+    coords: np.ndarray         # (m, 2)
+    explained: tuple | None    # PCA: share of variance of the two axes
+
+
+def project(X, labels: LabelSet, *, method: str = "pca", sample_size: int | None = None, seed: int = 0,
+            device="auto") -> Projection:
+    """PCA (of all the unit vectors, exact via the covariance) or t-SNE (cosine, on a seeded sample).
+
+    The sample (``PROJECTION_SAMPLE[method]`` by default) only bounds what is drawn and, for
+    t-SNE, the cost: t-SNE is O(m log m) per iteration and distorts global distances, PCA is linear
+    and keeps them. Vectors that are all the same (no variance) get the origin for every point.
+    """
+    from .isotropy import PrincipalDirections
+
+    X = as_numpy(X)
+    size = sample_size or PROJECTION_SAMPLE.get(method)
+    if method not in PROJECTION_SAMPLE:
+        raise ValueError(f"method must be 'pca' or 'tsne', not {method!r}")
+    pos = sample_positions(labels.n, size, seed, 2)
+    if method == "pca":
+        U = unit_vectors(X[labels.rows])
+        pcs = PrincipalDirections.fit(U, device=device)
+        V = np.zeros((U.shape[1], 2))
+        V[:, :min(2, U.shape[1])] = pcs.vectors[:, :2]
+        lam = np.clip(pcs.eigenvalues, 0, None)
+        total = lam.sum()
+        share = np.zeros(2)
+        share[:min(2, len(lam))] = lam[:2] / total if total > 0 else 0.0
+        return Projection("pca", pos, (U[pos] - pcs.mean) @ V, tuple(float(x) for x in share))
+    from sklearn.manifold import TSNE
+    V = X[labels.rows[pos]].astype(np.float64)
+    if len(np.unique(V, axis=0)) < 2:  # t-SNE cannot spread identical points
+        return Projection("tsne", pos, np.zeros((len(pos), 2)), None)
+    perplexity = float(min(30.0, max(2.0, (len(pos) - 1) / 3)))
+    with threads(*V.shape):
+        coords = TSNE(n_components=2, perplexity=perplexity, init="pca" if V.shape[1] >= 2 else "random",
+                      metric="cosine", random_state=seed).fit_transform(V)
+    return Projection("tsne", pos, coords, None)

@@ -1,0 +1,241 @@
+r"""How well positive and negative scores separate, and edge-operator probes (the classification view).
+
+**Negative-sampling quality** (seed 000 §219.2): Cohen's d of positive vs negative scores with the
+seed's quality bands, KS and Mann–Whitney tests (SciPy), and the false-negative rate, the share of
+negatives that are edges of the graph; :func:`negative_quality` also lists which of the seed's
+rules the numbers trigger (:data:`RULES`).
+
+**Classification view** (EvalNE): logistic regression on edge features from the operators
+Hadamard :math:`e_u \odot e_v`, average :math:`(e_u + e_v)/2`, weighted-L1 :math:`|e_u - e_v|`,
+weighted-L2 :math:`(e_u - e_v)^2` (Grover & Leskovec 2016), trained on training edges against
+random non-edges (1:1) and tested on the test edges against one negative each (1:1);
+ROC-AUC and average precision (scikit-learn) of each operator and of the raw score.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from ..errors import UndefinedMetricWarning
+from ..kernels import as_numpy
+from ..stats import DEFAULT_LEVEL, cohens_d_ci, percentile_interval, wilson_ci
+from .ranks import SCORE_NAMES, auc_delong, pair_scores
+from .thresholds import COHENS_D_QUALITY, THRESHOLDS, cohens_d_quality
+
+OPERATORS = ("hadamard", "average", "weighted_l1", "weighted_l2")
+OPERATOR_LABELS = {"hadamard": "Hadamard e_u ⊙ e_v", "average": "Average (e_u + e_v)/2",
+                   "weighted_l1": "Weighted-L1 |e_u − e_v|", "weighted_l2": "Weighted-L2 (e_u − e_v)²"}
+#: largest sample for the KS / Mann-Whitney tests and the score histograms
+TEST_SAMPLE = 200_000
+#: seed 000 §219.2: above this false-negative rate, many negatives are real edges ("verify ground truth")
+FALSE_NEGATIVE_RATE_LIMIT = 0.1
+#: Cohen's d from which uniform negatives count as easy (the "good" edge of the §219.2 quality table)
+EASY_NEGATIVES_D = dict((word, edge) for edge, word in COHENS_D_QUALITY)["good"]
+#: seed 000 §219.2's rules, in the order they are checked (see :func:`negative_quality`)
+RULES = ("weak_separation", "false_negatives", "poor_auc", "easy_negatives")
+
+
+# ---------------------------------------------------------------------------------------------
+# Negative-sampling quality (seed 000 §219.2)
+# ---------------------------------------------------------------------------------------------
+
+def cohens_d(pos, neg) -> float:
+    r"""Cohen's d with the pooled standard deviation (Cohen 1988):
+    :math:`d = (\bar x_+ - \bar x_-) / s_p`, :math:`s_p^2 = \frac{(n_+ - 1)s_+^2 + (n_- - 1)s_-^2}{n_+ + n_- - 2}`.
+    (Seed 000 §219.2 divides by :math:`\sqrt{(\sigma_+^2 + \sigma_-^2)/2}` with population variances:
+    :func:`cohens_d_seed`.)"""
+    a, b = np.asarray(pos, float), np.asarray(neg, float)
+    n1, n2 = len(a), len(b)
+    if n1 + n2 < 3:
+        return float("nan")
+    ss = ((a - a.mean()) ** 2).sum() + ((b - b.mean()) ** 2).sum()  # (n1-1)s1² + (n2-1)s2²
+    sp2 = ss / (n1 + n2 - 2)
+    return float((a.mean() - b.mean()) / math.sqrt(sp2)) if sp2 > 0 else float("nan")
+
+
+def cohens_d_seed(pos, neg) -> float:
+    """The seed's variant (§219.2): mean difference over :math:`\\sqrt{(\\sigma_+^2 + \\sigma_-^2)/2}` (ddof 0)."""
+    a, b = np.asarray(pos, float), np.asarray(neg, float)
+    return float((a.mean() - b.mean()) / (math.sqrt((a.var() + b.var()) / 2) + 1e-10))
+
+
+@dataclass(frozen=True)
+class NegativeQuality:
+    """Separation of positive and negative scores, and how many negatives are really edges.
+
+    ``rules`` lists the seed 000 §219.2 rules (:data:`RULES`) these numbers trigger; ``auc`` is the
+    pooled AUC they were checked with.
+    """
+
+    cohens_d: float
+    d_ci: tuple
+    d_seed: float
+    quality: str
+    pos_mean: float
+    pos_sd: float
+    neg_mean: float
+    neg_sd: float
+    ks_statistic: float
+    ks_pvalue: float
+    mw_auc: float
+    mw_pvalue: float
+    test_sample: int
+    false_negative_rate: float
+    fnr_ci: tuple
+    n_negatives: int
+    n_false: int
+    potential_false_negatives: float
+    auc: float = float("nan")
+    rules: tuple = ()
+
+
+def _sd(x: np.ndarray) -> float:
+    return float(x.std(ddof=1)) if len(x) > 1 else float("nan")
+
+
+def negative_quality(pos, neg, *, n_false: int, n_negatives: int, auc: float, sampled: bool, strategy: str,
+                     level: float = DEFAULT_LEVEL, seed: int = 0) -> NegativeQuality:
+    """Seed 000 §219.2's analysis on the chapter's scores: Cohen's d and its quality band, KS and
+    one-sided Mann–Whitney tests (on up to :data:`TEST_SAMPLE` scores per side), the false-negative
+    rate (negatives that are edges of the graph; Wilson interval), the seed's score-based
+    "potential false negatives" (negatives above the 25th percentile of positive scores), and the
+    seed's rules that apply (:data:`RULES`): Cohen's d below the healthy band edge (weak
+    separation), a false-negative rate above :data:`FALSE_NEGATIVE_RATE_LIMIT`, an AUC in the poor
+    band, and sampled uniform negatives with d of at least :data:`EASY_NEGATIVES_D` (easy negatives)."""
+    pos, neg = np.asarray(pos, float), np.asarray(neg, float)
+    d = cohens_d(pos, neg)
+    if math.isnan(d):
+        warnings.warn("Cohen's d of positive vs negative scores is undefined: neither the positive nor the negative "
+                      "scores vary (pooled standard deviation 0)" if len(pos) + len(neg) >= 3 else
+                      "Cohen's d needs at least 3 scores", UndefinedMetricWarning, stacklevel=2)
+    rng = np.random.default_rng([seed, 90, 4])
+    ps = pos if len(pos) <= TEST_SAMPLE else rng.choice(pos, TEST_SAMPLE, replace=False)
+    ns = neg if len(neg) <= TEST_SAMPLE else rng.choice(neg, TEST_SAMPLE, replace=False)
+    ks = sps.ks_2samp(ps, ns)
+    mw = sps.mannwhitneyu(ps, ns, alternative="greater")
+    fnr = n_false / n_negatives if n_negatives else float("nan")
+    triggered = (d < THRESHOLDS["negative_score_cohens_d"].healthy, fnr > FALSE_NEGATIVE_RATE_LIMIT,
+                 auc < THRESHOLDS["link_prediction_auc"].problematic,
+                 sampled and strategy == "uniform" and d >= EASY_NEGATIVES_D)
+    lo, hi = cohens_d_ci(d, len(pos), len(neg), level)
+    flo, fhi = wilson_ci(n_false, n_negatives, level)
+    return NegativeQuality(
+        cohens_d=d, d_ci=(lo, hi), d_seed=cohens_d_seed(pos, neg), quality=cohens_d_quality(d),
+        pos_mean=float(pos.mean()), pos_sd=_sd(pos), neg_mean=float(neg.mean()), neg_sd=_sd(neg),
+        ks_statistic=float(ks.statistic), ks_pvalue=float(ks.pvalue),
+        mw_auc=float(mw.statistic / (len(ps) * len(ns))), mw_pvalue=float(mw.pvalue), test_sample=int(min(len(ps), len(ns))),
+        false_negative_rate=fnr, fnr_ci=(flo, fhi), n_negatives=int(n_negatives), n_false=int(n_false),
+        potential_false_negatives=float((neg > np.percentile(pos, 25)).mean()), auc=float(auc),
+        rules=tuple(r for r, hit in zip(RULES, triggered) if hit))
+
+
+# ---------------------------------------------------------------------------------------------
+# Classification view: edge-operator probes (EvalNE)
+# ---------------------------------------------------------------------------------------------
+
+def edge_features(X, u, v, op: str) -> np.ndarray:
+    """Edge features from the two end vectors: ``hadamard``, ``average``, ``weighted_l1``, ``weighted_l2``."""
+    X = as_numpy(X)
+    a, b = X[np.asarray(u)].astype(np.float64), X[np.asarray(v)].astype(np.float64)
+    if op == "hadamard":
+        return a * b
+    if op == "average":
+        return (a + b) / 2
+    if op == "weighted_l1":
+        return np.abs(a - b)
+    if op == "weighted_l2":
+        return (a - b) ** 2
+    raise ValueError(f"operator must be one of {OPERATORS}, not {op!r}")
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """ROC-AUC and AP of each operator's logistic-regression probe and of the raw score, with curves."""
+
+    table: pd.DataFrame
+    curves: dict
+    best: str
+    n_train: int
+    n_test: int
+    ci_method: str
+
+
+def average_precision(y, s, weights=None) -> np.ndarray:
+    r"""Average precision :math:`\sum_k (R_k - R_{k-1}) P_k` over the distinct score thresholds (as
+    scikit-learn's ``average_precision_score``), for one or several rows of case ``weights``
+    (a bootstrap replicate is a row of resampling counts). Returns a scalar or an array per row."""
+    y, s = np.asarray(y, float), np.asarray(s, float)
+    order = np.argsort(-s, kind="stable")
+    y, s = y[order], s[order]
+    W = np.ones((1, len(y))) if weights is None else np.atleast_2d(np.asarray(weights, float))[:, order]
+    last = np.r_[np.flatnonzero(np.diff(s) != 0), len(s) - 1]  # last index of each distinct score
+    tp = np.cumsum(W * y, axis=1)[:, last]
+    fp = np.cumsum(W * (1 - y), axis=1)[:, last]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        precision = np.where(tp + fp > 0, tp / (tp + fp), 0.0)  # no case above the threshold yet: recall step 0
+        recall = tp / tp[:, -1:]
+    ap = (np.diff(np.hstack([np.zeros((len(W), 1)), recall]), axis=1) * precision).sum(1)
+    return float(ap[0]) if weights is None else ap
+
+
+def _ap_ci(y, s, level, n_boot: int = 200, seed: int = 0) -> tuple[float, float]:
+    """Stratified percentile bootstrap of the AP (positives and negatives resampled separately)."""
+    rng = np.random.default_rng([seed, 90, 5])
+    y = np.asarray(y)
+    pos, neg = y == 1, y == 0
+    W = np.zeros((n_boot, len(y)))
+    for mask in (pos, neg):
+        cols = np.flatnonzero(mask)
+        draws = rng.integers(0, len(cols), (n_boot, len(cols))) + len(cols) * np.arange(n_boot)[:, None]
+        W[:, cols] = np.bincount(draws.ravel(), minlength=n_boot * len(cols)).reshape(n_boot, len(cols))
+    return percentile_interval(average_precision(y, s, W), level)
+
+
+def operator_probes(X, train_pos, train_neg, test_pos, test_neg, *, score: str = "dot",
+                    level: float = DEFAULT_LEVEL, seed: int = 0) -> ProbeResult:
+    """Train a logistic-regression probe per operator on (train_pos vs train_neg) pairs and test it
+    on (test_pos vs test_neg) pairs; each argument is a ``(u, v)`` pair of index arrays.
+
+    Features are standardised (fitted on the training pairs); ``LogisticRegression(max_iter=1000)``.
+    The raw ``score`` of the pairs is evaluated on the same test pairs for comparison. AUC intervals
+    are DeLong's, AP intervals a stratified percentile bootstrap (200 resamples).
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    y_tr = np.r_[np.ones(len(train_pos[0])), np.zeros(len(train_neg[0]))]
+    y_te = np.r_[np.ones(len(test_pos[0])), np.zeros(len(test_neg[0]))]
+    tr_u, tr_v = np.r_[train_pos[0], train_neg[0]], np.r_[train_pos[1], train_neg[1]]
+    te_u, te_v = np.r_[test_pos[0], test_neg[0]], np.r_[test_pos[1], test_neg[1]]
+    rows, curves = [], {}
+
+    def add(name, label, s):
+        auc, lo, hi = auc_delong(s[y_te == 1], s[y_te == 0], level)
+        ap = float(average_precision_score(y_te, s))
+        alo, ahi = _ap_ci(y_te, s, level, seed=seed)
+        fpr, tpr, _ = roc_curve(y_te, s)
+        prec, rec, _ = precision_recall_curve(y_te, s)
+        curves[name] = dict(fpr=fpr, tpr=tpr, precision=prec, recall=rec, label=label)
+        assert abs(auc - roc_auc_score(y_te, s)) < 1e-9
+        rows.append({"name": name, "method": label, "ROC-AUC": auc, "average precision": ap, "_auc_ci": (lo, hi),
+                     "_ap_ci": (alo, ahi)})
+
+    for op in OPERATORS:
+        clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+        clf.fit(edge_features(X, tr_u, tr_v, op), y_tr)
+        add(op, f"probe: {OPERATOR_LABELS[op]}", clf.decision_function(edge_features(X, te_u, te_v, op)))
+    add("score", f"raw score: {SCORE_NAMES[score]} (no training)", pair_scores(X, te_u, te_v, score))
+    table = pd.DataFrame(rows)
+    probes = table[table["name"] != "score"]
+    best = str(probes.loc[probes["ROC-AUC"].idxmax(), "name"])
+    return ProbeResult(table, curves, best, len(y_tr), len(y_te),
+                       f"ROC-AUC: {level:.0%} DeLong interval; AP: {level:.0%} stratified percentile bootstrap "
+                       f"(200 resamples); {len(test_pos[0]):,} test edges vs as many negatives (1:1)")
+

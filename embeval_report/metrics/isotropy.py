@@ -1,0 +1,366 @@
+r"""Isotropy: is the embedding set using the whole space?
+
+Implements seed 000 §217.0 (condition number, participation ratio, APCS, dimensions for 90 %
+of the variance, entropy effective dimension; Tables 217.1 and 217.2) and seed 001 §21.1.1
+(top-10 variance ratio; the *Isotropy Benchmarks* box).
+
+Everything is computed **exactly** from two d x d moment matrices gathered in one chunked
+pass over the rows (:func:`embeval_report.kernels.block_moments`):
+
+* the covariance :math:`\Sigma = \frac1n \tilde E^\top \tilde E` of the mean-centred vectors, whose
+  eigenvalues :math:`\lambda_1 \ge \dots \ge \lambda_d` give the spectral metrics;
+* the sum :math:`s = \sum_i u_i` and Gram :math:`G = \sum_i u_i u_i^\top` of the unit vectors
+  :math:`u_i = e_i / \lVert e_i \rVert`, which give the mean and spread of the cosine over all
+  :math:`n(n-1)` ordered pairs :math:`i \ne j` without forming an n x n matrix:
+
+  .. math::
+     \mathrm{APCS} = \frac{\lVert s\rVert^2 - n}{n(n-1)}, \qquad
+     \overline{\cos^2} = \frac{\lVert G\rVert_F^2 - n}{n(n-1)}, \qquad
+     \mathrm{sd} = \sqrt{\overline{\cos^2} - \mathrm{APCS}^2}.
+
+Intervals come from a bootstrap over random blocks of rows, re-using the per-block moment
+matrices (no second pass over the data), or — when those would not fit in memory (large d) —
+from a delete-a-group jackknife (:class:`~embeval_report.stats.ResamplingPlan`).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..errors import UndefinedMetricWarning
+from ..io import iter_groups
+from ..kernels import (
+    as_numpy,
+    block_moments,
+    column_mean,
+    iter_chunks,
+    pair_cosines,
+    random_pairs,
+    resolve_device,
+    unit_rows,
+)
+from ..kernels.moments import resampled_moments
+from ..stats import PlannedIntervals, ResamplingPlan
+from .spec import MetricSpec, specs
+from .thresholds import THRESHOLDS, worst
+
+#: pairs drawn for the cosine histogram when no sample size is given
+HISTOGRAM_PAIRS = 100_000
+#: pairs drawn per setting by :func:`all_but_the_top_effect`
+ABTT_PAIRS = 20_000
+
+SPECS = specs(
+    MetricSpec("condition_number", "Condition number κ", "lower", r"\kappa = \lambda_1 / \lambda_d",
+               "seed 000 §217.0.5.2.1; verdict Table 217.2", range=(1.0, math.inf),
+               bands=THRESHOLDS["condition_number"], chance=1.0),
+    MetricSpec("participation_ratio", "Participation ratio", "higher",
+               r"\mathrm{PR} = (\sum_j \lambda_j)^2 / \sum_j \lambda_j^2", "seed 000 §217.0.5.2.2",
+               range=(1.0, math.inf), unit="dimensions"),
+    MetricSpec("participation_ratio_fraction", "Participation ratio / d", "higher", r"\mathrm{PR}/d",
+               "seed 000 §217.0.5.2.2; verdict Table 217.2", range=(0.0, 1.0),
+               bands=THRESHOLDS["participation_ratio_fraction"], chance=1.0, unit="fraction of d"),
+    MetricSpec("apcs", "Mean pairwise cosine (APCS)", "lower", r"\mathrm{APCS} = \mathbb{E}_{i \ne j}[\cos(e_i, e_j)]",
+               "seed 000 §217.0.5.2.3; verdict Table 217.2", range=(-1.0, math.inf), bands=THRESHOLDS["apcs"],
+               chance=0.0),
+    MetricSpec("apcs_std", "Std of pairwise cosine", "higher", r"\mathrm{sd}_{i \ne j}[\cos(e_i, e_j)]",
+               "seed 000 §217.0.5.2.3 (isotropic: ≈ 1/√d)", range=(0.0, 1.0)),
+    MetricSpec("dims_for_90pct_variance", "Dimensions for 90 % variance", "higher",
+               r"\min\{k : \sum_{j \le k} \lambda_j \ge 0.9 \sum_j \lambda_j\}",
+               "seed 000 §217.0.11; verdict Table 217.2 (as % of d)", range=(1, math.inf),
+               bands=THRESHOLDS["dims_for_90pct_variance_fraction"], per_d=True, unit="dimensions"),
+    MetricSpec("effective_dim_entropy", "Entropy effective dimension", "higher",
+               r"\exp(-\sum_j p_j \ln p_j),\ p_j = \lambda_j / \sum_k \lambda_k",
+               "seed 000 §217.0.11 (compute_isotropy_metrics)", range=(1.0, math.inf), unit="dimensions"),
+    MetricSpec("top10_variance_ratio", "Top-10 variance ratio", "lower", r"\sum_{j \le 10} \lambda_j / \sum_j \lambda_j",
+               "seed 001 §21.1.1; verdict Isotropy Benchmarks box", range=(0.0, 1.0),
+               bands=THRESHOLDS["top10_variance_ratio"]),
+)
+
+
+def spectral_metrics(eigenvalues, d: int | None = None) -> dict[str, float]:
+    """Spectral isotropy metrics from covariance eigenvalues (any order; negatives clipped to 0).
+
+    ``condition_number`` is ``inf`` when the covariance is singular (smallest eigenvalue at or
+    below ``1e-12 * λ1``, e.g. ``n <= d`` or collapsed dimensions).
+    """
+    lam = np.sort(np.clip(np.asarray(eigenvalues, float), 0, None))[::-1]
+    d = len(lam) if d is None else d
+    total = lam.sum()
+    if total <= 0:
+        return dict(condition_number=math.inf, participation_ratio=0.0, participation_ratio_fraction=0.0,
+                    dims_for_90pct_variance=d, effective_dim_entropy=0.0, top10_variance_ratio=1.0)
+    p = lam / total
+    pr = total ** 2 / (lam ** 2).sum()
+    nz = p[p > 0]
+    return dict(
+        condition_number=float(lam[0] / lam[-1]) if lam[-1] > 1e-12 * lam[0] else math.inf,
+        participation_ratio=float(pr),
+        participation_ratio_fraction=float(pr / d),
+        dims_for_90pct_variance=int(min(np.searchsorted(np.cumsum(p), 0.9 - 1e-12) + 1, len(lam))),
+        effective_dim_entropy=float(np.exp(-(nz * np.log(nz)).sum())),
+        top10_variance_ratio=float(p[:10].sum()),
+    )
+
+
+def no_variance(eigenvalues, mean_sq_norm: float) -> bool:
+    """Whether the covariance is zero up to rounding (all rows the same): total variance below 1e-12 of the
+    raw second moment."""
+    total = float(np.clip(eigenvalues, 0, None).sum())
+    return total <= 1e-12 * (total + mean_sq_norm)
+
+
+def cosine_moments(s: np.ndarray, G: np.ndarray, n: float, same_row_pairs: float | None = None
+                   ) -> tuple[float, float]:
+    """Mean and standard deviation of the cosine over all ordered pairs of distinct rows.
+
+    ``s`` and ``G`` are the sum and Gram of the unit vectors. ``same_row_pairs`` is the number of
+    ordered pairs that are one row with itself (``n``; more for a bootstrap replicate, where it is
+    the sum of squared multiplicities); they are removed from numerator and denominator.
+    """
+    same = n if same_row_pairs is None else same_row_pairs
+    denom = n * n - same
+    mean = (s @ s - same) / denom
+    mean_sq = ((G * G).sum() - same) / denom
+    return float(mean), float(math.sqrt(max(mean_sq - mean * mean, 0.0)))
+
+
+def covariance_from_moments(N: float, s: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """The 1/N covariance from row count, (shifted) row sum and (shifted) second-moment matrix."""
+    m = s / N
+    return G / N - np.outer(m, m)
+
+
+@dataclass(frozen=True)
+class IsotropyResult(PlannedIntervals):
+    """Everything the isotropy chapter shows."""
+
+    n: int
+    d: int
+    values: dict            # metric name -> point value
+    metrics: dict           # metric name -> Metric (value, CI, verdict, reference)
+    eigenvalues: np.ndarray  # covariance spectrum, descending
+    mean_norm_share: float  # ‖mean‖² / (‖mean‖² + tr Σ): share of the raw second moment on the mean direction
+    pair_cosines: np.ndarray  # a random sample of pairwise cosines (for the histogram)
+    plan: ResamplingPlan
+    info: dict = field(default_factory=dict)
+
+    @property
+    def ci_method(self) -> str:
+        return self.plan.describe(self.info.get("level", 0.95))
+
+
+def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, level: float = 0.95,
+                     seed: int = 0, device="auto") -> IsotropyResult:
+    r"""Isotropy metrics of an embedding set with confidence intervals.
+
+    Parameters
+    ----------
+    X : array (n, d) or torch tensor
+    n_boot : bootstrap resamples for the CIs (0 disables them)
+    sample_size : pairs sampled for the cosine histogram (default :data:`HISTOGRAM_PAIRS`); the metrics are exact
+    seed, device : determinism and ``"auto" | "cpu" | "cuda"``
+
+    Metrics (direction; reference): ``condition_number`` λ1/λd of the 1/n covariance (lower;
+    seed 000 §217.0.5.2.1), ``participation_ratio`` (Σλ)²/Σλ² and ``participation_ratio_fraction``
+    PR/d (higher; §217.0.5.2.2), ``apcs`` mean cosine over all pairs i≠j and ``apcs_std``
+    (lower / spread; §217.0.5.2.3), ``dims_for_90pct_variance`` (higher), ``effective_dim_entropy``
+    exp of the entropy of λ/Σλ (higher; §217.0.11), ``top10_variance_ratio`` (lower; seed 001
+    §21.1.1). Verdicts from Table 217.2 and seed 001's benchmarks box (see :data:`SPECS`).
+
+    Intervals: basic bootstrap over random row blocks, with the bias-corrected estimate beside
+    the plug-in value; a delete-a-group jackknife when the per-block moments do not fit in
+    memory; none (with the reason in each record's ``note``) for fewer than 3 rows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> r = measure_isotropy(np.random.default_rng(0).standard_normal((2000, 16)), n_boot=0)
+    >>> round(r.values["apcs"], 2), r.metrics["apcs"].verdict
+    (0.0, 'healthy')
+    """
+    X = as_numpy(X)
+    n, d = X.shape
+    if n < 2:
+        raise ValueError("isotropy needs at least 2 vectors")
+    dev = resolve_device(device)
+    plan = ResamplingPlan.choose(n, d, n_boot)
+    mean = column_mean(X, device=dev)
+    cov_m = resampled_moments(plan, X, shift=mean, seed=seed, device=dev, desc="covariance")
+    cos_m = resampled_moments(plan, X, transform=unit_rows, seed=seed, device=dev, desc="cosine Gram")
+
+    scale = float(mean @ mean)
+
+    def compute(w=None):
+        N, s, G = cov_m.total(w)
+        eig = np.linalg.eigvalsh(covariance_from_moments(N, s, G))
+        vals = spectral_metrics(eig, d)
+        if no_variance(eig, scale):
+            vals = {k: float("nan") for k in vals}
+        _, su, Gu = cos_m.total(w)
+        same = float(cos_m.count @ (np.ones_like(cos_m.count) if w is None else w ** 2))
+        vals["apcs"], vals["apcs_std"] = cosine_moments(su, Gu, N, same)
+        return vals, eig
+
+    values, eig = compute()
+    if no_variance(eig, scale):
+        warnings.warn("every vector is the same up to rounding: the covariance is zero, so the spectral metrics "
+                      "(condition number, participation ratio, variance shares) are undefined",
+                      UndefinedMetricWarning, stacklevel=2)
+    eig = np.sort(eig)[::-1]
+    names = list(values)
+    cis, corrected = {}, {}
+    if plan.active:
+        reps = plan.replicates(lambda w: [compute(w)[0][k] for k in names], seed=seed)
+        for i, k in enumerate(names):
+            cis[k] = plan.interval(values[k], reps[:, i], level, SPECS[k].range)
+            corrected[k] = plan.bias_corrected(values[k], reps[:, i], SPECS[k].range)
+    method = plan.describe(level)
+    metrics = {k: SPECS[k].record(values[k], cis.get(k), ci_method=method, d=d, bias_corrected=corrected.get(k),
+                                  note="" if plan.active else plan.reason) for k in SPECS}
+    i, j = random_pairs(n, sample_size or HISTOGRAM_PAIRS, seed=seed)
+    mean_sq = float(mean @ mean)
+    return IsotropyResult(
+        n=n, d=d, values=values, metrics=metrics, eigenvalues=eig,
+        mean_norm_share=mean_sq / (mean_sq + float(np.clip(eig, 0, None).sum())),
+        pair_cosines=pair_cosines(X, i, j, device=dev), plan=plan,
+        info=dict(rank=int((eig > 1e-12 * max(eig[0], 1e-300)).sum()), level=level, pair_sample=len(i),
+                  device=str(dev)),
+    )
+
+
+def isotropy_by_group(X, groups, *, min_size: int = 20, n_boot: int = 100, seed: int = 0, device="auto"
+                      ) -> pd.DataFrame:
+    """Isotropy metrics within each group of rows (groups smaller than ``min_size`` are skipped).
+
+    A set can look healthy overall while one kind of entity (for example users, pulled toward
+    popular items) has collapsed; this table shows it: one row per group with ``n``, ``APCS`` and
+    its interval (``APCS ci_low``, ``APCS ci_high``), ``PR / d``, ``κ``, ``dims for 90 %`` and the
+    worst of the group's verdicts.
+    """
+    X = as_numpy(X)
+    rows = []
+    for g, idx in iter_groups(groups):
+        if len(idx) < min_size:
+            continue
+        m = measure_isotropy(X[idx], n_boot=n_boot, sample_size=1000, seed=seed, device=device).metrics
+        rows.append({"group": g, "n": len(idx), "APCS": m["apcs"].value, "APCS ci_low": m["apcs"].ci_low,
+                     "APCS ci_high": m["apcs"].ci_high, "PR / d": m["participation_ratio_fraction"].value,
+                     "κ": m["condition_number"].value, "dims for 90 %": m["dims_for_90pct_variance"].value,
+                     "verdict": worst(x.verdict for x in m.values())})
+    return pd.DataFrame(rows, columns=["group", "n", "APCS", "APCS ci_low", "APCS ci_high", "PR / d", "κ",
+                                       "dims for 90 %", "verdict"])
+
+
+# ---------------------------------------------------------------------------------------------
+# All-but-the-top (Mu, Bhat & Viswanath 2018): remove the mean and the top D principal directions
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PrincipalDirections:
+    """Mean and covariance eigen-decomposition (descending) of an embedding set."""
+
+    mean: np.ndarray
+    eigenvalues: np.ndarray
+    vectors: np.ndarray  # (d, d), column j = j-th principal direction
+
+    @classmethod
+    def fit(cls, X, *, device="auto") -> "PrincipalDirections":
+        mean = column_mean(X, device=device)
+        m = block_moments(X, shift=mean, device=device)
+        N, s, G = m.total()
+        lam, V = np.linalg.eigh(covariance_from_moments(N, s, G))
+        order = np.argsort(lam)[::-1]
+        return cls(mean, lam[order], V[:, order])
+
+    def remover(self, n_remove: int, device) -> "callable":
+        """Row transform ``x -> (x - mean) - (x - mean) V_D V_D^T`` as a torch function."""
+        mu = torch.as_tensor(self.mean, device=device)
+        V = torch.as_tensor(self.vectors[:, :n_remove], device=device)
+
+        def transform(x: torch.Tensor) -> torch.Tensor:
+            c = x - mu
+            return c - (c @ V) @ V.T if n_remove else c
+        return transform
+
+
+def apply_rows(X, transform, *, device="auto") -> np.ndarray:
+    """``transform`` applied to the rows of ``X`` chunk by chunk; float32 of the input's shape."""
+    dev = resolve_device(device)
+    X = as_numpy(X)
+    out = np.empty(X.shape, dtype=np.float32)
+    for s, x in iter_chunks(X, device=dev):
+        out[s:s + len(x)] = transform(x).cpu().numpy()
+    return out
+
+
+def all_but_the_top(X, n_remove: int = 1, *, device="auto") -> np.ndarray:
+    """Mean-centred ``X`` with its top ``n_remove`` principal components projected out.
+
+    Mu, Bhat & Viswanath (2018), "All-but-the-Top"; seed 000 §217.0.12 ``remove_top_components``
+    (the mean is not added back). Returns float32 of the input's shape.
+    """
+    dev = resolve_device(device)
+    return apply_rows(X, PrincipalDirections.fit(X, device=dev).remover(n_remove, dev), device=dev)
+
+
+def default_removals(d: int) -> list[int]:
+    """Numbers of components to compare: 0 (centring only), 1, 2, 3, 5, 10 and Mu et al.'s ≈ d/100."""
+    return sorted({k for k in (0, 1, 2, 3, 5, 10, max(1, round(d / 100))) if k < d - 1})
+
+
+#: the metric columns of :func:`all_but_the_top_effect`'s table
+ABTT_COLUMNS = ("apcs", "apcs_std", "participation_ratio_fraction", "condition_number", "dims_for_90pct_variance",
+                "top10_variance_ratio")
+
+
+def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: IsotropyResult | None = None,
+                           sample_size: int = ABTT_PAIRS, seed: int = 0, device="auto"
+                           ) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
+    """Isotropy before and after all-but-the-top for several numbers of removed components.
+
+    Returns a table with one row per setting (``original`` plus ``D`` = each entry of
+    ``removals``, default :func:`default_removals`) and the metrics :data:`ABTT_COLUMNS`
+    (``participation_ratio_fraction`` and ``condition_number`` over the d − D remaining
+    directions), plus a sample of pairwise cosines for each setting (same pairs; key -1 is the
+    original). Exact metrics; removing D components leaves the spectrum λ_{D+1..d}. A setting
+    whose corrected vectors are all zero (every row the same) has undefined cosines: NaN, with an
+    :class:`~embeval_report.errors.UndefinedMetricWarning`.
+    """
+    dev = resolve_device(device)
+    X = as_numpy(X)
+    n, d = X.shape
+    removals = default_removals(d) if removals is None else removals
+    pcs = PrincipalDirections.fit(X, device=dev)
+    i, j = random_pairs(n, sample_size, seed=seed)
+    base = base or measure_isotropy(X, n_boot=0, sample_size=sample_size, seed=seed, device=dev)
+    rows = [dict(setting="original", removed=None, **{k: base.values[k] for k in ABTT_COLUMNS})]
+    samples = {-1: base.pair_cosines}
+    scale = float(pcs.mean @ pcs.mean) + float(pcs.eigenvalues.clip(0).sum())
+    for D in removals:
+        f = pcs.remover(D, dev)
+        vals = spectral_metrics(pcs.eigenvalues[D:], d - D)
+        if no_variance(pcs.eigenvalues[D:], scale):  # nothing left: the corrected rows are all zero
+            warnings.warn(f"after removing the mean and {D} component(s) every vector is zero (the set has no "
+                          "variance there): cosines are undefined", UndefinedMetricWarning, stacklevel=2)
+            vals = {k: float("nan") for k in vals}
+            vals["apcs"] = vals["apcs_std"] = float("nan")
+            samples[D] = np.full(len(i), np.nan)
+        else:
+            m = block_moments(X, transform=lambda x: unit_rows(f(x)), device=dev, desc=f"all-but-the-top D={D}")
+            N, s, G = m.total()
+            vals["apcs"], vals["apcs_std"] = cosine_moments(s, G, N)
+            samples[D] = pair_cosines(X, i, j, transform=f, device=dev)
+        label = "mean removed" if D == 0 else f"mean + top {D} removed"
+        rows.append(dict(setting=label, removed=D, **{k: vals[k] for k in ABTT_COLUMNS}))
+    return pd.DataFrame(rows), samples
+
+
+def best_removal(abtt: pd.DataFrame) -> int | None:
+    """The number of removed components whose corrected set has the APCS closest to 0 (``None`` if undefined)."""
+    t = abtt[abtt.removed.notna() & np.isfinite(abtt["apcs"])]
+    return int(t.loc[t["apcs"].abs().idxmin(), "removed"]) if len(t) else None

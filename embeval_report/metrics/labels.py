@@ -1,0 +1,248 @@
+"""The labelled entities that node classification and clustering evaluate.
+
+Labels come from a metadata column (``label``). :func:`prepare_labels` keeps the entities that can
+be evaluated: missing labels (None, NaN, empty or blank strings) are excluded and counted, and
+classes with fewer than ``min_class_size`` members (default 5, the number of CV folds) are
+dropped and listed. :func:`label_problem` says why a column cannot be evaluated at all (fewer
+than 2 classes with enough members), the reason the chapters are skipped with.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import train_test_split
+from threadpoolctl import threadpool_limits
+
+from ..errors import InputError
+from ..io import iter_groups
+from ..kernels import as_numpy
+
+#: folds of the stratified cross-validation, and so the smallest class that can be evaluated
+N_FOLDS = 5
+#: classes a label column needs (with at least ``min_class_size`` members each)
+MIN_CLASSES = 2
+#: below this many matrix entries (n x d), scikit-learn runs single-threaded (BLAS and OpenMP):
+#: thread start-up and spin-waiting cost more than they save, many times more on a busy machine
+_SMALL_PROBLEM = 4_000_000
+_WHAT = "node classification and clustering"
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """The labelled entities a chapter evaluates, with what was excluded and why.
+
+    ``rows`` are row numbers of the embedding set, ``codes[i]`` the class index of ``rows[i]`` in
+    ``classes`` (largest class first, then by name).
+    """
+
+    column: str
+    rows: np.ndarray
+    codes: np.ndarray
+    classes: tuple
+    n_total: int
+    n_missing: int
+    dropped: dict            # class name -> size, classes excluded for being smaller than min_class_size
+    min_class_size: int
+    sampled_from: int | None = None  # labelled entities before a stratified subsample, if one was drawn
+
+    @property
+    def n(self) -> int:
+        return int(len(self.rows))
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.bincount(self.codes, minlength=self.n_classes)
+
+    def names(self) -> np.ndarray:
+        """Class name of each kept entity."""
+        return np.asarray(self.classes, dtype=object)[self.codes]
+
+    def exclusion_text(self) -> str:
+        """Markdown sentence on the excluded entities ("" when none was excluded); written by the
+        node-classification chapter (:func:`embeval_report.chapters.node_classification.exclusion_text`)."""
+        from ..chapters.node_classification import exclusion_text  # presentation, imported only when asked
+
+        return exclusion_text(self)
+
+
+class OnLabels:
+    """Mixin of results over a :class:`LabelSet` (field ``labels``): ``n`` is the number of evaluated entities."""
+
+    @property
+    def n(self) -> int:
+        return self.labels.n
+
+
+def _label_text(v) -> str | None:
+    """A label as a string; ``None`` for a missing value (None, NaN, empty or blank string)."""
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, (float, np.floating)):
+        if math.isnan(v):
+            return None
+        if float(v).is_integer():
+            return str(int(v))
+    s = str(v).strip()
+    return s or None
+
+
+def _make_labelset(column, rows, names, n_total, n_missing, min_class_size, sampled_from=None,
+                   dropped=None) -> LabelSet:
+    """Drop classes below ``min_class_size`` and code the rest (largest class first)."""
+    counts = pd.Series(names, dtype=object).value_counts()
+    small = counts[counts < min_class_size]
+    dropped = dict(dropped or {})
+    dropped.update({str(k): int(v) for k, v in small.sort_values(ascending=False).items()})
+    kept = counts[counts >= min_class_size]
+    order = sorted(kept.index, key=lambda c: (-kept[c], str(c)))
+    code_of = {c: i for i, c in enumerate(order)}
+    keep = np.array([nm in code_of for nm in names], dtype=bool)
+    return LabelSet(column=column, rows=np.asarray(rows, dtype=np.int64)[keep],
+                    codes=np.array([code_of[nm] for nm in np.asarray(names, dtype=object)[keep]], dtype=np.int64),
+                    classes=tuple(order), n_total=n_total, n_missing=n_missing, dropped=dropped,
+                    min_class_size=min_class_size, sampled_from=sampled_from)
+
+
+def _labelled(labels, min_class_size: int, column: str, n: int | None) -> tuple[LabelSet | None, int]:
+    """The label set before the class-count check (``None`` when no entity has a label), and the total."""
+    arr = labels.to_numpy(dtype=object) if isinstance(labels, pd.Series) else np.asarray(labels, dtype=object)
+    if arr.ndim != 1 or (n is not None and len(arr) != n):
+        raise InputError(f"metadata column '{column}': expected one label per vector ({n}), got shape {arr.shape}")
+    if min_class_size < 2:
+        raise ValueError("min_class_size must be at least 2 (a class needs a member in training and in test)")
+    names = np.array([_label_text(v) for v in arr], dtype=object)
+    present = np.array([v is not None for v in names], dtype=bool)
+    if not present.any():
+        return None, len(arr)
+    return _make_labelset(column, np.flatnonzero(present), names[present], len(arr), int((~present).sum()),
+                          min_class_size), len(arr)
+
+
+def prepare_labels(labels, *, min_class_size: int = N_FOLDS, column: str = "label", n: int | None = None,
+                   what: str = _WHAT) -> LabelSet:
+    """Validate a label column and keep the entities that can be evaluated.
+
+    Missing labels (None, NaN, empty or blank strings) are excluded and counted. Classes with
+    fewer than ``min_class_size`` members (default 5, the number of CV folds) are **dropped**
+    and listed, rather than merged into an "other" class: a merged class mixes unrelated
+    entities, so the probe would be scored on a class no one defined. Numbers are compared as
+    text (``1.0`` and ``1`` are the same class).
+
+    Raises
+    ------
+    InputError
+        Wrong length, no labelled entity, or fewer than 2 classes left (the message names the
+        column, the counts and the classes).
+    """
+    ls, n_total = _labelled(labels, min_class_size, column, n)
+    if ls is None:
+        raise InputError(f"metadata column '{column}': no entity has a label (all {n_total:,} values are missing); "
+                         f"{what} need labels")
+    _check_classes(ls, what)
+    return ls
+
+
+def class_count_problem(ls: LabelSet) -> str | None:
+    """Why ``ls`` cannot be evaluated (fewer than 2 classes with enough members, with the class sizes), or ``None``."""
+    if ls.n_classes >= MIN_CLASSES:
+        return None
+    sizes = {**dict(zip(ls.classes, (int(c) for c in ls.counts))), **ls.dropped}
+    shown = ", ".join(f"'{k}': {v:,}" for k, v in list(sizes.items())[:6]) + (", …" if len(sizes) > 6 else "")
+    labelled = ls.n_total - ls.n_missing
+    have = "no class has" if ls.n_classes == 0 else "only 1 class has"
+    return (f"needs at least {MIN_CLASSES} classes with at least {ls.min_class_size} members; among the "
+            f"{labelled:,} labelled entities of the metadata column '{ls.column}' {have} that many "
+            f"({len(sizes)} class{'es' if len(sizes) != 1 else ''} in all; sizes {shown})")
+
+
+def label_problem(labels, *, min_class_size: int = N_FOLDS, column: str = "label") -> str | None:
+    """Why a label column cannot be evaluated at all, or ``None`` when it can (see :func:`prepare_labels`).
+
+    >>> label_problem(["a"] * 299 + ["b"])
+    "needs at least 2 classes with at least 5 members; among the 300 labelled entities of the metadata column 'label' only 1 class has that many (2 classes in all; sizes 'a': 299, 'b': 1)"
+    """
+    ls, n_total = _labelled(labels, min_class_size, column, None)
+    if ls is None:
+        return (f"needs labels: all {n_total:,} values of the metadata column '{column}' are missing "
+                f"(at least {MIN_CLASSES} classes with at least {min_class_size} members each are needed)")
+    return class_count_problem(ls)
+
+
+def _check_classes(ls: LabelSet, what: str) -> None:
+    if ls.n_classes >= MIN_CLASSES:
+        return
+    labelled = ls.n_total - ls.n_missing
+    found = (f"only one class ('{ls.classes[0]}', {ls.n:,} entities)" if ls.n_classes == 1 else "no class")
+    if ls.dropped:
+        found += (f" with at least {ls.min_class_size} members; smaller classes: "
+                  + ", ".join(f"'{k}' ({v})" for k, v in list(ls.dropped.items())[:5])
+                  + (" …" if len(ls.dropped) > 5 else ""))
+    raise InputError(f"metadata column '{ls.column}': {what} need at least 2 classes with at least "
+                     f"{ls.min_class_size} labelled entities each; among {labelled:,} labelled entities there is "
+                     f"{found}")
+
+
+def _subset(ls: LabelSet, keep: np.ndarray, min_class_size: int | None = None, *, sampled: bool = False,
+            what: str = _WHAT) -> LabelSet:
+    """The label set restricted to positions ``keep`` (classes that fall below the minimum dropped)."""
+    m = ls.min_class_size if min_class_size is None else min_class_size
+    out = _make_labelset(ls.column, ls.rows[keep], ls.names()[keep], ls.n_total, ls.n_missing, m,
+                         sampled_from=ls.n if sampled else ls.sampled_from, dropped=ls.dropped)
+    _check_classes(out, what)
+    return out
+
+
+def stratified_subsample(ls: LabelSet, size: int | None, *, seed: int = 0) -> LabelSet:
+    """A seeded stratified random sample of ``size`` labelled entities (``ls`` itself when smaller)."""
+    if size is None or ls.n <= size:
+        return ls
+    keep, _ = train_test_split(np.arange(ls.n), train_size=int(size), stratify=ls.codes, random_state=seed)
+    return _subset(ls, np.sort(keep), sampled=True)
+
+
+def as_labelset(labels, n: int, min_class_size: int, column: str) -> LabelSet:
+    """``labels`` as a :class:`LabelSet` with classes of at least ``min_class_size`` members."""
+    if isinstance(labels, LabelSet):
+        if labels.min_class_size < min_class_size:
+            return _subset(labels, np.arange(labels.n), min_class_size)
+        return labels
+    return prepare_labels(labels, min_class_size=min_class_size, column=column, n=n)
+
+
+def label_array(labels) -> np.ndarray:
+    """A label column (Series, list or array) as an object array."""
+    return np.asarray(labels.to_numpy(dtype=object) if isinstance(labels, pd.Series) else labels, dtype=object)
+
+
+def threads(n: int, d: int):
+    """Single-threaded BLAS and OpenMP for small problems, where thread start-up dominates (and contends)."""
+    return threadpool_limits(1) if n * d <= _SMALL_PROBLEM else nullcontext()
+
+
+def per_group(X, labels, groups, column: str, evaluate, summarise) -> pd.DataFrame:
+    """One row per group of entities: ``summarise(evaluate(X_g, labels_g))`` (a dict of columns), or a ``note``
+    saying why the group's labels cannot be evaluated (one class, too few members)."""
+    X, labels = as_numpy(X), label_array(labels)
+    rows = []
+    for name, idx in iter_groups(groups):
+        row = {column: name, "entities": len(idx)}
+        try:
+            r = evaluate(X[idx], labels[idx])
+        except InputError as e:
+            rows.append(dict(row, note=str(e).split(": ", 1)[-1]))
+            continue
+        rows.append(dict(row, **summarise(r), note=""))
+    return drop_empty_note(pd.DataFrame(rows))
+
+
+def drop_empty_note(df: pd.DataFrame) -> pd.DataFrame:
+    """A per-group table without its ``note`` column when no group has a note."""
+    return df.drop(columns=["note"]) if "note" in df and not df["note"].fillna("").astype(bool).any() else df

@@ -1,0 +1,80 @@
+r"""Comparing two embedding spaces of the same entities: Procrustes alignment and k-NN overlap.
+
+Embeddings are identified only up to an orthogonal transform (seed 000 §217.2.1.1):
+:math:`(EQ)(EQ)^\top = EE^\top`. Two spaces are therefore compared after the orthogonal
+Procrustes rotation :math:`R^* = \arg\min_{R^\top R = I} \lVert A - BR \rVert_F` (Schönemann
+1966; SciPy's :func:`scipy.linalg.orthogonal_procrustes`), or through quantities that need no
+alignment at all, such as the overlap of each entity's k nearest neighbours.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.linalg import orthogonal_procrustes
+
+from ..kernels import as_numpy, knn, neighbour_sets_overlap
+
+
+@dataclass(frozen=True)
+class ProcrustesFit:
+    """``aligned = (B - mean_B) @ R`` is ``B`` rotated onto the centred ``A``."""
+
+    rotation: np.ndarray   # (d, d), orthogonal
+    aligned: np.ndarray    # (n, d) centred B after rotation
+    target: np.ndarray     # (n, d) centred A
+    disparity: float       # ‖Â − B̂R‖²_F of the Frobenius-normalised centred matrices, in [0, 2]
+
+
+def _pad(X: np.ndarray, d: int) -> np.ndarray:
+    return X if X.shape[1] == d else np.hstack([X, np.zeros((len(X), d - X.shape[1]), X.dtype)])
+
+
+def procrustes_align(A, B, *, center: bool = True) -> ProcrustesFit:
+    """Rotate ``B`` onto ``A`` (rows are the same entities, in the same order).
+
+    Both are mean-centred first (``center``); a smaller dimension is zero-padded so sets of
+    different d can be compared. ``disparity`` is the residual of the Frobenius-normalised
+    matrices, :math:`2 - 2\\sum_k s_k` with :math:`s_k` the singular values of
+    :math:`\\hat A^\\top \\hat B`, as :func:`scipy.spatial.procrustes` reports it for the
+    rotation-only fit (0 = identical up to rotation; lower is better).
+    """
+    A = as_numpy(A).astype(np.float64)
+    B = as_numpy(B).astype(np.float64)
+    if len(A) != len(B):
+        raise ValueError(f"procrustes_align needs the same entities in both sets ({len(A)} vs {len(B)} rows)")
+    d = max(A.shape[1], B.shape[1])
+    A, B = _pad(A, d), _pad(B, d)
+    if center:
+        A, B = A - A.mean(0), B - B.mean(0)
+    R, _ = orthogonal_procrustes(B, A)
+    aligned = B @ R
+    na, nb = np.linalg.norm(A), np.linalg.norm(B)
+    disparity = float(np.sum((A / na - aligned / nb) ** 2)) if na > 0 and nb > 0 else float("nan")
+    return ProcrustesFit(R, aligned, A, disparity)
+
+
+def row_cosines(A, B) -> np.ndarray:
+    """Cosine similarity of each row of ``A`` with the same row of ``B``."""
+    A, B = as_numpy(A).astype(np.float64), as_numpy(B).astype(np.float64)
+    num = np.einsum("ij,ij->i", A, B)
+    den = np.linalg.norm(A, axis=1) * np.linalg.norm(B, axis=1)
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+
+def aligned_cosines(A, B, *, center: bool = True) -> np.ndarray:
+    """Per-entity cosine between ``A`` and ``B`` after Procrustes-aligning ``B`` onto ``A``."""
+    fit = procrustes_align(A, B, center=center)
+    return row_cosines(fit.target, fit.aligned)
+
+
+def knn_overlap(A, B, k: int = 10, *, metric: str = "cosine", device="auto") -> np.ndarray:
+    """Per-entity k-NN overlap :math:`|N^A_k(i) \\cap N^B_k(i)| / k` (self excluded; no alignment needed).
+
+    Neighbours come from the exact chunked :func:`embeval_report.kernels.knn` in each space.
+    Two spaces that differ by a rotation give 1 for every entity; independent random spaces
+    give about :math:`k/(n-1)`.
+    """
+    na, _ = knn(A, k, metric=metric, device=device, desc="k-NN (space A)")
+    nb, _ = knn(B, k, metric=metric, device=device, desc="k-NN (space B)")
+    return neighbour_sets_overlap(na, nb)

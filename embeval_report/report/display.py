@@ -1,0 +1,340 @@
+"""What chapter notebooks call to show things in the report.
+
+Every display object carries two representations:
+
+* ``text/html`` -- what JupyterLab and the HTML report show (self-styled, so it also looks
+  right in JupyterLab where the report's CSS is absent);
+* ``text/markdown`` -- pandoc markdown, what the PDF renderer (and Quarto) consume.
+
+User strings (ids, labels, titles, captions) are plain text: the functions here escape them.
+Narrative passed to :func:`show_markdown` or :func:`callout` is markdown (LaTeX math allowed)
+and is *not* escaped -- wrap user strings inside it with :func:`escape`.
+
+Output metadata under the ``"embeval"`` key tells the report renderer what an output is
+(``role``: ``"table"``, ``"figure"``, ``"figure-caption"``, ``"callout"``).
+"""
+from __future__ import annotations
+
+import base64
+import html as _html
+import io
+import numbers
+import re
+from typing import Any
+
+from .format import interval, is_missing, number
+
+__all__ = ["escape", "Link", "Table", "show_table", "show_figure", "show_markdown", "callout", "metrics_table",
+           "definitions_markdown", "show_metrics", "VERDICT_COLORS", "CALLOUT_KINDS"]
+
+# Characters with a meaning in (pandoc / CommonMark) markdown that a plain string must not trigger.
+# ``<>&"'`` are handled by HTML escaping; ``-+.:=`` only matter at the start of a line.
+_MD_SPECIALS = re.compile(r"([\\`*_{}\[\]#|$~^@])")
+_MD_LINE_START = re.compile(r"^(\s*)(?:([-+:=])|(\d+)([.)]))", re.MULTILINE)
+
+VERDICT_COLORS = {"healthy": "#2e7d32", "concerning": "#b26a00", "problematic": "#c62828"}
+CALLOUT_KINDS = ("note", "warning", "danger", "success")
+_CALLOUT_STYLE = {  # border, background (inline styles for JupyterLab; the report CSS matches)
+    "note": ("#2f6fb3", "#eef4fb"),
+    "warning": ("#b26a00", "#fdf5e6"),
+    "danger": ("#c62828", "#fdecec"),
+    "success": ("#2e7d32", "#edf7ee"),
+}
+_FIGURE_DPI = 150
+
+
+def escape(text: Any) -> str:
+    """Make a user string safe inside markdown *and* HTML.
+
+    HTML-escapes ``<>&"'`` and backslash-escapes markdown specials (``*_`[]#|$`` ...), so an id
+    like ``a_b*<c>`` shows literally in both renderings. ``None`` becomes ``""``.
+    """
+    if text is None:
+        return ""
+    s = _MD_SPECIALS.sub(r"\\\1", str(text))
+    s = _MD_LINE_START.sub(lambda m: m.group(1) + ("\\" + m.group(2) if m.group(2)
+                                                   else m.group(3) + "\\" + m.group(4)), s)
+    return _html.escape(s, quote=True)
+
+
+def _html_text(text: Any) -> str:
+    return "" if text is None else _html.escape(str(text), quote=True)
+
+
+def _one_line(s: str) -> str:
+    return re.sub(r"\s*[\r\n]+\s*", " ", s)
+
+
+_SAFE_HREF = re.compile(r"^(#|https?:|mailto:|\.{0,2}/|[\w.-]+(?:/|\.html?\b|#|$))", re.IGNORECASE)
+
+
+def _safe_href(href: Any) -> str:
+    href = str(href or "").strip()
+    return href if _SAFE_HREF.match(href) and not href.lower().startswith("javascript:") else "#"
+
+
+class Link:
+    """A table cell that renders as a link; ``text`` is a plain string (escaped)."""
+
+    def __init__(self, text, href):
+        self.text = "" if text is None else str(text)
+        self.href = _safe_href(href)
+
+    def _repr_html_(self) -> str:
+        return f'<a href="{_html.escape(self.href, quote=True)}">{_html_text(self.text)}</a>'
+
+    def _repr_markdown_(self) -> str:
+        href = self.href
+        if re.search(r"[\s()<>]", href):
+            href = "<" + href.replace("<", "%3C").replace(">", "%3E") + ">"
+        return f"[{escape(_one_line(self.text))}]({href})"
+
+    def __repr__(self) -> str:
+        return f"Link({self.text!r}, {self.href!r})"
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __eq__(self, other):
+        return isinstance(other, Link) and (self.text, self.href) == (other.text, other.href)
+
+    def __hash__(self):
+        return hash((self.text, self.href))
+
+
+def _is_numeric(v: Any) -> bool:
+    return isinstance(v, numbers.Number) and not isinstance(v, bool)
+
+
+def _badge_html(v: str) -> str:
+    color = VERDICT_COLORS.get(v.lower(), "#666")
+    return (f'<span class="verdict verdict-{_html_text(v.lower())}" style="background:{color};color:#fff;'
+            f'padding:0.1em 0.55em;border-radius:0.7em;font-size:0.85em;font-weight:600;white-space:nowrap">'
+            f"{_html_text(v)}</span>")
+
+
+def _badge_md(v: str) -> str:
+    cls = re.sub(r"[^a-z0-9-]", "", v.lower()) or "unknown"
+    return f"[{escape(v)}]{{.verdict .verdict-{cls}}}"
+
+
+def _label_id(label: str | None) -> str | None:
+    if not label:
+        return None
+    s = re.sub(r"[^A-Za-z0-9_.:-]+", "-", str(label)).strip("-")
+    return s or None
+
+
+class Table:
+    """An IPython display object for a DataFrame, as HTML (JupyterLab, HTML report) and as a
+    pandoc pipe table with caption (PDF)."""
+
+    def __init__(self, df, caption: str | None = None, label: str | None = None, index: bool = False,
+                 digits: int = 4):
+        import pandas as pd
+
+        if not isinstance(df, pd.DataFrame):
+            df = pd.DataFrame(df)
+        if index:
+            df = df.reset_index()
+        self.df = df
+        self.caption = caption
+        self.label = _label_id(label)
+        self.index = index
+        self.digits = digits
+
+    # -- cells -------------------------------------------------------------------------------
+    def _columns(self) -> list[str]:
+        cols = []
+        for c in self.df.columns:
+            if isinstance(c, tuple):
+                c = " / ".join(str(x) for x in c if str(x))
+            cols.append(str(c))
+        return cols
+
+    def _numeric_columns(self) -> list[bool]:
+        out = []
+        for j in range(self.df.shape[1]):
+            vals = [v for v in self.df.iloc[:, j].tolist() if not is_missing(v)]
+            out.append(bool(vals) and all(_is_numeric(v) for v in vals))
+        return out
+
+    def _cell(self, v: Any, verdict: bool, fmt: str) -> str:
+        if verdict:
+            if is_missing(v) or str(v).strip() == "":
+                return ""
+            return _badge_html(str(v)) if fmt == "html" else _badge_md(str(v))
+        if isinstance(v, Link):
+            return v._repr_html_() if fmt == "html" else v._repr_markdown_()
+        if is_missing(v) or _is_numeric(v):
+            return number(v, self.digits)
+        s = _one_line(str(v))
+        return _html_text(s) if fmt == "html" else escape(s)
+
+    # -- representations ---------------------------------------------------------------------
+    def _repr_html_(self) -> str:
+        cols = self._columns()
+        numeric = self._numeric_columns()
+        verdict = [c.strip().lower() == "verdict" for c in cols]
+        ident = f' id="{_html.escape(self.label)}"' if self.label else ""
+        parts = [f'<div class="embeval-table-wrap" style="overflow-x:auto">'
+                 f'<table class="embeval-table"{ident}>']
+        if self.caption:
+            parts.append(f'<caption>Table: {_html_text(self.caption)}</caption>')
+        parts.append("<thead><tr>")
+        for c, num in zip(cols, numeric):
+            parts.append(f'<th class="{"num" if num else "text"}">{_html_text(c)}</th>')
+        parts.append("</tr></thead><tbody>")
+        for row in self.df.itertuples(index=False, name=None):
+            parts.append("<tr>")
+            for v, num, ver in zip(row, numeric, verdict):
+                cls = "num" if num else ("verdict-cell" if ver else "text")
+                parts.append(f'<td class="{cls}">{self._cell(v, ver, "html")}</td>')
+            parts.append("</tr>")
+        parts.append("</tbody></table></div>")
+        return "".join(parts)
+
+    def _repr_markdown_(self) -> str:
+        cols = self._columns()
+        numeric = self._numeric_columns()
+        verdict = [c.strip().lower() == "verdict" for c in cols]
+        header = [escape(_one_line(c)) or " " for c in cols]
+        rows = [[self._cell(v, ver, "md") for v, ver in zip(row, verdict)]
+                for row in self.df.itertuples(index=False, name=None)]
+        # Dash counts set the relative column widths pandoc uses when a line is long.
+        widths = []
+        for j, h in enumerate(header):
+            longest = max([len(h)] + [len(r[j]) for r in rows])
+            widths.append(min(max(3, longest), 40))
+        def line(cells):
+            return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+        sep = "|" + "|".join(("-" * (w + 1) + ":") if num else (":" + "-" * (w + 1))
+                             for w, num in zip(widths, numeric)) + "|"
+        out = [line(header), sep] + [line(r) for r in rows]
+        if not rows:  # pandoc needs at least the header; say so explicitly
+            out.append(line(["—"] + [""] * (len(header) - 1)) if header else "")
+        text = "\n".join(out)
+        if self.caption or self.label:
+            cap = escape(_one_line(self.caption or ""))
+            text += f"\n\n: {cap}" + (f" {{#{self.label}}}" if self.label else "")
+        return text + "\n"
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        data = {"text/html": self._repr_html_(), "text/markdown": self._repr_markdown_(),
+                "text/plain": self.__repr__()}
+        return data, {"embeval": {"role": "table", "label": self.label}}
+
+    def __repr__(self) -> str:
+        head = f"Table: {self.caption}\n" if self.caption else ""
+        return head + self.df.to_string(index=False, max_rows=30)
+
+
+def show_table(df, caption=None, label=None, **kw) -> None:
+    """Display a :class:`Table` (see its arguments)."""
+    from IPython.display import display
+    display(Table(df, caption=caption, label=label, **kw))
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR":
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    return 0, 0
+
+
+def show_figure(fig, caption: str, label: str | None = None) -> None:
+    """Display a matplotlib figure as PNG (150 dpi) followed by its caption, then close it.
+
+    Emits two outputs: the image (``image/png``; its metadata carries the caption for the report
+    renderer) and a caption output (``text/html`` + ``text/markdown``, "Figure: ...") that any
+    notebook viewer shows below the image.
+    """
+    from IPython.display import display
+
+    if not hasattr(fig, "savefig"):  # seaborn grids, axes
+        fig = getattr(fig, "figure", None) or getattr(fig, "fig", None) or fig
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=_FIGURE_DPI, bbox_inches="tight", facecolor="white")
+    try:
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+    except Exception:  # pragma: no cover - not a pyplot figure
+        pass
+    data = buf.getvalue()
+    w, h = _png_size(data)
+    lab = _label_id(label)
+    meta_img: dict = {"embeval": {"role": "figure", "caption": caption, "label": lab, "dpi": _FIGURE_DPI}}
+    if w and h:
+        # CSS pixels at 100 px per inch of figure: sharp on high-density screens
+        meta_img["image/png"] = {"width": round(w * 100 / _FIGURE_DPI), "height": round(h * 100 / _FIGURE_DPI)}
+    display({"image/png": base64.b64encode(data).decode("ascii"),
+             "text/plain": f"<Figure: {_one_line(str(caption))}>"}, raw=True, metadata=meta_img)
+    display({"text/html": f'<p class="figure-caption" style="text-align:center;font-size:0.9em;color:#444">'
+                          f"Figure: {_html_text(_one_line(str(caption)))}</p>",
+             "text/markdown": f"Figure: {escape(_one_line(str(caption)))}\n",
+             "text/plain": f"Figure: {_one_line(str(caption))}"},
+            raw=True, metadata={"embeval": {"role": "figure-caption", "label": lab}})
+
+
+def show_markdown(text: str) -> None:
+    """Display markdown narrative (LaTeX math ``$...$`` / ``$$...$$`` allowed)."""
+    from IPython.display import Markdown, display
+    display(Markdown(text))
+
+
+def _markdown_to_html(text: str) -> str:
+    """Best-effort markdown -> HTML for JupyterLab (the report renders the markdown itself)."""
+    try:
+        import mistune
+        return mistune.html(text)
+    except Exception:  # pragma: no cover - mistune comes with nbconvert
+        return "".join(f"<p>{_html_text(p)}</p>" for p in text.split("\n\n"))
+
+
+def callout(kind: str, text: str, title: str | None = None) -> None:
+    """Display a boxed note. ``kind``: note | warning | danger | success; ``text`` is markdown,
+    ``title`` plain text (defaults to the kind)."""
+    from IPython.display import display
+
+    kind = str(kind).lower()
+    if kind not in CALLOUT_KINDS:
+        raise ValueError(f"callout kind must be one of {', '.join(CALLOUT_KINDS)}, not {kind!r}")
+    title = kind.capitalize() if title is None else str(title)
+    border, bg = _CALLOUT_STYLE[kind]
+    html_out = (f'<div class="callout callout-{kind}" style="border-left:4px solid {border};background:{bg};'
+                f'padding:0.6em 1em;margin:1em 0;border-radius:4px">'
+                f'<p class="callout-title" style="margin:0 0 0.3em;font-weight:700;color:{border}">'
+                f"{_html_text(title)}</p>{_markdown_to_html(text)}</div>")
+    body = "\n".join("> " + line if line.strip() else ">" for line in str(text).strip().splitlines())
+    md = f"<!-- embeval-callout:{kind} -->\n\n> **{escape(_one_line(title))}**\n>\n{body}\n"
+    display({"text/html": html_out, "text/markdown": md, "text/plain": f"[{kind}] {title}: {text}"},
+            raw=True, metadata={"embeval": {"role": "callout", "kind": kind}})
+
+
+def metrics_table(metrics):
+    """The table a chapter shows for its :class:`~embeval_report.metrics.spec.Metric` records:
+    value, 95 % CI, which way is better, verdict and reference (``metrics``: name -> Metric)."""
+    import pandas as pd
+
+    def value(v):  # counts read with thousands separated
+        whole = v is not None and not is_missing(v) and float(v).is_integer() and abs(v) >= 1000
+        return f"{int(v):,}" if whole else number(v)
+
+    rows = [{"metric": m.label or m.name, "value": value(m.value),
+             "95 % CI": interval(m.ci_low, m.ci_high, sep=" – ") if m.has_ci else (
+                 f"— ({m.note})" if m.note else "—"),
+             "better": m.direction, "verdict": m.verdict, "reference": m.reference} for m in metrics.values()]
+    return pd.DataFrame(rows, columns=["metric", "value", "95 % CI", "better", "verdict", "reference"])
+
+
+def definitions_markdown(metrics) -> str:
+    """A bullet list giving each metric's formula, direction and reference."""
+    return "\n".join(f"- **{m.label or m.name}** (`{m.name}`): ${m.formula}$ — {m.direction} is better; "
+                     f"{m.reference}." for m in metrics.values() if m.formula)
+
+
+def show_metrics(metrics, caption: str, label: str, definitions: str | None = None) -> None:
+    """Show the metrics table, then the definitions (``definitions``: markdown put before the list)."""
+    show_table(metrics_table(metrics), caption=caption, label=label)
+    defs = definitions_markdown(metrics)
+    if definitions or defs:
+        show_markdown("\n\n".join(x for x in (definitions, defs) if x))

@@ -1,0 +1,74 @@
+"""Recorded numbers: what a chapter writes, and the ``metrics.json`` assembled from it.
+
+Every number a chapter shows is recorded, so ``metrics.json`` holds exactly what the report
+says. A chapter's records go to ``results/<chapter>.json`` as soon as they are added, so a
+chapter that fails half-way still keeps what it computed.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..metrics.spec import METRIC_KEYS, Metric
+
+
+@dataclass
+class Recorder:
+    """Collects a chapter's metrics and notes and writes them to ``results_dir/<chapter>.json``."""
+
+    chapter: str
+    results_dir: str | os.PathLike | None = None
+    metrics: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+
+    def add(self, *metrics: Metric) -> None:
+        """Record metrics (a later record of the same name replaces the earlier one)."""
+        for m in metrics:
+            self.metrics[m.name] = m.to_record()
+        self.save()
+
+    def note(self, **info) -> None:
+        """Record JSON-serialisable context (parameters used, sample sizes, ...)."""
+        self.info.update(info)
+        self.save()
+
+    def append(self, key: str, item) -> None:
+        """Append ``item`` to the list ``info[key]`` (warnings, tests, ...)."""
+        self.info.setdefault(key, []).append(item)
+        self.save()
+
+    def save(self) -> None:
+        if self.results_dir is None:
+            return
+        path = Path(self.results_dir) / f"{self.chapter}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"chapter": self.chapter, "metrics": self.metrics, "info": self.info},
+                                  indent=2, default=str))
+        tmp.replace(path)
+
+
+def read_results(results_dir) -> dict[str, dict]:
+    """All chapter records in ``results_dir`` keyed by chapter name."""
+    out = {}
+    for p in sorted(Path(results_dir).glob("*.json")):
+        out[p.stem] = json.loads(p.read_text())
+    return out
+
+
+def metrics_document(results_dir, chapters: list[dict], *, version: str, source: str, seed: int,
+                     device: str) -> dict:
+    """``metrics.json`` in its fixed schema from the recorded results.
+
+    ``chapters``: ``{"name", "status", "reason"}`` per chapter in report order; a skipped chapter
+    contributes no metrics.
+    """
+    recorded = read_results(results_dir)
+    out = {}
+    for ch in chapters:
+        metrics = recorded.get(ch["name"], {}).get("metrics", {}) if ch["status"] != "skipped" else {}
+        out[ch["name"]] = dict(status=ch["status"], reason=ch.get("reason") or None,
+                               metrics={k: {f: m.get(f) for f in METRIC_KEYS} for k, m in metrics.items()})
+    return dict(version=version, source=source, seed=seed, device=device, chapters=out)

@@ -1,0 +1,69 @@
+"""Render the executed chapter notebooks of a report folder into one report.
+
+``OUT/chapters/NN_<name>.ipynb`` (executed by papermill) become
+
+* ``OUT/report.html`` -- one self-contained file: CSS inlined, figures as data URIs, math as
+  MathML, no scripts and no network resources;
+* ``OUT/report.pdf`` -- pandoc markdown -> Typst -> PDF with the ``typst`` package.
+
+Two renderers: ``builtin`` (nbconvert + pandoc + typst, always available) and ``quarto``
+(a Quarto book from ``_quarto.yml``, used when ``quarto`` is on PATH).
+
+Notebook metadata read: ``nb.metadata["embeval"]`` = ``{"name", "title", "status": "ok" |
+"failed" | "skipped", "error"}`` (``reason`` is accepted for ``error``). Header information
+comes from ``OUT/metrics.json`` (``title``, ``source``, ``seed``, ``device``, ``version``,
+``generated``), completed from ``OUT/run.json`` when present.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+from .common import load_chapters, quarto_available, read_header
+from .html import render_html
+from .pdf import render_pdf
+from .quarto import _render_quarto
+
+__all__ = ["render_report", "quarto_available"]
+
+log = logging.getLogger(__name__)
+
+
+def render_report(out_dir, *, title: str | None = None, formats=("html", "pdf"),
+                  renderer: str = "auto") -> dict[str, Path]:
+    """Render ``out_dir/chapters/*.ipynb`` into ``out_dir/report.html`` and/or ``report.pdf``.
+
+    ``renderer``: ``"auto"`` (Quarto when on PATH, else builtin; falls back to builtin if
+    Quarto fails), ``"quarto"`` or ``"builtin"``. Returns ``{format: path}`` of the files written.
+    """
+    out_dir = Path(out_dir)
+    if isinstance(formats, str):
+        formats = (formats,)
+    formats = tuple(dict.fromkeys(f.lower() for f in formats))
+    unknown = [f for f in formats if f not in ("html", "pdf")]
+    if unknown:
+        raise ValueError(f"unknown report format(s): {', '.join(unknown)} (expected html, pdf)")
+    if renderer not in ("auto", "quarto", "builtin"):
+        raise ValueError(f"renderer must be auto, quarto or builtin, not {renderer!r}")
+    if not (out_dir / "chapters").is_dir():
+        raise FileNotFoundError(f"{out_dir / 'chapters'}: no executed chapters to render")
+    final_title, header_items, meta = read_header(out_dir, title)
+
+    if renderer == "quarto" or (renderer == "auto" and quarto_available()):
+        try:
+            return _render_quarto(out_dir, final_title, formats, header_items, meta)
+        except Exception as exc:
+            if renderer == "quarto":
+                raise
+            log.warning("quarto rendering failed, using the builtin renderer: %s", exc)
+            warnings.warn(f"quarto rendering failed, using the builtin renderer: {exc}", RuntimeWarning,
+                          stacklevel=2)
+
+    result: dict[str, Path] = {}
+    if "html" in formats:
+        result["html"] = render_html(out_dir, load_chapters(out_dir), final_title, header_items, meta)
+    if "pdf" in formats:
+        result["pdf"] = render_pdf(out_dir, load_chapters(out_dir), final_title, header_items, meta)
+    return result

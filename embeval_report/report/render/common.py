@@ -1,0 +1,251 @@
+"""Reading an executed report folder: its chapters (filtered cells, status) and its header."""
+
+import copy
+import datetime as _dt
+import json
+import logging
+import os
+import re
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TITLE = "Embedding evaluation report"
+
+# Cells with these tags are not part of the report at all.
+REMOVE_CELL_TAGS = {"parameters", "injected-parameters", "remove-cell", "remove_cell",
+                    "papermill-error-cell-tag"}
+REMOVE_OUTPUT_TAGS = {"remove-output", "remove_output"}
+
+# pandoc markdown as notebooks write it: no YAML/title blocks, no citations (``@name`` is text),
+# lists allowed right after a paragraph and headings without a blank line before (Jupyter style).
+MARKDOWN_FORMAT = ("markdown-yaml_metadata_block-pandoc_title_block-citations-blank_before_header"
+                   "+lists_without_preceding_blankline")
+PDF_MIME_PRIORITY = ["text/markdown", "image/png", "image/svg+xml", "image/jpeg", "text/latex", "text/plain"]
+HEADER_FIELDS = (("source", "Source"), ("seed", "Seed"), ("device", "Device"), ("version", "Version"),
+                 ("generated", "Generated"))
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+_CHUNK_BREAK = "<!-- embeval-chunk-break -->"
+_CHAPTER_BREAK = "// embeval-chapter-break"
+_H1 = re.compile(r"^[ ]{0,3}#[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+
+
+def templates_dir() -> Path:
+    """The report templates: ``templates/`` of the checkout, or the wheel's copy
+    (``EMBEVAL_TEMPLATES`` overrides, for trying a changed look)."""
+    env = os.environ.get("EMBEVAL_TEMPLATES")
+    if env:
+        return Path(env)
+    from ...resources import templates_dir as _templates_dir
+    return _templates_dir()
+
+
+def _quarto_template() -> Path:
+    from ...resources import quarto_template
+    return quarto_template()
+
+
+def quarto_available() -> bool:
+    """Whether the ``quarto`` command is on PATH."""
+    return shutil.which("quarto") is not None
+
+
+def _pandoc(text: str, to: str, extra_args: list[str]) -> str:
+    import pypandoc
+    return pypandoc.convert_text(text, to, format=MARKDOWN_FORMAT, extra_args=["--wrap=none", "--quiet", *extra_args],
+                                 sandbox=False)
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text or "")
+
+
+@dataclass
+class ChapterDoc:
+    path: Path
+    name: str
+    title: str
+    status: str                     # ok | failed | skipped
+    error: str | None
+    nb: object | None               # nbformat.NotebookNode, cells already filtered
+    sections: list = field(default_factory=list)
+    body: str = ""
+
+    @property
+    def anchor(self) -> str:
+        return "chapter-" + _slug(self.name)
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", str(s)).strip("-") or "chapter"
+
+
+def _cell_tags(cell) -> set:
+    return set(cell.get("metadata", {}).get("tags", []) or [])
+
+
+def _first_h1(nb) -> str | None:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and not _cell_tags(cell) & REMOVE_CELL_TAGS:
+            for line in cell.source.splitlines():
+                if line.strip():
+                    m = _H1.match(line)
+                    return m.group(1).strip() if m else None
+    return None
+
+
+def _error_from_outputs(nb) -> str | None:
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) or []:
+            if out.get("output_type") == "error":
+                tb = "\n".join(out.get("traceback", []) or [])
+                return strip_ansi(tb or f"{out.get('ename', 'Error')}: {out.get('evalue', '')}")
+    return None
+
+
+def _filtered_cells(nb) -> list:
+    cells = []
+    for cell in nb.cells:
+        tags = _cell_tags(cell)
+        if tags & REMOVE_CELL_TAGS:
+            continue
+        if cell.cell_type == "markdown" and not cell.source.strip():
+            continue
+        if cell.cell_type == "code":
+            if tags & REMOVE_OUTPUT_TAGS:
+                continue
+            outs = [o for o in cell.get("outputs", []) or []
+                    if not (o.get("output_type") == "stream" and o.get("name") != "stdout")
+                    and not (o.get("output_type") in ("display_data", "execute_result") and not o.get("data"))]
+            if not outs:
+                continue
+            cell.outputs = outs
+            cell.source = ""  # never shown; keeps the exporters from highlighting code
+        cells.append(cell)
+    return cells
+
+
+def _drop_title_heading(nb) -> None:
+    """Remove the chapter's ``# Title`` line: the renderers write the title from the metadata
+    (escaped, and the same in the contents, the HTML and the PDF)."""
+    if not nb.cells or nb.cells[0].cell_type != "markdown":
+        return
+    lines = nb.cells[0].source.splitlines()
+    i = next((k for k, ln in enumerate(lines) if ln.strip()), None)
+    if i is None or not _H1.match(lines[i]):
+        return
+    rest = "\n".join(lines[i + 1:]).strip("\n")
+    if rest.strip():
+        nb.cells[0].source = rest
+    else:
+        del nb.cells[0]
+
+
+def _load_chapter(path: Path, statuses: dict) -> ChapterDoc:
+    import nbformat
+
+    stem_name = re.sub(r"^\d+[_-]", "", path.stem)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nb = nbformat.read(path, as_version=4)
+    except Exception as exc:  # unreadable notebook: a failed chapter, not a failed report
+        return ChapterDoc(path, stem_name, stem_name.replace("_", " ").title(), "failed",
+                          f"could not read {path.name}: {exc}", None)
+    meta = nb.metadata.get("embeval") or {}
+    name = str(meta.get("name") or stem_name)
+    title = str(meta.get("title") or _first_h1(nb) or name.replace("_", " ").title())
+    st = statuses.get(name) if isinstance(statuses.get(name), dict) else {}
+    status = str(meta.get("status") or st.get("status") or "ok").lower()
+    if status not in ("ok", "failed", "skipped"):
+        status = "ok"
+    error = meta.get("error") or meta.get("reason") or st.get("reason")
+    if status == "failed" and not error:
+        error = _error_from_outputs(nb)
+    error = strip_ansi(str(error)).strip() if error else None
+    nb = copy.deepcopy(nb)
+    nb.cells = _filtered_cells(nb) if status == "ok" else []
+    _drop_title_heading(nb)
+    return ChapterDoc(path, name, title, status, error, nb)
+
+
+def load_chapters(out_dir: Path) -> list[ChapterDoc]:
+    """The chapters of a report folder, in filename order (summary first)."""
+    chapters_dir = Path(out_dir) / "chapters"
+    paths = sorted(p for p in chapters_dir.glob("*.ipynb") if not p.name.startswith("."))
+    paths.sort(key=lambda p: (re.sub(r"^\d+[_-]", "", p.stem) != "summary",))  # stable: summary first
+    statuses = {}
+    try:
+        statuses = json.loads((Path(out_dir) / "metrics.json").read_text()).get("chapters") or {}
+    except Exception:
+        pass
+    return [_load_chapter(p, statuses if isinstance(statuses, dict) else {}) for p in paths]
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except Exception:
+        return {}
+
+
+def _format_generated(value) -> str:
+    s = str(value)
+    try:
+        dt = _dt.datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return s
+    out = dt.strftime("%Y-%m-%d %H:%M")
+    if dt.tzinfo is not None:
+        off = dt.strftime("%z")
+        out += " UTC" if off in ("+0000", "-0000") else f" UTC{off[:3]}:{off[3:]}"
+    return out
+
+
+def read_header(out_dir: Path, title: str | None = None) -> tuple[str, list[tuple[str, str]], dict]:
+    """(title, [(label, value)], raw values) for the report header."""
+    metrics = _read_json(Path(out_dir) / "metrics.json")
+    run = _read_json(Path(out_dir) / "run.json")
+    meta = {}
+    for key in ("title", "source", "seed", "device", "version", "generated"):
+        v = metrics.get(key)
+        if v is None or v == "":
+            v = run.get(key)
+        if v is not None and v != "":
+            meta[key] = v
+    if "generated" in meta:
+        meta["generated"] = _format_generated(meta["generated"])
+    if "version" in meta:
+        meta["version"] = str(meta["version"])
+    final_title = title or meta.get("title") or DEFAULT_TITLE
+    items = [(label, str(meta[key])) for key, label in HEADER_FIELDS if key in meta]
+    items = [(lab, f"embeval-report {val}" if lab == "Version" else val) for lab, val in items]
+    return str(final_title), items, meta
+
+
+def _atomic_write(target: Path, data: bytes) -> None:
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+
+
+def _md_codeblock(text) -> str:
+    text = str(text or "").rstrip("\n")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
+def _status_box_md(ch: ChapterDoc) -> str:
+    if ch.status == "failed":
+        return ("::: {.callout .callout-danger}\n**This chapter failed**\n\n"
+                "The rest of the report is unaffected. The error:\n\n"
+                f"{_md_codeblock(ch.error or 'unknown error')}\n:::\n")
+    from ..display import escape
+    reason = f"\n\n{escape(ch.error)}" if ch.error else ""
+    return f"::: {{.callout .callout-note}}\n**This chapter was not run**{reason}\n:::\n"

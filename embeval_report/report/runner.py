@@ -1,0 +1,195 @@
+"""Run a report: validate every input once, execute each chapter notebook, assemble, render.
+
+The flow: check ``--out`` → load and validate the set and all its side data (bad input stops
+here, before any chapter) → write the prepared cache → execute each chapter in its own kernel
+(skipped when its inputs are absent or too degenerate, isolated when it fails) → ``run.json``,
+the summary chapter, ``metrics.json`` → render each format on its own → move into place.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from .. import __version__
+from ..chapters.registry import Chapter, describe_input, discover, select
+from ..io import load_source, save_prepared
+from ..io.side_data import load_side_data
+from ..metrics.thresholds import SEVERITY
+from ..progress import RunProgress
+from ..settings import ChapterSettings
+from .outdir import OutputFolder
+from .recorder import metrics_document
+from .render import render_report
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: exception names a chapter raises to be skipped rather than failed
+SKIP_ERRORS = ("ChapterSkipped",)
+
+
+@dataclass
+class ChapterOutcome:
+    chapter: Chapter
+    status: str          # ok | skipped | failed
+    reason: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class RunResult:
+    out: Path
+    outcomes: list[ChapterOutcome]
+    files: dict = field(default_factory=dict)
+    render_errors: dict = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[ChapterOutcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+    def worst_verdict(self) -> str | None:
+        """The most severe verdict recorded anywhere in the report."""
+        metrics = json.loads((self.out / "metrics.json").read_text())
+        best = None
+        for ch in metrics["chapters"].values():
+            for m in ch["metrics"].values():
+                if SEVERITY[m["verdict"]] > SEVERITY[best]:
+                    best = m["verdict"]
+        return best
+
+
+def _error_text(exc: BaseException) -> str:
+    ename = getattr(exc, "ename", None)
+    text = f"{ename}: {getattr(exc, 'evalue', '')}" if ename else f"{type(exc).__name__}: {exc}"
+    return ANSI.sub("", text).strip()
+
+
+def execute_chapter(ch: Chapter, staging: Path, params: dict, *, timeout: int | None = None) -> ChapterOutcome:
+    """Execute one chapter in its own kernel; failures are caught and recorded, never raised."""
+    import papermill as pm
+
+    target = staging / "chapters" / ch.filename
+    t0 = time.time()
+    status, reason = "ok", ""
+    try:
+        pm.execute_notebook(str(ch.notebook), str(target), parameters=params, kernel_name="python3",
+                            progress_bar=False, cwd=str(target.parent), execution_timeout=timeout,
+                            extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+    except Exception as exc:  # a failing chapter must not lose the report
+        if getattr(exc, "ename", None) in SKIP_ERRORS:
+            status, reason = "skipped", ANSI.sub("", str(getattr(exc, "evalue", ""))).strip()
+        else:
+            status, reason = "failed", _error_text(exc)
+    nb = nbformat.read(target if target.exists() else ch.notebook, as_version=4)
+    nb.metadata.setdefault("embeval", {}).update(status=status, error=reason or None)
+    nbformat.write(nb, target)
+    return ChapterOutcome(ch, status, reason, time.time() - t0)
+
+
+def _notebook_path(path: Path, staging: Path) -> str:
+    """A path as the chapter notebooks (cwd ``chapters/``) should see it."""
+    path = Path(path).resolve()
+    try:
+        return os.path.relpath(path, staging / "chapters") if path.is_relative_to(staging) else str(path)
+    except ValueError:
+        return str(path)
+
+
+def run_report(source, out, *, settings: ChapterSettings | None = None, chapters: list[str] | None = None,
+               renderer: str = "auto", formats=("html", "pdf"), title: str | None = None, timeout: int | None = None,
+               prepare=None, force: bool = False) -> RunResult:
+    """Build a complete report for ``source`` (a manifest or a vectors file) at ``out``.
+
+    ``prepare(staging) -> source`` may create the input inside the staging folder (the demo
+    does, so its data travels with the report). Raises :class:`~embeval_report.errors.InputError`
+    for bad input or a folder that may not be written, before any chapter runs.
+    """
+    settings = settings or ChapterSettings.resolve()
+    target = OutputFolder.check(out, force=force)
+    out = target.path
+    all_chapters = discover()
+    chosen = select(all_chapters, chapters)
+    staging = target.staging()
+    try:
+        if prepare is not None:
+            source = prepare(staging)
+        es = load_source(source)
+        side = load_side_data(es)
+        cache = staging / ".prepared"
+        save_prepared(es, cache)
+        side.save(cache / "side")
+        for sub in ("chapters", "results"):
+            (staging / sub).mkdir()
+        summary = [c for c in chosen if c.name == "summary"]
+        content = [c for c in chosen if c.name != "summary"]
+        base = dict(source=_notebook_path(Path(source), staging), prepared=str(cache), results_dir="../results",
+                    settings=settings.to_params())
+        outcomes = []
+        with RunProgress(len(content) + len(summary), staging / ".progress") as shown:
+            for ch in content:
+                missing = ch.missing(es)
+                reason = ("needs " + ", ".join(map(describe_input, missing)) if missing
+                          else ch.precheck(es, side, settings))
+                if reason:
+                    outcomes.append(ChapterOutcome(ch, "skipped", reason))
+                    shown.end(ch.name, "skipped", 0.0, reason)
+                    continue
+                shown.start(ch.name)
+                outcomes.append(execute_chapter(ch, staging, base, timeout=timeout))
+                shown.end(ch.name, outcomes[-1].status, outcomes[-1].seconds, outcomes[-1].reason)
+            outcomes += [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in all_chapters
+                         if c not in chosen]
+            final_source = Path(source).resolve()
+            if final_source.is_relative_to(staging):  # input created inside the report (the demo)
+                final_source = out / final_source.relative_to(staging)
+            run_info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name, source=str(final_source),
+                            seed=settings.seed, device=settings.device, sample_size=settings.sample_size,
+                            options=settings.options, version=__version__, n=es.n, d=es.d,
+                            generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
+            _write_run(staging, outcomes, run_info)
+            for ch in summary:
+                shown.start(ch.name)
+                outcomes.insert(0, execute_chapter(ch, staging, base, timeout=timeout))
+                shown.end(ch.name, outcomes[0].status, outcomes[0].seconds, outcomes[0].reason)
+        _write_run(staging, outcomes, run_info)
+        _write_metrics(staging, outcomes, run_info)
+        shutil.rmtree(cache, ignore_errors=True)
+        (staging / ".progress").unlink(missing_ok=True)
+        files, errors = {}, {}
+        for fmt in formats:  # each format on its own: a failing PDF never loses the HTML
+            try:
+                files.update(render_report(staging, title=run_info["title"], formats=(fmt,), renderer=renderer))
+            except Exception as exc:
+                errors[fmt] = _error_text(exc)
+        _write_run(staging, outcomes, run_info)
+        target.commit(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    files = {k: out / Path(v).name for k, v in files.items()}
+    return RunResult(out, outcomes, files, errors)
+
+
+def _write_run(staging: Path, outcomes: list[ChapterOutcome], run_info: dict) -> None:
+    """``run.json``: run settings, every chapter's status and the entries this run wrote (read by the summary)."""
+    chapters = [dict(name=o.chapter.name, title=o.chapter.title, order=o.chapter.order, status=o.status,
+                     reason=o.reason, requires=list(o.chapter.requires), seconds=round(o.seconds, 2))
+                for o in sorted(outcomes, key=lambda o: o.chapter.order)]
+    files = sorted(p.name for p in staging.iterdir() if not p.name.startswith(".")) + ["run.json"]
+    doc = dict(run_info, chapters=chapters, files=sorted(set(files)))
+    (staging / "run.json").write_text(json.dumps(doc, indent=2))
+
+
+def _write_metrics(staging: Path, outcomes: list[ChapterOutcome], run_info: dict) -> None:
+    """``metrics.json`` in the fixed schema, from the chapters' recorded results."""
+    chapters = [dict(name=o.chapter.name, status=o.status, reason=o.reason)
+                for o in sorted(outcomes, key=lambda o: o.chapter.order)]
+    doc = metrics_document(staging / "results", chapters, version=__version__, source=run_info["source"],
+                           seed=run_info["seed"], device=run_info["device"])
+    (staging / "metrics.json").write_text(json.dumps(doc, indent=2))

@@ -1,0 +1,85 @@
+"""The statistics layer against closed forms and statsmodels, and the resampling plan's fallback."""
+import math
+import warnings
+
+import numpy as np
+import pytest
+from statsmodels.stats.multitest import multipletests
+
+from embeval_report import stats
+from embeval_report.errors import UndefinedMetricWarning
+from embeval_report.metrics.isotropy import measure_isotropy
+
+
+def test_adjust_pvalues_equals_statsmodels_and_keeps_nan():
+    p = np.array([0.001, 0.04, np.nan, 0.03, 0.5])
+    for method, sm in (("holm", "holm"), ("bh", "fdr_bh")):
+        rej, adj = stats.adjust_pvalues(p, method)
+        r2, a2, _, _ = multipletests(p[~np.isnan(p)], method=sm)
+        np.testing.assert_allclose(adj[~np.isnan(p)], a2)
+        assert np.isnan(adj[2]) and not rej[2] and list(rej[~np.isnan(p)]) == list(r2)
+
+
+def test_jackknife_interval_of_the_mean_is_the_t_free_normal_interval():
+    x = np.random.default_rng(0).standard_normal(50)
+    loo = (x.sum() - x) / (len(x) - 1)  # delete-one means
+    lo, hi = stats.jackknife_interval(x.mean(), loo)
+    se = x.std(ddof=1) / math.sqrt(len(x))  # the jackknife SE of a mean equals sd/√n exactly
+    assert (hi - lo) / 2 == pytest.approx(1.959964 * se, rel=1e-6)
+
+
+def test_mean_ci_methods_and_undefined_case():
+    x = np.random.default_rng(1).exponential(size=300)
+    lo, hi, method = stats.mean_ci(x, units="queries")
+    assert lo < x.mean() < hi and "BCa" in method and "300 queries" in method
+    big = np.random.default_rng(2).standard_normal(6000)
+    lo, hi, method = stats.mean_ci(big)
+    assert "normal interval" in method
+    assert (hi - lo) / 2 == pytest.approx(1.959964 * big.std(ddof=1) / math.sqrt(6000), rel=1e-6)
+    with pytest.warns(UndefinedMetricWarning):
+        lo, hi, _ = stats.mean_ci([1.0])
+    assert math.isnan(lo) and math.isnan(hi)
+
+
+def test_plan_falls_back_to_the_jackknife_when_blocks_do_not_fit():
+    assert stats.ResamplingPlan.choose(10_000, 64, 200).method == "bootstrap"
+    big_d = stats.ResamplingPlan.choose(10_000, 1300, 200)  # the old rule gave no interval above d = 1295
+    assert big_d.method == "jackknife" and big_d.units == stats.MIN_BLOCKS
+    assert stats.ResamplingPlan.choose(2, 4, 200).method == "none"
+    assert stats.ResamplingPlan.choose(10, 4, 0).reason == "intervals not requested"
+
+
+def test_jackknife_intervals_of_isotropy_agree_with_the_bootstrap(monkeypatch):
+    rng = np.random.default_rng(3)
+    X = (rng.standard_normal((3000, 16)) * np.linspace(0.5, 2, 16) + 0.8).astype(np.float32)
+    boot = measure_isotropy(X, n_boot=300, seed=1)
+    monkeypatch.setattr(stats, "RESAMPLING_BYTES", 16 * 16 * 8 * 2 * 5)  # room for 5 blocks only
+    jack = measure_isotropy(X, n_boot=300, seed=1)
+    assert boot.plan.method == "bootstrap" and jack.plan.method == "jackknife"
+    assert "jackknife" in jack.metrics["apcs"].ci_method
+    for k in ("apcs", "participation_ratio", "top10_variance_ratio"):
+        b, j = boot.metrics[k], jack.metrics[k]
+        assert j.value == pytest.approx(b.value, rel=1e-9) and j.ci_low <= j.value <= j.ci_high
+        assert (j.ci_high - j.ci_low) == pytest.approx(b.ci_high - b.ci_low, rel=0.5), k
+
+
+def test_identical_rows_warn_and_leave_spectral_metrics_undefined():
+    X = np.tile(np.arange(1, 9, dtype=np.float32), (200, 1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = measure_isotropy(X, n_boot=50)
+    assert any(issubclass(w.category, UndefinedMetricWarning) for w in caught)
+    assert r.values["apcs"] == pytest.approx(1.0)
+    assert r.metrics["condition_number"].to_json()["value"] is None
+    assert r.metrics["participation_ratio_fraction"].verdict is None
+    assert r.metrics["apcs"].verdict == "problematic"
+
+
+def test_bias_corrected_estimate_sits_inside_a_basic_interval_that_excludes_the_value():
+    rng = np.random.default_rng(4)
+    X = (rng.standard_normal((60, 40)) * np.linspace(0.2, 3, 40)).astype(np.float32)  # small n: biased spectrum
+    m = measure_isotropy(X, n_boot=400, seed=2).metrics["participation_ratio"]
+    assert m.bias_corrected is not None
+    if not m.ci_low <= m.value <= m.ci_high:
+        assert m.ci_low <= m.bias_corrected <= m.ci_high
+    assert m.bias_corrected > m.value  # the sample spectrum spreads out: PR is biased down
