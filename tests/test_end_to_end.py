@@ -77,6 +77,23 @@ def test_metrics_json_schema_and_isotropy_names(report):
     assert {n for n, ch in doc["chapters"].items() if ch["status"] == "ok"} >= {"summary", "isotropy", "hubness"}
 
 
+def test_one_neighbour_graph_per_space_is_shared_by_the_chapters(report):
+    """Hubness computes the set's cosine graph once; correction reads it and computes only the corrected
+    spaces; clustering (labels present) reads it too when it needs neighbours."""
+    graphs = {}
+    for path in sorted((report / "results").glob("*.json")):
+        for event in json.loads(path.read_text())["info"].get("neighbour_graphs", []):
+            graphs.setdefault((event["space"], event["metric"]), []).append((path.stem, event["source"]))
+    original = [space for space, uses in graphs.items() if ("hubness", "computed") in uses]
+    assert len(original) == 1, graphs
+    uses = graphs[original[0]]
+    assert [u for u in uses if u[1] == "computed"] == [("hubness", "computed")]  # computed exactly once
+    assert ("correction", "cache") in uses
+    corrected = [s for s, u in graphs.items() if s != original[0] and ("correction", "computed") in u]
+    assert len(corrected) == 3  # centred, all-but-the-top, whitened: each its own graph
+    assert all(sum(src == "computed" for _, src in u) == 1 for u in graphs.values())
+
+
 def test_html_has_chapters_figures_tables_and_escapes(report):
     html = (report / "report.html").read_text()
     for anchor in ("chapter-summary", "chapter-isotropy"):
@@ -119,7 +136,8 @@ def test_failing_chapter_still_yields_a_report(tmp_path, monkeypatch):
     nbformat.write(broken, nbs / "20_broken.ipynb")
     monkeypatch.setattr(registry, "notebooks_dir", lambda: nbs)
     out = tmp_path / "out"
-    assert main(["run", str(write_set(tmp_path)), "--out", str(out), "--formats", "html"]) == 4  # report written
+    assert main(["run", str(write_set(tmp_path)), "--out", str(out), "--formats", "html",
+                 "--chapters", "isotropy,broken"]) == 4  # report written
     doc = json.loads((out / "metrics.json").read_text())
     check_metrics_schema(doc)
     assert doc["chapters"]["broken"]["status"] == "failed"
@@ -133,7 +151,8 @@ def test_failing_chapter_still_yields_a_report(tmp_path, monkeypatch):
 def test_fail_on_gates_and_chapter_selection(tmp_path):
     manifest = write_set(tmp_path, shift=3.0)  # a narrow cone: APCS problematic
     out = tmp_path / "gate"
-    rc = main(["run", str(manifest), "--out", str(out), "--formats", "html", "--fail-on", "problematic"])
+    rc = main(["run", str(manifest), "--out", str(out), "--formats", "html", "--fail-on", "problematic",
+               "--chapters", "isotropy"])
     assert rc == 3
     doc = json.loads((out / "metrics.json").read_text())
     assert doc["chapters"]["isotropy"]["metrics"]["apcs"]["verdict"] == "problematic"

@@ -7,6 +7,7 @@ same code runs on ``cpu`` and ``cuda``.
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from typing import Iterator
 
 import numpy as np
@@ -79,3 +80,31 @@ def unit_rows(x: torch.Tensor) -> torch.Tensor:
     """L2-normalise rows (zero rows stay zero)."""
     return x / x.norm(dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
 
+
+@contextmanager
+def exact_matmul():
+    """Full float32 products inside the block, whatever the caller set globally.
+
+    ``torch.set_float32_matmul_precision("high")`` (or ``allow_tf32``) would silently let float32
+    products run in TF32/bf16 and change neighbour lists; the kernels compute under this guard
+    (IEEE float32 on the CUDA and oneDNN backends) and restore the caller's settings afterwards.
+    """
+    backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
+    if not all(hasattr(b, "fp32_precision") for b in backends):  # torch < 2.9: the legacy switches
+        precision, tf32 = torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(precision)
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        return
+    saved = [b.fp32_precision for b in backends]
+    for b in backends:
+        b.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        for b, value in zip(backends, saved):
+            b.fp32_precision = value

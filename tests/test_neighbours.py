@@ -1,0 +1,125 @@
+"""The blocked exact k-NN kernel and the shared neighbour graph, against float64 references."""
+import numpy as np
+import pytest
+import torch
+
+from embeval_report.kernels import graph_cache, knn
+from embeval_report.kernels import neighbours as nb
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    graph_cache.use_graph_cache(None)
+    graph_cache.clear_memory()
+    yield
+    graph_cache.use_graph_cache(None)
+    graph_cache.clear_memory()
+
+
+def _reference(X, Q, metric, drop_self):
+    """float64 scores (higher = closer) of every query against every row."""
+    X, Q = X.astype(np.float64), Q.astype(np.float64)
+    if metric == "cosine":
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
+    S = -((Q[:, None, :] - X[None]) ** 2).sum(-1) if metric == "euclidean" else Q @ X.T
+    if drop_self:
+        np.fill_diagonal(S, -np.inf)
+    return S
+
+
+def _assert_exact(idx, val, S, k, metric, tol=1e-9):
+    """Same neighbour sets as the float64 reference, except where the k-th and (k+1)-th reference
+    scores tie (within ``tol``, float64 summation order); scores equal to float32 rounding."""
+    order = np.argsort(-S, axis=1, kind="stable")
+    ref_scores = np.take_along_axis(S, order, 1)
+    for i in range(len(S)):
+        if set(idx[i]) != set(order[i, :k]):
+            gap = ref_scores[i, k - 1] - ref_scores[i, k]
+            assert gap < tol * max(1.0, abs(ref_scores[i, k - 1])), (i, gap)
+    got = np.take_along_axis(S, idx, 1)
+    np.testing.assert_allclose(got, ref_scores[:, :k], atol=tol * np.abs(S[np.isfinite(S)]).max())
+    expected = np.sqrt(-got) if metric == "euclidean" else got
+    np.testing.assert_allclose(val, expected, rtol=1e-4, atol=1e-4)
+    assert np.all(np.diff(val, axis=1) >= 0) if metric == "euclidean" else np.all(np.diff(val, axis=1) <= 0)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
+@pytest.mark.parametrize("k", [1, 7, 90])
+def test_blocked_knn_equals_a_float64_reference(metric, k, monkeypatch):
+    rng = np.random.default_rng(k)
+    X = (rng.standard_normal((1003, 12)) + rng.standard_normal(12)).astype(np.float32)  # a cone: hubs
+    monkeypatch.setattr(nb, "CPU_TILE", (61, 130))  # many tiles, a ragged last one, padded groups
+    idx, val = knn(X, k, metric=metric, device="cpu", desc=None)
+    _assert_exact(idx, val, _reference(X, X, metric, True), k, metric)
+    assert not (idx == np.arange(len(X))[:, None]).any()
+
+
+def test_separate_queries_keep_themselves_and_match_the_reference(monkeypatch):
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((777, 9)).astype(np.float32)
+    Q = np.vstack([X[:50], rng.standard_normal((30, 9)).astype(np.float32)])
+    monkeypatch.setattr(nb, "CPU_TILE", (16, 64))
+    idx, val = knn(X, 5, queries=Q, device="cpu", desc=None)
+    _assert_exact(idx, val, _reference(X, Q, "cosine", False), 5, "cosine")
+    assert (idx[:50, 0] == np.arange(50)).all()
+
+
+def test_exact_duplicates_are_each_others_first_neighbours(monkeypatch):
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((500, 6)).astype(np.float32)
+    X[400:] = X[:100]  # 100 duplicated rows
+    monkeypatch.setattr(nb, "CPU_TILE", (32, 128))
+    idx, val = knn(X, 3, device="cpu", desc=None)
+    twin = np.r_[np.arange(400, 500), np.arange(100, 400), np.arange(0, 100)]
+    assert (idx[np.r_[0:100, 400:500], 0] == twin[np.r_[0:100, 400:500]]).all()
+    np.testing.assert_allclose(val[:100, 0], 1.0, atol=1e-6)
+
+
+def test_global_matmul_precision_does_not_change_the_graph():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((600, 32)).astype(np.float32)
+    exact = knn(X, 10, device="cpu", desc=None)
+    graph_cache.clear_memory()
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        relaxed = knn(X, 10, device="cpu", desc=None)
+        assert torch.get_float32_matmul_precision() == "medium"  # the caller's setting is restored
+    finally:
+        torch.set_float32_matmul_precision(before)
+    np.testing.assert_array_equal(relaxed[0], exact[0])
+    np.testing.assert_array_equal(relaxed[1], exact[1])
+
+
+def test_one_graph_per_space_shared_through_the_folder(tmp_path):
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((300, 8)).astype(np.float32)
+    Y = X.copy()
+    Y[0, 0] += 1.0  # another space: one changed coordinate
+    events = []
+    graph_cache.use_graph_cache(tmp_path, min_k=11, log=events.append)
+    a = knn(X, 10, device="cpu", desc=None)
+    b = knn(X.astype(np.float64), 11, device="cpu", desc=None)  # same float32 rows: the same space
+    knn(Y, 10, device="cpu", desc=None)
+    knn(X, 10, metric="euclidean", device="cpu", desc=None)
+    assert [e["source"] for e in events] == ["computed", "cache", "computed", "computed"]
+    assert events[0]["space"] == events[1]["space"] != events[2]["space"]
+    np.testing.assert_array_equal(a[0], b[0][:, :10])
+    graph_cache.clear_memory()  # a new chapter process: read from the folder
+    c = knn(X, 10, device="cpu", desc=None)
+    assert events[-1]["source"] == "cache"
+    np.testing.assert_array_equal(a[0], c[0])
+    graph_cache.clear_memory()
+    knn(X, 12, device="cpu", desc=None)  # more neighbours than stored: computed again
+    assert events[-1]["source"] == "computed"
+
+
+def test_stored_graph_matches_a_direct_computation_at_every_k():
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((400, 10)).astype(np.float32)
+    graph_cache.use_graph_cache(None, min_k=30)
+    shared = knn(X, 5, device="cpu", desc=None)
+    direct = nb._search(X, X, 5, "cosine", True, torch.device("cpu"), None)
+    np.testing.assert_array_equal(shared[0], direct[0])
+    np.testing.assert_array_equal(shared[1], direct[1])
