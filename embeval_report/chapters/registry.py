@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
-
 from ..errors import InputError
 from ..resources import notebooks_dir
 
@@ -81,6 +79,8 @@ def describe_input(req: str) -> str:
 
 def discover(folder: Path | None = None) -> list[Chapter]:
     """All chapters, in report order (the summary, order 0, first)."""
+    import nbformat  # here, not at import: its JSON-schema validator costs every chapter kernel 1.4 s
+
     out = []
     for path in sorted(Path(folder or notebooks_dir()).glob("*.ipynb")):
         meta = nbformat.read(path, as_version=4).metadata.get("embeval")
