@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..progress import progress
-from .device import as_numpy, chunk_rows, exact_matmul, iter_chunks, resolve_device, to_tensor, unit_rows
+from .device import as_numpy, chunk_rows, exact_matmul, resolve_device, to_tensor, unit_rows
 from .graph_cache import cached_graph
 
 #: columns per pruning group: a group is merged only when its maximum beats the running k-th score
@@ -34,13 +34,14 @@ CPU_TILE = (2048, 4096)
 def _tile_shape(n_queries: int, n: int, device: torch.device) -> tuple[int, int]:
     """Query rows and corpus columns of one product tile within the memory budget."""
     if device.type == "cuda":  # whole corpus rows per tile; rows from free device memory, not the CPU budget
-        return _query_rows(n_queries, n * 4 * 2, device), n
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(max(1, min(n_queries, int(free * 0.4) // (n * 4 * 2)))), n
     rows, cols = CPU_TILE
     return min(rows, chunk_rows(n_queries, cols * 4 * 2)), min(n, cols)
 
 
 def blocked_top_k(q: torch.Tensor, corpus_t: torch.Tensor, k: int, *, self_start: int | None = None,
-                  tile_cols: int | None = None, buffer: torch.Tensor | None = None
+                  tile_cols: int | None = None, buffer: torch.Tensor | None = None, rescore=None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k of ``q @ corpus_t`` per row, descending, without a full-row ``topk``.
 
@@ -51,6 +52,11 @@ def blocked_top_k(q: torch.Tensor, corpus_t: torch.Tensor, k: int, *, self_start
     only the (at most k) groups with the largest maxima; so the work beyond the product is one
     ``amax`` pass plus a small merge. Exact ties at the k-th place are kept in no set order
     (:func:`knn` orders its candidates by float64 score, then index).
+
+    ``rescore`` ranks by a re-scoring that increases with the product for every pair instead:
+    ``rescore.scores(rows, cols, products)`` gives the scores (``rows``: query numbers counted from
+    ``self_start``, or 0) and ``rescore.floor(rows, kth)`` a product at or below which no column can
+    score above ``kth``; groups whose maximum is at or below it are skipped.
     """
     m, n = len(q), corpus_t.shape[1]
     dev = q.device
@@ -60,6 +66,7 @@ def blocked_top_k(q: torch.Tensor, corpus_t: torch.Tensor, k: int, *, self_start
     best_v = torch.full((m, k), -torch.inf, dtype=q.dtype, device=dev)
     best_i = torch.zeros((m, k), dtype=torch.int64, device=dev)
     rows = torch.arange(m, device=dev)
+    base = self_start or 0
 
     def merge(at, values, column):  # rows ``at`` keep the top-k of their best and ``values`` (at ``column(pos)``)
         top = torch.topk(torch.cat([best_v[at], values], 1), k, dim=1)
@@ -67,6 +74,11 @@ def blocked_top_k(q: torch.Tensor, corpus_t: torch.Tensor, k: int, *, self_start
         new = pos >= k
         best_i[at] = torch.where(new, column((pos - k).clamp_min(0)), best_i[at].gather(1, pos.clamp_max(k - 1)))
         best_v[at] = top.values
+
+    def merge_columns(at, values, cols):  # candidates with explicit column numbers (re-scored when asked)
+        if rescore is not None:
+            values = rescore.scores(base + at, cols, values)
+        merge(at, values, lambda p: cols.gather(1, p))
 
     for j in range(0, n, W):
         w = min(W, n - j)
@@ -77,28 +89,33 @@ def blocked_top_k(q: torch.Tensor, corpus_t: torch.Tensor, k: int, *, self_start
             inside = (own >= 0) & (own < w)
             tile[rows[inside], own[inside]] = -torch.inf
         first = 0
-        if j == 0:  # the running top-k starts from a plain top-k of the first columns
+        if j == 0:  # the running top-k starts from the first columns
             first = min(w, max(FIRST_COLUMNS, k))
-            top = torch.topk(tile[:, :first], min(k, first), dim=1)
-            best_v[:, :top.values.shape[1]] = top.values
-            best_i[:, :top.indices.shape[1]] = top.indices
+            merge_columns(rows, tile[:, :first], torch.arange(first, device=dev).expand(m, -1))
         full = first + (w - first) // GROUP * GROUP
         if full > first:
             groups = tile[:, first:full].view(m, (full - first) // GROUP, GROUP)
             group_max = groups.amax(2)
-            hits = (group_max > best_v[:, -1:]).sum(1)
-            # a tile value in the merged top-k lies in a group beating the row's k-th score, and in one of
-            # the row's k groups with the largest maxima (otherwise k larger group maxima outrank it)
-            bounds = [0, *HIT_BUCKETS, k * (full - first)]
+            limit = best_v[:, -1:] if rescore is None else rescore.floor(base + rows, best_v[:, -1])[:, None]
+            hits = (group_max > limit).sum(1)
+            # a tile value in the merged top-k lies in a group beating the row's k-th score, and (plain
+            # products) in one of the row's k groups with the largest maxima (else k larger maxima outrank it)
+            bounds = [0, *HIT_BUCKETS, full - first]
             for low, high in zip(bounds, bounds[1:]):
                 at = ((hits > low) & (hits <= high)).nonzero().squeeze(1)
                 if len(at) == 0:
                     continue
-                chosen = torch.topk(group_max[at], min(k, int(hits[at].max())), dim=1).indices
-                merge(at, groups[at[:, None], chosen].view(len(at), -1),
-                      lambda p, chosen=chosen: j + first + chosen.gather(1, p // GROUP) * GROUP + p % GROUP)
+                take = int(hits[at].max()) if rescore is not None else min(k, int(hits[at].max()))
+                chosen = torch.topk(group_max[at], take, dim=1).indices
+                values = groups[at[:, None], chosen].view(len(at), -1)
+                if rescore is None:
+                    merge(at, values,
+                          lambda p, chosen=chosen: j + first + chosen.gather(1, p // GROUP) * GROUP + p % GROUP)
+                else:
+                    cols = j + first + chosen[:, :, None] * GROUP + torch.arange(GROUP, device=dev)
+                    merge_columns(at, values, cols.view(len(at), -1))
         if full < w:  # the last columns, fewer than a group
-            merge(rows, tile[:, full:w], lambda p: j + full + p)
+            merge_columns(rows, tile[:, full:w], (j + full + torch.arange(w - full, device=dev)).expand(m, -1))
     return best_i, best_v
 
 
@@ -192,35 +209,28 @@ def top_k_products(queries, corpus, k: int, *, exclude_self: bool = False, devic
                    exclude_self, dev, desc)
 
 
-def _query_rows(n_rows: int, row_bytes: int, device: torch.device) -> int:
-    """Query rows per block: from free device memory on a GPU, :func:`~.device.chunk_budget` on the CPU."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(max(1, min(n_rows, int(free * 0.4) // max(row_bytes, 1))))
-    return chunk_rows(n_rows, row_bytes)
+def rescored_knn(X, k: int, rescore, *, device, desc: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k of all other rows under a re-scoring of the cosine that increases with it for every pair.
 
-
-def rescored_knn(X, k: int, rescore, *, device, desc: str | None, temporaries: int = 4
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k of ``rescore(start, cos_block)`` over all other rows, block of query rows by block.
-
-    ``cos_block`` is the (m, n) cosine of query rows ``start..start+m`` to every row (float32 on
-    the device); ``rescore`` maps it to new scores (higher = closer). The row itself is excluded.
-    Memory: ``temporaries`` float32 (m, n) blocks within :func:`~.device.chunk_budget` (CPU) or
-    the free device memory (GPU). For re-scorings that are not a product of rows (mutual proximity).
+    ``rescore`` has ``scores(rows, cols, cos)`` and ``floor(rows, kth)`` (see :func:`blocked_top_k`);
+    the cosines come from the same blocked products as :func:`knn`, and only the column groups that
+    can beat a row's current k-th score are re-scored. Returns ``(indices (n, k), scores (n, k) float32)``.
     """
     X = as_numpy(X)
     n = len(X)
     corpus = unit_rows(to_tensor(X, dtype=torch.float32, device=device))
-    rows = _query_rows(n, n * 4 * temporaries, device)
+    corpus_t = corpus.T.contiguous()
+    rows, cols = _tile_shape(n, n, device)
+    buffer = torch.empty(rows * cols, dtype=torch.float32, device=device)
     idx = np.empty((n, k), dtype=np.int64)
     val = np.empty((n, k), dtype=np.float32)
+    starts = range(0, n, rows)
+    if desc:
+        starts = progress(starts, desc=desc, total=len(starts))
     with exact_matmul():
-        for s, q in iter_chunks(X, device=device, dtype=torch.float32, rows=rows, desc=desc):
-            scores = rescore(s, unit_rows(q) @ corpus.T)
-            r = torch.arange(len(q), device=device)
-            scores[r, r + s] = -torch.inf
-            top = torch.topk(scores, k, dim=1)
-            idx[s:s + len(q)] = top.indices.cpu().numpy()
-            val[s:s + len(q)] = top.values.cpu().numpy()
+        for s in starts:
+            ti, tv = blocked_top_k(corpus[s:s + rows], corpus_t, k, self_start=s, tile_cols=cols, buffer=buffer,
+                                   rescore=rescore)
+            idx[s:s + len(ti)] = ti.cpu().numpy()
+            val[s:s + len(ti)] = tv.cpu().numpy()
     return idx, val

@@ -102,15 +102,27 @@ def mutual_proximity_knn(X, k: int = K_DEFAULT, *, device="auto") -> tuple[np.nd
     k = check_k(k, len(X) - 1)
     mu, sd = cosine_mean_sd(X, device=dev)
     tiny = np.finfo(np.float32).tiny
-    mu_t = torch.as_tensor(mu, dtype=torch.float32, device=dev)
-    inv_t = torch.as_tensor(1.0 / np.maximum(sd, 1e-12), dtype=torch.float32, device=dev)
-
-    def rescore(s, cos):
-        m = len(cos)
-        a = torch.special.log_ndtr((cos - mu_t[s:s + m, None]) * inv_t[s:s + m, None])
-        return a.add_(torch.special.log_ndtr((cos - mu_t[None, :]) * inv_t[None, :]))
-    idx, logmp = rescored_knn(X, k, rescore, device=dev, desc="k-NN (mutual proximity)", temporaries=5)
+    idx, logmp = rescored_knn(X, k, _MutualProximity(mu, sd, dev), device=dev, desc="k-NN (mutual proximity)")
     return idx, np.exp(logmp.astype(np.float64)).clip(tiny, 1).astype(np.float32)
+
+
+class _MutualProximity:
+    """log MP(x, y) = log Φ(z_x) + log Φ(z_y) from the cosine, for :func:`~embeval_report.kernels.rescored_knn`."""
+
+    def __init__(self, mu: np.ndarray, sd: np.ndarray, device):
+        self.mu = torch.as_tensor(mu, dtype=torch.float32, device=device)
+        self.inv = torch.as_tensor(1.0 / np.maximum(sd, 1e-12), dtype=torch.float32, device=device)
+        self.mu64 = torch.as_tensor(mu, dtype=torch.float64, device=device)
+        self.sd64 = torch.as_tensor(np.maximum(sd, 1e-12), dtype=torch.float64, device=device)
+
+    def scores(self, rows, cols, cos):
+        a = torch.special.log_ndtr((cos - self.mu[rows, None]) * self.inv[rows, None])
+        return a.add_(torch.special.log_ndtr((cos - self.mu[cols]) * self.inv[cols]))
+
+    def floor(self, rows, kth):
+        """log Φ(z_y) ≤ 0, so a cosine with log Φ(z_x) ≤ kth cannot beat kth: z_x ≤ Φ⁻¹(exp(kth))."""
+        z = torch.special.ndtri(torch.exp(kth.double()))
+        return (self.mu64[rows] + self.sd64[rows] * z - 1e-5).float()  # 1e-5: float32 rounding of the scores
 
 
 @dataclass(frozen=True)
