@@ -215,7 +215,7 @@ def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, le
     names = list(values)
     cis, corrected = {}, {}
     if plan.active:
-        reps = plan.replicates(lambda w: [compute(w)[0][k] for k in names], seed=seed)
+        reps = plan.replicates(lambda w: (lambda v: [v[k] for k in names])(compute(w)[0]), seed=seed)  # one eigvalsh each
         for i, k in enumerate(names):
             cis[k] = plan.interval(values[k], reps[:, i], level, SPECS[k].range)
             corrected[k] = plan.bias_corrected(values[k], reps[:, i], SPECS[k].range)
