@@ -14,6 +14,7 @@ from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 from ..errors import ChapterSkipped
 from ..io import KIND_COLUMNS, kind_column
 from ..metrics import hubness as hub
+from ..metrics import hubness_sampled as hs
 from ..metrics.thresholds import SEVERITY
 from ..report.display import callout, escape, show_figure, show_markdown, show_table
 from ..report.display import show_metrics as show_metric_table
@@ -22,7 +23,7 @@ from ..report.plotting import PALETTE, WIDTH
 from .setup import ChapterContext
 
 __all__ = ["HubnessReport", "KIND_COLUMNS", "SKEW_READING", "compute", "cross_display_table", "fixed_text", "impact_callout", "k_occurrence_figure",
-           "kind_column", "narrative", "precheck", "reduction_display_table", "reduction_figure", "show_cross",
+           "kind_column", "narrative", "precheck", "reduction_display_table", "reduction_figure", "sampled_narrative", "show_cross",
            "show_distribution", "show_hubs", "show_metrics", "show_reduction", "show_summary"]
 
 #: reading of the skewness bands, as the seed's diagnose_hubness prints them
@@ -42,6 +43,7 @@ class HubnessReport:
     ids: np.ndarray
     metadata: pd.DataFrame | None
     k_requested: int               # the ``k`` option; ``result.k`` is smaller when the set has too few points
+    sampled: hs.SampledSkewness | None = None  # sampled mode (``sample_size`` < n): the only number computed
 
 
 def _identical_directions(X, chunk: int = 65_536) -> bool:
@@ -75,6 +77,8 @@ def compute(ctx: ChapterContext) -> HubnessReport:
         raise ChapterSkipped(reason)
     requested = int(ctx.option("k"))
     k = hub.usable_k(requested, es.n)
+    if ctx.sample_size is not None and 3 <= ctx.sample_size < es.n:
+        return _compute_sampled(ctx, k, requested)
     result = hub.measure_hubness(X, k, level=ctx.level, seed=ctx.seed, device=ctx.device)
     if result.all_ties:
         raise ChapterSkipped(result.metrics["k_occurrence_skewness"].note)
@@ -94,6 +98,27 @@ def compute(ctx: ChapterContext) -> HubnessReport:
                  reductions=reduction.table.to_dict(orient="records"),
                  cross_kind=None if cross is None else cross.table.to_dict(orient="records"))
     return HubnessReport(result, reduction, cross, kind_col, kinds, np.asarray(es.ids, dtype=object), meta, requested)
+
+
+def _compute_sampled(ctx: ChapterContext, k: int, requested: int) -> HubnessReport:
+    """Sampled mode: the skewness from ``sample_size`` exact query lists against the full set, with its error."""
+    s = hs.sampled_skewness(ctx.es.vectors, k, int(ctx.sample_size), level=ctx.level, seed=ctx.seed,
+                            device=ctx.device)
+    metric = hub.SPECS["k_occurrence_skewness"].record(s.value, s.ci, ci_method=s.method, note=s.method)
+    ctx.rec.add(metric)
+    ctx.rec.note(k=k, metric="cosine", sampled_queries=s.m, **({"k_requested": requested} if k != requested else {}))
+    return HubnessReport(None, None, None, None, None, np.asarray(ctx.es.ids, dtype=object), ctx.es.metadata,
+                         requested, sampled=s)
+
+
+def _sampled_note(rep: HubnessReport) -> bool:
+    """In sampled mode, say why a graph-wide section is absent; True when it was said."""
+    if rep.sampled is None:
+        return False
+    show_markdown(f"Not computed in sampled mode (`--sample-size {rep.sampled.m}`): this section needs every point's "
+                  f"k-occurrence, that is the full {rep.sampled.n:,} × {rep.sampled.n:,} neighbour search. Run without "
+                  "`--sample-size` for it.")
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,12 +425,37 @@ def reduction_figure(effect: hub.ReductionEffect, k: int) -> plt.Figure:
 # What the notebook shows
 # ---------------------------------------------------------------------------------------------
 
+def sampled_narrative(s: hs.SampledSkewness) -> str:
+    """What the sampled estimate says, with its error and what is not estimated."""
+    band = hub.SPECS["k_occurrence_skewness"].verdict(s.value, None)
+    lo, hi = s.ci
+    ci = (f"95 % interval {interval(lo, hi, '.2f', sep=' to ')}" if math.isfinite(lo)
+          else "no interval (too few queries)")
+    return (f"**Sampled mode.** The exact {s.k} nearest neighbours of {s.m:,} randomly chosen points (seeded) among "
+            f"all {s.n:,} give a k-occurrence skewness of **{fixed_text(s.value)}** ({ci}; verdict "
+            f"{band or 'none'}: {SKEW_READING.get(band, 'undefined')}). The estimate uses unbiased power sums of "
+            f"$N_k$ from how often each point appears in the sampled lists; its interval is a jackknife over groups "
+            f"of the sampled queries and narrows as the sample grows (roughly with m²/n). The other hubness measures "
+            f"(Robin Hood, Gini, hubs and antihubs) need every point's $N_k$ and are not estimated from a sample.")
+
+
 def show_summary(rep: HubnessReport) -> None:
+    if rep.sampled is not None:
+        show_markdown(sampled_narrative(rep.sampled))
+        return
     show_markdown(narrative(rep.result, rep.ids, rep.metadata, rep.reduction, rep.cross, rep.k_requested))
     callout(**impact_callout(rep.result, rep.cross))
 
 
 def show_metrics(rep: HubnessReport) -> None:
+    if rep.sampled is not None:
+        s = rep.sampled
+        show_metric_table({"k_occurrence_skewness": hub.SPECS["k_occurrence_skewness"].record(s.value, s.ci,
+                                                                                              ci_method=s.method)},
+                          caption=f"Hubness estimated from {s.m:,} of {s.n:,} queries. Verdict: the "
+                                  f"{SKEW_BANDS.table}, {SKEW_BANDS.text}. Interval: {s.method}.",
+                          label="tbl-hubness-metrics")
+        return
     r = rep.result
     show_metric_table(
         r.metrics,
@@ -418,6 +468,8 @@ def show_metrics(rep: HubnessReport) -> None:
 
 
 def show_distribution(rep: HubnessReport) -> None:
+    if _sampled_note(rep):
+        return
     r = rep.result
     show_figure(k_occurrence_figure(r, rep.kinds),
                 caption=f"Left: number of points with each k-occurrence N_{r.k} (log axes; 0 = antihubs). "
@@ -441,6 +493,8 @@ def _hub_captions(r: hub.HubnessResult, shown: int) -> tuple[str, str]:
 
 
 def show_hubs(rep: HubnessReport) -> None:
+    if _sampled_note(rep):
+        return
     r = rep.result
     hubs = hub.hub_table(r, rep.ids, rep.metadata, which="hubs")
     cap_hubs, cap_anti = _hub_captions(r, len(hubs))
@@ -454,6 +508,8 @@ def show_hubs(rep: HubnessReport) -> None:
 
 
 def show_cross(rep: HubnessReport) -> None:
+    if _sampled_note(rep):
+        return
     cross, k = rep.cross, rep.result.k
     if cross is None:
         show_markdown("Not applicable: the metadata has no `kind`, `type` or `group` column with 2–4 values.")
@@ -473,6 +529,8 @@ def show_cross(rep: HubnessReport) -> None:
 
 
 def show_reduction(rep: HubnessReport) -> None:
+    if _sampled_note(rep):
+        return
     red, k = rep.reduction, rep.result.k
     show_table(reduction_display_table(red),
                caption=f"Hubness of the {k}-NN graph before and after each reduction. "

@@ -31,6 +31,7 @@ import torch
 from ..errors import UndefinedMetricWarning
 from ..kernels import as_numpy, resolve_device
 from .hubness import label_agreement, measure_hubness, neighbour_overlap
+from .hubness_sampled import sample_queries, sampled_lists, skewness_from_lists
 from .isotropy import (PrincipalDirections, all_but_the_top_effect, apply_rows, best_removal, measure_isotropy,
                        no_variance, spectral_metrics)
 from .spec import MetricSpec, specs
@@ -113,7 +114,9 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
     κ refer to the d − D directions it keeps, as in the isotropy chapter's table. Uniformity is
     exact over all pairs within the budget of :func:`~embeval_report.metrics.uniformity.uniformity`
     and sampled beyond it; hubness uses the exact cosine k-NN graph. ``labels`` (optional) adds the
-    same-label share of the k-NN lists.
+    same-label share of the k-NN lists. In sampled mode (``sample_size`` < n) the hubness columns come
+    from the exact lists of ``sample_size`` seeded queries (:mod:`.hubness_sampled`; the antihub share,
+    which needs every point's N_k, is NaN with a note).
 
     A correction that leaves no variance (every row the same: the centred rows are all zero) has
     no directions to measure: its row is NaN, with an
@@ -133,6 +136,7 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
     # setting -> (components removed after centring, or None for the original, or "whiten"; directions kept)
     settings = {"original": (None, d), "centred": (0, d), f"all-but-the-top (D = {removed})": (removed, d - removed),
                 "whitened (ZCA ≡ PCA)": ("whiten", d)}
+    queries = sample_queries(len(X), sample_size, seed) if sample_size is not None and 3 <= sample_size < len(X) else None
     rows, notes, base = [], {}, None
     for name, (how, kept) in settings.items():
         with _notes_for(name, notes):
@@ -147,6 +151,14 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
             iso = measure_isotropy(Y, n_boot=0, sample_size=1000, seed=seed, device=dev)
             spec = spectral_metrics(iso.eigenvalues[:kept], kept)  # over the directions a correction keeps
             uni = uniformity(Y, sample_size=sample_size, seed=seed, device=dev)
+            if queries is not None:  # sampled mode: the skewness from sampled queries, lists of those queries
+                rows.append(_sampled_row(name, iso, spec, uni, Y, k, queries, labels, base, dev))
+                lists = rows[-1].pop("_lists")
+                base = lists if base is None else base
+                notes.setdefault(name, []).append(
+                    f"hubness from {len(queries):,} sampled queries (skewness estimate; neighbour and label shares "
+                    "over those queries); the antihub share needs every point's N_k and is not estimated")
+                continue
             hub = measure_hubness(Y, k, n_boot=0, seed=seed, device=dev)
         base = hub if base is None else base
         ties = hub.all_ties or base.all_ties  # neighbour lists that are arbitrary ties say nothing
@@ -163,6 +175,18 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
     return CorrectionComparison(table, removed, k, _metrics(table, notes), notes)
 
 
+def _sampled_row(name, iso, spec, uni, Y, k, queries, labels, base, dev) -> dict:
+    """A comparison row whose hubness columns come from the k-NN lists of sampled queries only."""
+    lists = sampled_lists(Y, k, queries, device=dev)
+    row = dict(setting=name, apcs=iso.values["apcs"], participation_ratio_fraction=spec["participation_ratio_fraction"],
+               condition_number=spec["condition_number"], uniformity=uni.value,
+               k_occurrence_skewness=skewness_from_lists(lists, len(Y)), antihub_occurrence=float("nan"),
+               neighbour_overlap=1.0 if base is None else neighbour_overlap(base, lists), _lists=lists)
+    if labels is not None:
+        row["label_agreement"] = label_agreement(lists, labels, rows=queries)
+    return row
+
+
 @contextmanager
 def _notes_for(setting: str, notes: dict):
     """Collect the UndefinedMetricWarnings raised while measuring ``setting`` into ``notes[setting]`` and
@@ -176,6 +200,10 @@ def _notes_for(setting: str, notes: dict):
             warnings.warn(f"{setting}: {w.message}", UndefinedMetricWarning, stacklevel=3)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+#: the columns computed from the sampled queries' lists in sampled mode
+SAMPLED_COLUMNS = ("k_occurrence_skewness", "antihub_occurrence", "neighbour_overlap", "label_agreement")
 
 
 def _metrics(table: pd.DataFrame, notes: dict | None = None) -> dict:
@@ -195,5 +223,7 @@ def _metrics(table: pd.DataFrame, notes: dict | None = None) -> dict:
                 nothing_left = row.drop("setting").isna().all()
                 note = ("undefined: no variance is left after this correction" if nothing_left else
                         "; ".join((notes or {}).get(row["setting"], [])) or "undefined for this set")
+            elif col in SAMPLED_COLUMNS and any("sampled queries" in x for x in (notes or {}).get(row["setting"], [])):
+                note = "; ".join(notes[row["setting"]])
             out[name] = SPECS[name].record(value, verdict=False, label=f"{label} after {row['setting']}", note=note)
     return out

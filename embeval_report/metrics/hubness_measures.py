@@ -224,11 +224,14 @@ def neighbour_overlap(a, b) -> float:
     return float(neighbour_sets_overlap(a, b).mean())
 
 
-def label_agreement(neighbors, labels) -> float:
-    """Share of (point, neighbour) pairs with the same label (pairs with a missing label skipped)."""
+def label_agreement(neighbors, labels, rows=None) -> float:
+    """Share of (point, neighbour) pairs with the same label (pairs with a missing label skipped).
+
+    ``neighbors`` lists the neighbours of every point, or of the points ``rows`` (sampled queries)."""
     neighbors = np.asarray(neighbors)
-    codes, _ = pd.factorize(pd.Series(per_row(labels, len(neighbors), "labels")), use_na_sentinel=True)
-    own = np.repeat(codes[:, None], neighbors.shape[1], axis=1)
+    n = len(neighbors) if rows is None else len(labels)
+    codes, _ = pd.factorize(pd.Series(per_row(labels, n, "labels")), use_na_sentinel=True)
+    own = np.repeat((codes if rows is None else codes[rows])[:, None], neighbors.shape[1], axis=1)
     other = codes[neighbors]
     ok = (own >= 0) & (other >= 0)
     return float((own[ok] == other[ok]).mean()) if ok.any() else float("nan")
