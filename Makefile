@@ -24,6 +24,7 @@ test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q
 
 bench: $(BIN)/.installed
+	$(BIN)/python benchmarks/bench_knn.py
 	$(BIN)/python benchmarks/bench_isotropy.py
 
 clean:

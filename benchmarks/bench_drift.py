@@ -2,7 +2,7 @@
 correlation with the seed's 1000-row sample.
 
 The snapshot is the baseline with small noise, a moved group (5 % of the rows) and a random rotation.
-Reported: wall time of :func:`embeval_report.drift.snapshot_drift` (all metrics, 200 bootstrap
+Reported: wall time of :func:`embeval_report.metrics.drift.snapshot_drift` (all metrics, 200 bootstrap
 resamples, 500 MMD permutations), peak memory, and the pairwise similarity correlation computed
 exactly (moment matrices, all n(n-1)/2 pairs) against the seed's estimate on a 1000-row sample.
 
@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from embeval_report import drift
+from embeval_report.metrics import drift
 from embeval_report.kernels import resolve_device
 
 

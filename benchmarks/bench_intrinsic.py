@@ -4,7 +4,7 @@ Default: 50 000 x 256 float32 (clustered, so k-NN is meaningful). Compared on th
 
 (a) uniformity (Wang & Isola, t = 2), exact over all pairs:
 
-* ``embeval exact``   — :func:`embeval_report.uniformity.uniformity_score` (blocked torch kernel
+* ``embeval exact``   — :func:`embeval_report.metrics.uniformity.uniformity_score` (blocked torch kernel
   :func:`embeval_report.kernels.gaussian_potential_rows`, float64, memory O(nd + block²));
 * ``scipy pdist``     — ``scipy.spatial.distance.pdist(Z, "sqeuclidean")`` then an in-place exp: the
   condensed n(n−1)/2 float64 vector (10 GB at n = 50 000);
@@ -17,7 +17,7 @@ Default: 50 000 x 256 float32 (clustered, so k-NN is meaningful). Compared on th
 
 (b) k nearest neighbours (cosine, k = 10, self excluded):
 
-* ``embeval knn``     — :func:`embeval_report.kernels.knn` (chunked matmul + ``torch.topk``);
+* ``embeval knn``     — :func:`embeval_report.kernels.knn` (blocked product + pruned running top-k; see bench_knn.py);
 * ``sklearn brute``   — ``NearestNeighbors(metric="cosine", algorithm="brute")`` (chunked by
   ``pairwise_distances_chunked``), neighbour sets compared with embeval's.
 
@@ -60,7 +60,7 @@ def worker(method: str, path: str, rows: int, device: str) -> dict:
     from sklearn.neighbors import NearestNeighbors
 
     from embeval_report.kernels import knn
-    from embeval_report.uniformity import uniformity_score
+    from embeval_report.metrics.uniformity import uniformity_score
 
     X = np.ascontiguousarray(np.load(path, mmap_mode="r")[:rows])
     base = _rss_mib()

@@ -2,7 +2,7 @@
 
 Default: 100 000 x 384 float32 (the issue's size). Compared, on the same data:
 
-* ``embeval``   — :func:`embeval_report.isotropy.isotropy` (exact, chunked torch), without and
+* ``embeval``   — :func:`embeval_report.metrics.isotropy.measure_isotropy` (exact, chunked torch), without and
   with the 200-resample block bootstrap;
 * ``numpy``     — ``np.cov`` + ``np.linalg.eigvalsh`` for the spectrum, and the exact mean /
   spread of the cosine over all pairs with ``sklearn.metrics.pairwise_distances_chunked``
@@ -20,7 +20,7 @@ import time
 import numpy as np
 from sklearn.metrics import pairwise_distances_chunked
 
-from embeval_report.isotropy import measure_isotropy, spectral_metrics
+from embeval_report.metrics.isotropy import measure_isotropy, spectral_metrics
 from embeval_report.kernels import resolve_device
 
 

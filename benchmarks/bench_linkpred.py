@@ -3,7 +3,7 @@
 Default: 1 000 000 test edges x 100 negatives, 1 000 000 entities, d = 64 (float32), dot score.
 Compared, on the same data, each in a fresh subprocess (so peak memory is its own):
 
-* ``embeval``        — :func:`embeval_report.linkpred.score_candidates` with its default engine:
+* ``embeval``        — :func:`embeval_report.metrics.ranks.score_candidates` with its default engine:
   chunked gather of the source (b, d) and candidate (b, 1 + m, d) vectors and ``torch.bmm`` on a GPU,
   ``np.take`` + batched ``np.matmul`` on a CPU; raw ranks only;
 * ``embeval-torch``  — the same with the torch engine forced (gather + ``bmm``; what runs on a GPU);
@@ -97,7 +97,7 @@ def worker(method, a, queue):
     import torch
 
     from embeval_report.kernels import resolve_device
-    from embeval_report.linkpred import score_candidates
+    from embeval_report.metrics.ranks import score_candidates
 
     torch.set_num_threads(os.cpu_count() or 1)
     X, src, cand = make_data(a)

@@ -6,7 +6,7 @@ Default: 5 runs x 50 000 x 128 (the issue's size). Timed, on the same data:
 * ``overlap``       — per-entity k-NN overlap for all R(R-1)/2 run pairs;
 * ``Procrustes``    — orthogonal Procrustes fit + per-entity aligned cosine for all pairs;
 * ``correlation``   — exact pairwise similarity correlation for all pairs (d x d moments);
-* ``full``          — :func:`embeval_report.stability.measure_run_stability` end to end, without and
+* ``full``          — :func:`embeval_report.metrics.stability.measure_run_stability` end to end, without and
   with the 200-resample block bootstrap.
 
 Peak memory: the process's peak RSS, and torch's peak CUDA allocation on a GPU.
@@ -25,8 +25,8 @@ import torch
 from scipy.stats import ortho_group
 
 from embeval_report.kernels import knn, neighbour_sets_overlap, resolve_device
-from embeval_report.procrustes import procrustes_align, row_cosines
-from embeval_report.stability import measure_run_stability, similarity_correlation
+from embeval_report.metrics.procrustes import procrustes_align, row_cosines
+from embeval_report.metrics.stability import measure_run_stability, similarity_correlation
 
 
 def timed(fn):

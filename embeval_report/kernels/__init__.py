@@ -3,7 +3,8 @@
 * :mod:`.device` — device choice, chunk sizes, row iteration and normalisation;
 * :mod:`.moments` — first and second moments of row sets (covariance, cosine Gram);
 * :mod:`.pairs` — random pairs, pair cosines and the exact all-pairs Gaussian potential;
-* :mod:`.neighbours` — exact k nearest neighbours (plain and rescored) and neighbour-set overlap.
+* :mod:`.neighbours` — exact k nearest neighbours (blocked top-k, plain and re-scored) and neighbour-set overlap;
+* :mod:`.graph_cache` — one k-NN graph per vector space per run, shared by the chapters.
 """
 from .device import CHUNK_BYTES, as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
 from .moments import BlockMoments, block_moments, column_mean
