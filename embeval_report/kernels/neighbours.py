@@ -150,7 +150,7 @@ def _search(X: np.ndarray, Q: np.ndarray, k: int, metric: str, drop_self: bool, 
             desc: str | None) -> tuple[np.ndarray, np.ndarray]:
     """Top-k of every row of ``Q`` against ``X`` (see :func:`knn`): float32 candidates, float64 order."""
     n = len(X)
-    corpus64 = to_tensor(X, dtype=torch.float64, device=dev)
+    corpus64 = to_tensor(X, dtype=torch.float32, device=dev).double()  # uploaded as float32, widened on the device
     if metric == "cosine":
         corpus64 = unit_rows(corpus64)
     corpus = corpus64.float()
@@ -168,7 +168,7 @@ def _search(X: np.ndarray, Q: np.ndarray, k: int, metric: str, drop_self: bool, 
         starts = progress(starts, desc=desc, total=len(starts))
     with exact_matmul():
         for s in starts:
-            q64 = to_tensor(Q[s:s + rows], dtype=torch.float64, device=dev)
+            q64 = to_tensor(Q[s:s + rows], dtype=torch.float32, device=dev).double()
             if metric == "cosine":
                 q64 = unit_rows(q64)
             q = q64.float()
