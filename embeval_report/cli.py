@@ -53,6 +53,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-on", choices=("concerning", "problematic"), default=None,
                    help="exit with status 3 when any verdict reaches this level (CI gating)")
     p.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="chapters executed at once, each in its own process (default 1); worth 2-4 on a machine with "
+                        "many cores, since each chapter's torch already uses all cores for its products; the numbers "
+                        "do not depend on it")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,9 +104,12 @@ def _run(args, source, prepare=None) -> int:
     from .report.runner import run_report
 
     _check_formats(args.formats)
-    result = run_report(source, args.out, settings=_settings(args), chapters=args.chapters, renderer=args.renderer,
+    settings = _settings(args)
+    if args.jobs < 1:
+        raise InputError(f"--jobs: expected a whole number of at least 1, got {args.jobs}")
+    result = run_report(source, args.out, settings=settings, chapters=args.chapters, renderer=args.renderer,
                         formats=args.formats, title=args.title, timeout=args.timeout, prepare=prepare,
-                        force=args.force)
+                        force=args.force, jobs=args.jobs)
     for o in sorted(result.outcomes, key=lambda o: o.chapter.order):
         extra = f" ({o.reason})" if o.reason else ""
         print(f"  {o.status:8s} {o.chapter.name}{extra}", file=sys.stderr)

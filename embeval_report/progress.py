@@ -68,6 +68,16 @@ class _Reporter:
         return len(self.iterable)
 
 
+#: the chapter this kernel runs (set by ``open_chapter``), written with each progress line
+_chapter = ""
+
+
+def set_chapter(name: str) -> None:
+    """Name the chapter whose kernel this is, so the runner can tell concurrent chapters' progress apart."""
+    global _chapter
+    _chapter = name
+
+
 class _FileSink:
     interval = FILE_INTERVAL
 
@@ -75,7 +85,7 @@ class _FileSink:
         self.path = path
 
     def write(self, desc, n, total, elapsed, done=False):
-        line = f"{desc}\t{n}\t{total or ''}\t{elapsed:.1f}\t{int(done)}\n"
+        line = f"{_chapter}\t{desc}\t{n}\t{total or ''}\t{elapsed:.1f}\t{int(done)}\n"
         try:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(line)
@@ -120,7 +130,8 @@ class RunProgress:
         self.total, self.file = total, Path(progress_file)
         self.t0 = time.time()
         self.bar = None
-        self.current = ""
+        self.running: list[str] = []   # chapters executing now, in the order they started
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = None
         self._offset = 0
@@ -154,21 +165,24 @@ class RunProgress:
             print(f"{_stamp(self.t0)} {text}", file=sys.stderr, flush=True)
 
     def start(self, name: str) -> None:
-        self.current = name
-        self._last_line = time.time()
-        if self.bar is not None:
-            self.bar.set_postfix_str(name)
-        else:
-            self.say(f"{name}: started")
+        with self._lock:
+            self.running.append(name)
+            self._last_line = time.time()
+            if self.bar is not None:
+                self.bar.set_postfix_str(", ".join(self.running))
+            else:
+                self.say(f"{name}: started")
 
     def end(self, name: str, status: str, seconds: float, reason: str = "") -> None:
-        if self.bar is not None:
-            self.bar.update(1)
-            if status != "ok":
-                self.say(f"  {status:8s} {name}" + (f" ({reason})" if reason else ""))
-        else:
-            self.say(f"{name}: {status} in {seconds:.1f} s" + (f" ({reason})" if reason else ""))
-        self.current = ""
+        with self._lock:
+            if name in self.running:
+                self.running.remove(name)
+            if self.bar is not None:
+                self.bar.update(1)
+                if status != "ok":
+                    self.say(f"  {status:8s} {name}" + (f" ({reason})" if reason else ""))
+            else:
+                self.say(f"{name}: {status} in {seconds:.1f} s" + (f" ({reason})" if reason else ""))
 
     def _follow(self) -> None:
         while not self._stop.wait(0.5):
@@ -179,15 +193,17 @@ class RunProgress:
                     self._offset = f.tell()
             except OSError:
                 continue
-            if lines and self.current:
+            if lines and self.running:
                 self._kernel(lines[-1].rstrip("\n").split("\t"))
 
     def _kernel(self, parts: list[str]) -> None:
-        if len(parts) < 5 or parts[4] == "1":
+        if len(parts) < 6 or parts[5] == "1":
             return
-        desc, n, total = parts[0], int(parts[1]), int(parts[2]) if parts[2] else None
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"{self.current}: {desc} {_position(n, total)}")
-        elif time.time() - self._last_line >= LINE_INTERVAL:
-            self._last_line = time.time()
-            self.say(f"{self.current}: {desc} {_position(n, total)}")
+        chapter, desc, n, total = parts[0], parts[1], int(parts[2]), int(parts[3]) if parts[3] else None
+        with self._lock:
+            if self.bar is not None:
+                others = [c for c in self.running if c != chapter]
+                self.bar.set_postfix_str(", ".join([f"{chapter}: {desc} {_position(n, total)}", *others]))
+            elif time.time() - self._last_line >= LINE_INTERVAL:
+                self._last_line = time.time()
+                self.say(f"{chapter}: {desc} {_position(n, total)}")

@@ -20,6 +20,7 @@ from ..errors import UndefinedMetricWarning
 from ..io import EmbeddingSet, load_prepared, load_source
 from ..io.side_data import SideData, load_side_data
 from ..kernels.graph_cache import use_graph_cache
+from ..progress import set_chapter
 from ..report.recorder import Recorder
 from ..settings import ChapterSettings
 
@@ -64,6 +65,7 @@ def open_chapter(chapter: str, source: str = "", prepared: str | None = None, re
     it and its side data) and writes its records next to the report (``../results``).
     """
     warnings.filterwarnings("ignore", category=FutureWarning)
+    set_chapter(chapter)
     if prepared and Path(prepared).exists():
         es, side = load_prepared(prepared), SideData.open(Path(prepared) / "side")
     else:

@@ -92,6 +92,81 @@ def execute_chapter(ch: Chapter, staging: Path, params: dict, *, timeout: int | 
     return ChapterOutcome(ch, status, reason, time.time() - t0)
 
 
+#: chapters that read the set's cosine k-NN graph (computed once by the runner, before them)
+GRAPH_CHAPTERS = ("hubness", "correction")
+
+
+def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapter]) -> dict | None:
+    """Compute the set's cosine k-NN graph into the prepared cache when a chapter that reads it will run
+    (exact mode; k + 1 neighbours for the k option), so chapters running side by side share one computation."""
+    from ..kernels import knn
+    from ..kernels.graph_cache import use_graph_cache
+    from ..metrics.hubness_measures import usable_k
+
+    if settings.sample_size is not None or not any(ch.name in GRAPH_CHAPTERS for ch in ready) or es.n < 3:
+        return None
+    k = usable_k(int(settings.option("k")), es.n)
+    events = []
+    use_graph_cache(cache / "neighbours", min_k=int(settings.option("k")) + 1, log=events.append)
+    try:
+        knn(es.vectors, k, metric="cosine", device=settings.device, desc="k-NN graph (shared by the chapters)")
+    finally:
+        use_graph_cache(None)
+    return events[-1] if events else None
+
+
+def _execute(ready: list[Chapter], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
+             jobs: int) -> dict[str, ChapterOutcome]:
+    """Execute the chapters, ``jobs`` at a time (each in its own worker process when ``jobs`` > 1)."""
+    done = {}
+    if jobs <= 1 or len(ready) <= 1:
+        for ch in ready:
+            shown.start(ch.name)
+            done[ch.name] = o = execute_chapter(ch, staging, params, timeout=timeout)
+            shown.end(ch.name, o.status, o.seconds, o.reason)
+        return done
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
+    waiting, running = list(ready), {}
+    try:
+        while waiting or running:
+            while waiting and len(running) < jobs:
+                ch = waiting.pop(0)
+                shown.start(ch.name)
+                running[pool.submit(execute_chapter, ch, staging, params, timeout=timeout)] = (ch, time.time())
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                ch, t0 = running.pop(future)
+                try:
+                    o = future.result()
+                except Exception as exc:  # the worker process died (killed, out of memory)
+                    o = ChapterOutcome(ch, "failed", f"the chapter's process ended abnormally: {_error_text(exc)}",
+                                       time.time() - t0)
+                done[ch.name] = o
+                shown.end(ch.name, o.status, o.seconds, o.reason)
+    except BaseException:
+        _stop_workers(pool)
+        raise
+    pool.shutdown()
+    return done
+
+
+def _stop_workers(pool) -> None:
+    """Kill a pool's worker processes and the chapter kernels they started (an interrupted run)."""
+    import psutil
+
+    for proc in list(getattr(pool, "_processes", {}).values()):
+        try:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
+        except psutil.Error:
+            pass
+        proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _notebook_path(path: Path, staging: Path) -> str:
     """A path as the chapter notebooks (cwd ``chapters/``) should see it."""
     path = Path(path).resolve()
@@ -103,8 +178,12 @@ def _notebook_path(path: Path, staging: Path) -> str:
 
 def run_report(source, out, *, settings: ChapterSettings | None = None, chapters: list[str] | None = None,
                renderer: str = "auto", formats=("html", "pdf"), title: str | None = None, timeout: int | None = None,
-               prepare=None, force: bool = False) -> RunResult:
+               prepare=None, force: bool = False, jobs: int = 1) -> RunResult:
     """Build a complete report for ``source`` (a manifest or a vectors file) at ``out``.
+
+    ``jobs`` chapters execute at once, each in its own process (the summary last, alone); the
+    numbers do not depend on it. The set's cosine k-NN graph is computed once, here, when a
+    chapter that reads it will run.
 
     ``prepare(staging) -> source`` may create the input inside the staging folder (the demo
     does, so its data travels with the report). Raises :class:`~embeval_report.errors.InputError`
@@ -130,19 +209,21 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         content = [c for c in chosen if c.name != "summary"]
         base = dict(source=_notebook_path(Path(source), staging), prepared=str(cache), results_dir="../results",
                     settings=settings.to_params())
-        outcomes = []
+        ready, outcomes = [], {}
+        for ch in content:
+            missing = ch.missing(es)
+            reason = ("needs " + ", ".join(map(describe_input, missing)) if missing
+                      else ch.precheck(es, side, settings))
+            if reason:
+                outcomes[ch.name] = ChapterOutcome(ch, "skipped", reason)
+            else:
+                ready.append(ch)
+        graph = _shared_graph(es, settings, cache, ready)
         with RunProgress(len(content) + len(summary), staging / ".progress") as shown:
-            for ch in content:
-                missing = ch.missing(es)
-                reason = ("needs " + ", ".join(map(describe_input, missing)) if missing
-                          else ch.precheck(es, side, settings))
-                if reason:
-                    outcomes.append(ChapterOutcome(ch, "skipped", reason))
-                    shown.end(ch.name, "skipped", 0.0, reason)
-                    continue
-                shown.start(ch.name)
-                outcomes.append(execute_chapter(ch, staging, base, timeout=timeout))
-                shown.end(ch.name, outcomes[-1].status, outcomes[-1].seconds, outcomes[-1].reason)
+            for o in outcomes.values():
+                shown.end(o.chapter.name, o.status, 0.0, o.reason)
+            outcomes.update(_execute(ready, staging, base, timeout, shown, jobs))
+            outcomes = [outcomes[ch.name] for ch in content]
             outcomes += [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in all_chapters
                          if c not in chosen]
             final_source = Path(source).resolve()
@@ -150,7 +231,8 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
                 final_source = out / final_source.relative_to(staging)
             run_info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name, source=str(final_source),
                             seed=settings.seed, device=settings.device, sample_size=settings.sample_size,
-                            options=settings.options, version=__version__, n=es.n, d=es.d,
+                            options=settings.options, version=__version__, n=es.n, d=es.d, jobs=jobs,
+                            **({"neighbour_graph": graph} if graph else {}),
                             generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
             _write_run(staging, outcomes, run_info)
             for ch in summary:
