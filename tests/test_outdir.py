@@ -135,10 +135,11 @@ def test_progress_lines_when_output_is_not_a_terminal(tmp_path):
     assert "\r" not in err  # no bars
 
 
-def test_sigterm_removes_staging_and_exits_130(tmp_path):
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_sigterm_removes_staging_and_exits_130(tmp_path, jobs):
     vecs = small_set(tmp_path / "in", n=3000, d=32)
     out = tmp_path / "o"
-    proc = _run_cli(["run", str(vecs), "--out", str(out), "--formats", "html"])
+    proc = _run_cli(["run", str(vecs), "--out", str(out), "--formats", "html", "--jobs", jobs])
     deadline = time.time() + 120
     while time.time() < deadline and not list(tmp_path.glob(".o.partial-*/chapters/*.ipynb")):
         time.sleep(0.2)  # wait until a chapter kernel is running

@@ -112,6 +112,10 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
         knn(es.vectors, k, metric="cosine", device=settings.device, desc="k-NN graph (shared by the chapters)")
     finally:
         use_graph_cache(None)
+        if settings.device == "cuda":  # leave the GPU's memory to the chapter kernels
+            import torch
+
+            torch.cuda.empty_cache()
     return events[-1] if events else None
 
 
@@ -155,14 +159,17 @@ def _execute(ready: list[Chapter], staging: Path, params: dict, timeout: int | N
 
 def _stop_workers(pool) -> None:
     """Kill a pool's worker processes and the chapter kernels they started (an interrupted run)."""
-    import psutil
-
+    try:
+        import psutil  # installed with ipykernel
+    except ImportError:  # pragma: no cover
+        psutil = None
     for proc in list(getattr(pool, "_processes", {}).values()):
-        try:
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                child.kill()
-        except psutil.Error:
-            pass
+        if psutil is not None:
+            try:
+                for child in psutil.Process(proc.pid).children(recursive=True):
+                    child.kill()
+            except psutil.Error:
+                pass
         proc.kill()
     pool.shutdown(wait=False, cancel_futures=True)
 
