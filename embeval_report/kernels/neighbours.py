@@ -40,6 +40,15 @@ def _tile_shape(n_queries: int, n: int, device: torch.device) -> tuple[int, int]
     return min(rows, chunk_rows(n_queries, cols * 4 * 2)), min(n, cols)
 
 
+def _query_blocks(n_queries: int, n: int, device: torch.device, desc: str | None):
+    """Block starts (with progress when ``desc``), tile rows and columns, and the one product buffer of a
+    search of ``n_queries`` rows against ``n``."""
+    rows, cols = _tile_shape(n_queries, n, device)
+    buffer = torch.empty(rows * cols, dtype=torch.float32, device=device)
+    starts = range(0, n_queries, rows)
+    return (progress(starts, desc=desc, total=len(starts)) if desc else starts), rows, cols, buffer
+
+
 def blocked_top_k(q: torch.Tensor, corpus_t: torch.Tensor, k: int, *, self_start: int | None = None,
                   tile_cols: int | None = None, buffer: torch.Tensor | None = None, rescore=None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,13 +168,9 @@ def _search(X: np.ndarray, Q: np.ndarray, k: int, metric: str, drop_self: bool, 
         corpus = torch.cat([2 * corpus, -sq64.float()[:, None]], 1)
     corpus_t = corpus.T.contiguous()
     kk = min(k + RERANK, n - int(drop_self))
-    rows, cols = _tile_shape(len(Q), n, dev)
-    buffer = torch.empty(rows * cols, dtype=torch.float32, device=dev)
+    starts, rows, cols, buffer = _query_blocks(len(Q), n, dev, desc)
     idx = np.empty((len(Q), k), dtype=np.int64)
     val = np.empty((len(Q), k), dtype=np.float32)
-    starts = range(0, len(Q), rows)
-    if desc:
-        starts = progress(starts, desc=desc, total=len(starts))
     with exact_matmul():
         for s in starts:
             q64 = to_tensor(Q[s:s + rows], dtype=torch.float32, device=dev).double()
@@ -220,13 +225,9 @@ def rescored_knn(X, k: int, rescore, *, device, desc: str | None) -> tuple[np.nd
     n = len(X)
     corpus = unit_rows(to_tensor(X, dtype=torch.float32, device=device))
     corpus_t = corpus.T.contiguous()
-    rows, cols = _tile_shape(n, n, device)
-    buffer = torch.empty(rows * cols, dtype=torch.float32, device=device)
+    starts, rows, cols, buffer = _query_blocks(n, n, device, desc)
     idx = np.empty((n, k), dtype=np.int64)
     val = np.empty((n, k), dtype=np.float32)
-    starts = range(0, n, rows)
-    if desc:
-        starts = progress(starts, desc=desc, total=len(starts))
     with exact_matmul():
         for s in starts:
             ti, tv = blocked_top_k(corpus[s:s + rows], corpus_t, k, self_start=s, tile_cols=cols, buffer=buffer,

@@ -151,40 +151,41 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
             iso = measure_isotropy(Y, n_boot=0, sample_size=1000, seed=seed, device=dev)
             spec = spectral_metrics(iso.eigenvalues[:kept], kept)  # over the directions a correction keeps
             uni = uniformity(Y, sample_size=sample_size, seed=seed, device=dev)
-            if queries is not None:  # sampled mode: the skewness from sampled queries, lists of those queries
-                rows.append(_sampled_row(name, iso, spec, uni, Y, k, queries, labels, base, dev))
-                lists = rows[-1].pop("_lists")
-                base = lists if base is None else base
+            if queries is None:
+                hub = measure_hubness(Y, k, n_boot=0, seed=seed, device=dev)
+            else:  # sampled mode: the exact lists of the sampled queries only
+                hub = sampled_lists(Y, k, queries, device=dev)
                 notes.setdefault(name, []).append(
                     f"hubness from {len(queries):,} sampled queries (skewness estimate; neighbour and label shares "
                     "over those queries); the antihub share needs every point's N_k and is not estimated")
-                continue
-            hub = measure_hubness(Y, k, n_boot=0, seed=seed, device=dev)
         base = hub if base is None else base
-        ties = hub.all_ties or base.all_ties  # neighbour lists that are arbitrary ties say nothing
-        row = dict(setting=name, apcs=iso.values["apcs"],
-                   participation_ratio_fraction=spec["participation_ratio_fraction"],
-                   condition_number=spec["condition_number"], uniformity=uni.value,
-                   k_occurrence_skewness=hub.values["k_occurrence_skewness"],
-                   antihub_occurrence=hub.values["antihub_occurrence"],
-                   neighbour_overlap=float("nan") if ties else neighbour_overlap(base.neighbors, hub.neighbors))
-        if labels is not None:
-            row["label_agreement"] = float("nan") if hub.all_ties else label_agreement(hub.neighbors, labels)
-        rows.append(row)
+        hubness = (_hubness_columns(hub, base, labels) if queries is None
+                   else _sampled_hubness_columns(hub, base, len(Y), labels, queries))
+        rows.append(dict(setting=name, apcs=iso.values["apcs"],
+                         participation_ratio_fraction=spec["participation_ratio_fraction"],
+                         condition_number=spec["condition_number"], uniformity=uni.value, **hubness))
     table = pd.DataFrame(rows)
     return CorrectionComparison(table, removed, k, _metrics(table, notes), notes)
 
 
-def _sampled_row(name, iso, spec, uni, Y, k, queries, labels, base, dev) -> dict:
-    """A comparison row whose hubness columns come from the k-NN lists of sampled queries only."""
-    lists = sampled_lists(Y, k, queries, device=dev)
-    row = dict(setting=name, apcs=iso.values["apcs"], participation_ratio_fraction=spec["participation_ratio_fraction"],
-               condition_number=spec["condition_number"], uniformity=uni.value,
-               k_occurrence_skewness=skewness_from_lists(lists, len(Y)), antihub_occurrence=float("nan"),
-               neighbour_overlap=1.0 if base is None else neighbour_overlap(base, lists), _lists=lists)
+def _hubness_columns(hub, base, labels) -> dict:
+    """The hubness columns of a setting from its exact k-NN graph (``base``: the original's)."""
+    ties = hub.all_ties or base.all_ties  # neighbour lists that are arbitrary ties say nothing
+    cols = dict(k_occurrence_skewness=hub.values["k_occurrence_skewness"],
+                antihub_occurrence=hub.values["antihub_occurrence"],
+                neighbour_overlap=float("nan") if ties else neighbour_overlap(base.neighbors, hub.neighbors))
     if labels is not None:
-        row["label_agreement"] = label_agreement(lists, labels, rows=queries)
-    return row
+        cols["label_agreement"] = float("nan") if hub.all_ties else label_agreement(hub.neighbors, labels)
+    return cols
+
+
+def _sampled_hubness_columns(lists, base, n: int, labels, queries) -> dict:
+    """The hubness columns from the k-NN lists of the sampled queries only (``base``: the original's lists)."""
+    cols = dict(k_occurrence_skewness=skewness_from_lists(lists, n), antihub_occurrence=float("nan"),
+                neighbour_overlap=neighbour_overlap(base, lists))
+    if labels is not None:
+        cols["label_agreement"] = label_agreement(lists, labels, rows=queries)
+    return cols
 
 
 @contextmanager

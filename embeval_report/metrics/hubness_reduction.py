@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from ..kernels import as_numpy, block_moments, iter_chunks, knn, rescored_knn, resolve_device, unit_rows
+from ..kernels.device import to_tensor
 from ..kernels.neighbours import top_k_products
 from .hubness_measures import (K_DEFAULT, check_k, k_occurrence, label_agreement, neighbour_overlap, occurrence_cis,
                                occurrence_measures, top_slot_share)
@@ -61,7 +62,7 @@ def csls_knn(X, k: int = K_DEFAULT, *, neighborhood: int = K_DEFAULT, r=None, de
         _, sims = knn(X, check_k(neighborhood, n - 1), metric="cosine", device=dev, desc="k-NN for CSLS r(x)")
         r = sims.astype(np.float64).mean(1)
     # CSLS(x, .) ranks as 2 cos(x, y) - r(y) = [2 u_x, -1] . [u_y, r(y)]: one blocked product, no full rows
-    U = unit_rows(torch.as_tensor(X, dtype=torch.float32)).numpy()
+    U = unit_rows(to_tensor(X, dtype=torch.float32)).numpy()
     r32 = np.asarray(r, dtype=np.float32)[:, None]
     idx, val = top_k_products(np.hstack([2 * U, -np.ones_like(r32)]), np.hstack([U, r32]), k, exclude_self=True,
                               device=dev, desc="k-NN (CSLS)")
