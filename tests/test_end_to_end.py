@@ -101,6 +101,9 @@ def test_one_neighbour_graph_per_space_is_shared_by_the_chapters(report):
             graphs.setdefault((event["space"], event["metric"]), []).append((path.stem, event["source"]))
     uses = graphs[(shared["space"], "cosine")]
     assert {u[0] for u in uses} == {"hubness", "correction"} and all(src == "cache" for _, src in uses)
+    # the same sweep ranked by mutual proximity and summed the potential: hubness reads MP, not recomputes it
+    assert {"cosine", "mutual_proximity", "potential"} <= set(shared["products"])
+    assert graphs[(shared["space"], "mutual_proximity")] == [("hubness", "cache")]
     corrected = [s for s, u in graphs.items() if s[0] != shared["space"] and ("correction", "computed") in u]
     assert len(corrected) == 3  # centred, all-but-the-top, whitened: each its own graph
     assert all(sum(src == "computed" for _, src in u) <= 1 for u in graphs.values())

@@ -120,7 +120,7 @@ def test_stored_graph_matches_a_direct_computation_at_every_k():
     X = rng.standard_normal((400, 10)).astype(np.float32)
     graph_cache.use_graph_cache(None, min_k=30)
     shared = knn(X, 5, device="cpu", desc=None)
-    direct = nb._search(X, X, 5, "cosine", True, torch.device("cpu"), None)
+    direct = nb._search(X, X, [(5, None)], "cosine", True, torch.device("cpu"), None)[0][0]
     np.testing.assert_array_equal(shared[0], direct[0])
     np.testing.assert_array_equal(shared[1], direct[1])
 
@@ -141,3 +141,63 @@ def test_pruned_mutual_proximity_equals_the_dense_reference(monkeypatch):
     order = np.argsort(-logmp, axis=1, kind="stable")[:, :7]
     assert (np.sort(idx, 1) == np.sort(order, 1)).all(1).mean() > 0.995  # float32 scores: near-ties may swap
     np.testing.assert_allclose(np.log(val), np.take_along_axis(logmp, order, 1), rtol=1e-4, atol=1e-5)
+
+
+def test_one_sweep_feeds_cosine_csls_mutual_proximity_and_the_potential(monkeypatch):
+    """One pass over small tiles yields the cosine, CSLS and mutual-proximity graphs (float64 order)
+    and the rows' Gaussian potential, each against its dense float64 reference; each product is
+    computed once and read from the cache afterwards."""
+    from scipy.special import log_ndtr, logsumexp
+
+    from embeval_report.metrics.hubness_reduction import cosine_mean_sd, reduced_knn
+
+    rng = np.random.default_rng(11)
+    X = (rng.standard_normal((700, 12)) + 0.8 * rng.standard_normal(12)).astype(np.float32)
+    monkeypatch.setattr(nb, "CPU_TILE", (64, 160))
+    events = []
+    graph_cache.use_graph_cache(None, log=events.append)
+    S = _reference(X, X, "cosine", True)
+    k = 9
+    r = np.sort(S, axis=1)[:, ::-1][:, :k].mean(1)
+    got = reduced_knn(X, k, ("csls", "mutual_proximity"), r=r, with_cosine=True, device="cpu")
+    assert sorted(e["source"] for e in events) == ["computed"] * 3
+    _assert_exact(*got["cosine"], S, k, "cosine")
+    csls = 2 * S - r[:, None] - r[None, :]
+    _assert_exact(got["csls"][0], got["csls"][1], csls, k, "cosine")
+    mu, sd = cosine_mean_sd(X, device="cpu")
+    with np.errstate(divide="ignore"):
+        logmp = log_ndtr((S - mu[:, None]) / sd[:, None]) + log_ndtr((S - mu[None, :]) / sd[None, :])
+    order = np.argsort(-logmp, axis=1, kind="stable")
+    assert (np.sort(got["mutual_proximity"][0], 1) == np.sort(order[:, :k], 1)).all()
+    np.testing.assert_allclose(np.log(got["mutual_proximity"][1]), np.take_along_axis(logmp, order[:, :k], 1),
+                               rtol=1e-6, atol=1e-6)
+    U = X / np.linalg.norm(X.astype(np.float64), axis=1, keepdims=True)
+    D = ((U[:, None, :] - U[None]) ** 2).sum(-1)
+    np.fill_diagonal(D, np.inf)
+    from embeval_report.kernels import swept_potential_rows
+    np.testing.assert_allclose(swept_potential_rows(X, nb.SWEEP_POTENTIAL_T),
+                               logsumexp(-nb.SWEEP_POTENTIAL_T * D, axis=1), rtol=1e-7)
+    events.clear()
+    again = reduced_knn(X, k, ("csls", "mutual_proximity"), r=r, with_cosine=True, device="cpu")
+    assert [e["source"] for e in events] == ["cache"] * 3
+    for name in got:
+        np.testing.assert_array_equal(again[name][0], got[name][0])
+
+
+def test_uniformity_reads_the_sweeps_exact_potential_beyond_its_budget():
+    """After a k-NN sweep of the set, uniformity is exact at any size (here: a budget of 10 pairs) and
+    equals the float64 all-pairs kernel to float32 rounding of the cosines."""
+    from embeval_report.kernels import gaussian_potential_rows, unit_rows
+    from embeval_report.metrics.uniformity import uniformity
+
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((500, 16)).astype(np.float32)
+    sampled = uniformity(X, pair_budget=10, device="cpu")
+    assert sampled.method == "sampled"
+    reference = gaussian_potential_rows(X, 2.0, transform=unit_rows, device="cpu", desc=None)
+    knn(X, 5, device="cpu", desc=None)
+    swept = uniformity(X, pair_budget=10, device="cpu")
+    assert swept.method == "exact" and swept.ci_low < swept.value < swept.ci_high
+    from scipy.special import logsumexp
+    assert abs(swept.value - (logsumexp(reference) - np.log(500 * 499))) < 1e-7
+    assert uniformity(X, sample_size=200, device="cpu").method == "sampled"  # an asked-for sample stays sampled

@@ -3,14 +3,15 @@
 * :mod:`.device` — device choice, chunk sizes, row iteration and normalisation;
 * :mod:`.moments` — first and second moments of row sets (covariance, cosine Gram);
 * :mod:`.pairs` — random pairs, pair cosines and the exact all-pairs Gaussian potential;
-* :mod:`.neighbours` — exact k nearest neighbours (blocked top-k, plain and re-scored) and neighbour-set overlap;
-* :mod:`.graph_cache` — one k-NN graph per vector space per run, shared by the chapters.
+* :mod:`.neighbours` — exact k nearest neighbours: one sweep over the Gram tiles feeds the plain and re-scored top-k and the
+  rows' Gaussian potential; neighbour-set overlap;
+* :mod:`.graph_cache` — one k-NN graph (and the other products of its sweep) per vector space per run, shared by the chapters.
 """
 from .device import CHUNK_BYTES, as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
 from .moments import BlockMoments, block_moments, column_mean
-from .neighbours import knn, neighbour_sets_overlap, rescored_knn
-from .pairs import gaussian_potential_rows, pair_cosines, random_pairs
+from .neighbours import knn, neighbour_sets_overlap, self_sweep
+from .pairs import gaussian_potential_rows, pair_cosines, random_pairs, swept_potential_rows
 
 __all__ = ["CHUNK_BYTES", "as_numpy", "chunk_budget", "chunk_rows", "iter_chunks", "resolve_device", "unit_rows", "BlockMoments",
-           "block_moments", "column_mean", "knn", "neighbour_sets_overlap", "rescored_knn",
-           "gaussian_potential_rows", "pair_cosines", "random_pairs"]
+           "block_moments", "column_mean", "knn", "neighbour_sets_overlap", "self_sweep",
+           "gaussian_potential_rows", "pair_cosines", "random_pairs", "swept_potential_rows"]

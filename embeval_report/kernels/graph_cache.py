@@ -2,10 +2,11 @@
 
 :func:`~.neighbours.knn` asks this cache before computing the self-query graph of a set. Graphs
 are keyed by a fingerprint of the float32 rows (so a corrected space, another run or another
-snapshot gets its own) plus the metric, and stored with at least ``min_k`` neighbours, so a
+snapshot gets its own) plus the product (the cosine graph, a re-scored graph, the row potentials of
+the same sweep), and graphs are stored with at least ``min_k`` neighbours, so a
 chapter asking for k and one asking for k + 1 share one computation. Within a process the last
 graphs stay in memory; when the runner names a folder (its prepared cache), each graph is also
-written there as two ``.npy`` files that the next chapter's process memory-maps.
+written there as ``.npy`` files that the next chapter's process memory-maps.
 """
 from __future__ import annotations
 
@@ -48,44 +49,80 @@ def fingerprint(X32: np.ndarray) -> str:
     return h.hexdigest()
 
 
+def cached_products(X32: np.ndarray, wants: dict[str, int], exclude_self: bool,
+                    compute: Callable[[dict[str, int]], dict[str, tuple]]) -> dict[str, tuple]:
+    """The products of one sweep over the self-query Gram of ``X32``, from the cache where it holds them.
+
+    ``wants`` maps a product key to k: a neighbour graph (``"cosine"``, ``"mutual_proximity"``, ...)
+    wants its first k neighbours, a row array (k = 0, e.g. ``"potential-t2.0"``) is taken whole.
+    ``compute(missing)`` gets the keys neither memory nor the folder holds (graphs with at least
+    ``max(k, min_k)`` neighbours) and computes them in one pass; they are stored and returned with the rest.
+    ``compute`` may return further products of the same pass (not in ``wants``): they are stored too.
+    """
+    space = fingerprint(X32)
+    suffix = "others" if exclude_self else "all"
+    found, missing = {}, {}
+    for name, k in wants.items():
+        item = _memory.get(f"{space}-{name}-{suffix}") or _read(f"{space}-{name}-{suffix}")
+        if item is None or (k and item[0].shape[1] < k):
+            missing[name] = min(max(k, _min_k), len(X32) - int(exclude_self)) if k else 0
+        else:
+            found[name] = item
+    computed = compute(missing) if missing else {}
+    for name, item in computed.items():
+        _write(f"{space}-{name}-{suffix}", item)
+    for name, item in computed.items():
+        if name not in wants:
+            _remember(f"{space}-{name}-{suffix}", item)
+    out = {}
+    for name, k in wants.items():
+        item = computed.get(name) or found[name]
+        _remember(f"{space}-{name}-{suffix}", item)
+        if _log is not None:
+            _log({"space": space, "metric": name, "k": int(k),
+                  "source": "computed" if name in computed else "cache"})
+        out[name] = tuple(np.array(a[:, :k]) if k else np.array(a) for a in item)
+    return out
+
+
+def stored_product(X32: np.ndarray, name: str, exclude_self: bool = True) -> tuple | None:
+    """A product of this space held in memory or the folder (e.g. the potential of a cosine sweep), or None."""
+    key = f"{fingerprint(X32)}-{name}-{'others' if exclude_self else 'all'}"
+    item = _memory.get(key) or _read(key)
+    if item is not None:
+        _remember(key, item)
+    return item
+
+
 def cached_graph(X32: np.ndarray, k: int, metric: str, exclude_self: bool,
                  compute: Callable[[int], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """The first ``k`` neighbours of the self-query graph of ``X32``, computed by ``compute(k_stored)`` only
     when neither memory nor the folder holds this space's graph with at least ``k`` neighbours."""
-    space = fingerprint(X32)
-    key = f"{space}-{metric}-{'others' if exclude_self else 'all'}"
-    graph = _memory.get(key) or _read(key)
-    source = "cache"
-    if graph is None or graph[0].shape[1] < k:
-        stored = min(max(k, _min_k), len(X32) - int(exclude_self))
-        graph = compute(stored)
-        _write(key, graph)
-        source = "computed"
-    _remember(key, graph)
-    if _log is not None:
-        _log({"space": space, "metric": metric, "k": int(k), "source": source})
-    idx, val = graph
-    return np.array(idx[:, :k]), np.array(val[:, :k])
+    return cached_products(X32, {metric: k}, exclude_self, lambda missing: {metric: compute(missing[metric])})[metric]
 
 
-def _remember(key: str, graph) -> None:
-    _memory[key] = graph
+def _remember(key: str, item) -> None:
+    _memory[key] = item
     _memory.move_to_end(key)
-    while len(_memory) > 1 and sum(i.nbytes + v.nbytes for i, v in _memory.values()) > MEMORY_BYTES:
+    while len(_memory) > 1 and sum(a.nbytes for it in _memory.values() for a in it) > MEMORY_BYTES:
         _memory.popitem(last=False)
 
 
 def _read(key: str):
-    if _folder is None or not (_folder / f"{key}.idx.npy").is_file():
+    if _folder is None or not (_folder / f"{key}.0.npy").is_file():
         return None
-    return (np.load(_folder / f"{key}.idx.npy", mmap_mode="r"), np.load(_folder / f"{key}.val.npy", mmap_mode="r"))
+    parts, i = [], 0
+    while (_folder / f"{key}.{i}.npy").is_file():
+        parts.append(np.load(_folder / f"{key}.{i}.npy", mmap_mode="r"))
+        i += 1
+    return tuple(parts)
 
 
-def _write(key: str, graph) -> None:
+def _write(key: str, item) -> None:
     if _folder is None:
         return
     _folder.mkdir(parents=True, exist_ok=True)
-    for part, array in zip(("val", "idx"), graph[::-1]):  # indices last: their presence marks a complete graph
-        tmp = _folder / f"{key}.{part}.tmp.npy"
-        np.save(tmp, array)
-        os.replace(tmp, _folder / f"{key}.{part}.npy")
+    for i in reversed(range(len(item))):  # part 0 last: its presence marks a complete product
+        tmp = _folder / f"{key}.{i}.tmp.npy"
+        np.save(tmp, item[i])
+        os.replace(tmp, _folder / f"{key}.{i}.npy")

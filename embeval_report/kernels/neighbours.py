@@ -15,7 +15,7 @@ import torch
 
 from ..progress import progress
 from .device import as_numpy, chunk_rows, exact_matmul, resolve_device, to_tensor, unit_rows
-from .graph_cache import cached_graph
+from .graph_cache import cached_graph, cached_products
 
 #: columns per pruning group: a group is merged only when its maximum beats the running k-th score
 GROUP = 32
@@ -49,46 +49,93 @@ def _query_blocks(n_queries: int, n: int, device: torch.device, desc: str | None
     return (progress(starts, desc=desc, total=len(starts)) if desc else starts), rows, cols, buffer
 
 
-def blocked_top_k(q: torch.Tensor, corpus_t: torch.Tensor, k: int, *, self_start: int | None = None,
-                  tile_cols: int | None = None, buffer: torch.Tensor | None = None, rescore=None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k of ``q @ corpus_t`` per row, descending, without a full-row ``topk``.
-
-    ``q`` (m, d) and ``corpus_t`` (d, n) are float32 on one device. ``self_start``: query row i is
-    corpus column ``self_start + i`` and is excluded. Rows are processed against ``tile_cols``
-    corpus columns at a time (one product into ``buffer``). Per tile, only rows with a 32-column
-    group whose maximum is strictly above their current k-th score are merged, and of those rows
-    only the (at most k) groups with the largest maxima; so the work beyond the product is one
-    ``amax`` pass plus a small merge. Exact ties at the k-th place are kept in no set order
-    (:func:`knn` orders its candidates by float64 score, then index).
+class RunningTopK:
+    """One consumer of the product tiles: each query row's running top-k, merged without full-row ``topk``.
 
     ``rescore`` ranks by a re-scoring that increases with the product for every pair instead:
     ``rescore.scores(rows, cols, products)`` gives the scores (``rows``: query numbers counted from
-    ``self_start``, or 0) and ``rescore.floor(rows, kth)`` a product at or below which no column can
-    score above ``kth``; groups whose maximum is at or below it are skipped.
+    the sweep's ``self_start``, or 0) and ``rescore.floor(rows, kth)`` a product at or below which no
+    column can score above ``kth``; groups whose maximum is at or below it are skipped.
+    """
+
+    def __init__(self, m: int, k: int, device: torch.device, rescore=None, dtype=torch.float32):
+        self.k, self.rescore = k, rescore
+        self.values = torch.full((m, k), -torch.inf, dtype=dtype, device=device)
+        self.indices = torch.zeros((m, k), dtype=torch.int64, device=device)
+
+    def _merge(self, at, values, column):  # rows ``at`` keep the top-k of their best and ``values`` (at ``column(pos)``)
+        k = self.k
+        top = torch.topk(torch.cat([self.values[at], values], 1), k, dim=1)
+        pos = top.indices
+        new = pos >= k
+        self.indices[at] = torch.where(new, column((pos - k).clamp_min(0)),
+                                       self.indices[at].gather(1, pos.clamp_max(k - 1)))
+        self.values[at] = top.values
+
+    def merge_columns(self, at, values, cols, base: int):
+        """Merge candidates with explicit column numbers ``cols`` (re-scored when asked)."""
+        if self.rescore is not None:
+            values = self.rescore.scores(base + at, cols, values)
+        self._merge(at, values, lambda p: cols.gather(1, p))
+
+    def merge_groups(self, rows, groups, group_max, offset: int, base: int):
+        """Merge the 32-column ``groups`` (tile columns from ``offset``) that can beat each row's k-th score.
+
+        A tile value in the merged top-k lies in a group beating the row's k-th score, and (plain
+        products) in one of the row's k groups with the largest maxima (else k larger maxima outrank it).
+        """
+        kth = self.values[:, -1]
+        limit = kth[:, None] if self.rescore is None else self.rescore.floor(base + rows, kth)[:, None]
+        hits = (group_max > limit).sum(1)
+        bounds = [0, *HIT_BUCKETS, group_max.shape[1]]
+        dev = group_max.device
+        for low, high in zip(bounds, bounds[1:]):
+            at = ((hits > low) & (hits <= high)).nonzero().squeeze(1)
+            if len(at) == 0:
+                continue
+            take = int(hits[at].max()) if self.rescore is not None else min(self.k, int(hits[at].max()))
+            chosen = torch.topk(group_max[at], take, dim=1).indices
+            values = groups[at[:, None], chosen].view(len(at), -1)
+            if self.rescore is None:
+                self._merge(at, values, lambda p, chosen=chosen: offset + chosen.gather(1, p // GROUP) * GROUP + p % GROUP)
+            else:
+                cols = offset + chosen[:, :, None] * GROUP + torch.arange(GROUP, device=dev)
+                self.merge_columns(at, values, cols.view(len(at), -1), base)
+
+
+class RowPotential:
+    r"""One consumer of cosine tiles: per row :math:`\sum_j \exp(-t\lVert u_i-u_j\rVert^2) = \sum_j e^{2t(\cos-1)}`.
+
+    Row sums of each tile in float32 (pairwise summation), accumulated across tiles in float64;
+    it exponentiates the tile in place, so it runs after the top-k consumers.
+    """
+
+    def __init__(self, m: int, t: float, device: torch.device):
+        self.t = float(t)
+        self.sums = torch.zeros(m, dtype=torch.float64, device=device)
+
+    def add_tile(self, tile: torch.Tensor) -> None:
+        self.sums += torch.exp(tile.sub_(1.0).clamp_max_(0.0).mul_(2.0 * self.t), out=tile).sum(1)
+
+
+def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[RunningTopK], *,
+                potential: RowPotential | None = None, self_start: int | None = None, tile_cols: int | None = None,
+                buffer: torch.Tensor | None = None) -> None:
+    """One pass over the products ``q @ corpus_t``, tile by tile, feeding every consumer.
+
+    ``q`` (m, d) and ``corpus_t`` (d, n) are float32 on one device. ``self_start``: query row i is
+    corpus column ``self_start + i`` and is excluded. Rows are processed against ``tile_cols``
+    corpus columns at a time (one product into ``buffer``); per tile the 32-column group maxima are
+    computed once and shared by the top-k consumers (each merges only the groups that can beat its
+    rows' k-th scores), then ``potential`` (if any) sums the tile.
     """
     m, n = len(q), corpus_t.shape[1]
     dev = q.device
     W = n if tile_cols is None else min(tile_cols, n)
     if buffer is None or buffer.numel() < m * W:
         buffer = torch.empty(m * W, dtype=q.dtype, device=dev)
-    best_v = torch.full((m, k), -torch.inf, dtype=q.dtype, device=dev)
-    best_i = torch.zeros((m, k), dtype=torch.int64, device=dev)
     rows = torch.arange(m, device=dev)
     base = self_start or 0
-
-    def merge(at, values, column):  # rows ``at`` keep the top-k of their best and ``values`` (at ``column(pos)``)
-        top = torch.topk(torch.cat([best_v[at], values], 1), k, dim=1)
-        pos = top.indices
-        new = pos >= k
-        best_i[at] = torch.where(new, column((pos - k).clamp_min(0)), best_i[at].gather(1, pos.clamp_max(k - 1)))
-        best_v[at] = top.values
-
-    def merge_columns(at, values, cols):  # candidates with explicit column numbers (re-scored when asked)
-        if rescore is not None:
-            values = rescore.scores(base + at, cols, values)
-        merge(at, values, lambda p: cols.gather(1, p))
-
     for j in range(0, n, W):
         w = min(W, n - j)
         tile = buffer[:m * w].view(m, w)
@@ -97,45 +144,45 @@ def blocked_top_k(q: torch.Tensor, corpus_t: torch.Tensor, k: int, *, self_start
             own = rows + self_start - j
             inside = (own >= 0) & (own < w)
             tile[rows[inside], own[inside]] = -torch.inf
-        first = 0
-        if j == 0:  # the running top-k starts from the first columns
-            first = min(w, max(FIRST_COLUMNS, k))
-            merge_columns(rows, tile[:, :first], torch.arange(first, device=dev).expand(m, -1))
+        first = min(w, max(FIRST_COLUMNS, *(c.k for c in consumers))) if j == 0 else 0
+        if first:  # the running top-k starts from the first columns
+            cols = torch.arange(first, device=dev).expand(m, -1)
+            for c in consumers:
+                c.merge_columns(rows, tile[:, :first], cols, base)
         full = first + (w - first) // GROUP * GROUP
         if full > first:
             groups = tile[:, first:full].view(m, (full - first) // GROUP, GROUP)
             group_max = groups.amax(2)
-            limit = best_v[:, -1:] if rescore is None else rescore.floor(base + rows, best_v[:, -1])[:, None]
-            hits = (group_max > limit).sum(1)
-            # a tile value in the merged top-k lies in a group beating the row's k-th score, and (plain
-            # products) in one of the row's k groups with the largest maxima (else k larger maxima outrank it)
-            bounds = [0, *HIT_BUCKETS, full - first]
-            for low, high in zip(bounds, bounds[1:]):
-                at = ((hits > low) & (hits <= high)).nonzero().squeeze(1)
-                if len(at) == 0:
-                    continue
-                take = int(hits[at].max()) if rescore is not None else min(k, int(hits[at].max()))
-                chosen = torch.topk(group_max[at], take, dim=1).indices
-                values = groups[at[:, None], chosen].view(len(at), -1)
-                if rescore is None:
-                    merge(at, values,
-                          lambda p, chosen=chosen: j + first + chosen.gather(1, p // GROUP) * GROUP + p % GROUP)
-                else:
-                    cols = j + first + chosen[:, :, None] * GROUP + torch.arange(GROUP, device=dev)
-                    merge_columns(at, values, cols.view(len(at), -1))
+            for c in consumers:
+                c.merge_groups(rows, groups, group_max, j + first, base)
         if full < w:  # the last columns, fewer than a group
-            merge_columns(rows, tile[:, full:w], (j + full + torch.arange(w - full, device=dev)).expand(m, -1))
-    return best_i, best_v
+            cols = (j + full + torch.arange(w - full, device=dev)).expand(m, -1)
+            for c in consumers:
+                c.merge_columns(rows, tile[:, full:w], cols, base)
+        if potential is not None:
+            potential.add_tile(tile)
+
+
+def blocked_top_k(q: torch.Tensor, corpus_t: torch.Tensor, k: int, *, self_start: int | None = None,
+                  tile_cols: int | None = None, buffer: torch.Tensor | None = None, rescore=None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k of ``q @ corpus_t`` per row, descending, without a full-row ``topk`` (one
+    :class:`RunningTopK` fed by :func:`sweep_tiles`). Exact ties at the k-th place are kept in no
+    set order (:func:`knn` orders its candidates by float64 score, then index)."""
+    top = RunningTopK(len(q), k, q.device, rescore, q.dtype)
+    sweep_tiles(q, corpus_t, [top], self_start=self_start, tile_cols=tile_cols, buffer=buffer)
+    return top.indices, top.values
 
 
 def knn(X, k: int, *, queries=None, metric: str = "cosine", exclude_self: bool = True, device="auto",
         desc: str | None = "k-NN") -> tuple[np.ndarray, np.ndarray]:
-    """Exact k nearest neighbours by blocked matrix products (:func:`blocked_top_k`).
+    """Exact k nearest neighbours by blocked matrix products (:func:`sweep_tiles`).
 
     ``metric``: ``"cosine"`` (returns similarities, descending), ``"dot"`` (inner products,
     descending) or ``"euclidean"`` (returns distances, ascending). Queries default to the rows
     of ``X`` themselves; then ``exclude_self`` drops each row's own index, and the graph is
-    shared through :mod:`.graph_cache` (one computation per vector space per run). Memory: one
+    shared through :mod:`.graph_cache` (one computation per vector space per run; a cosine graph's
+    sweep also leaves the rows' Gaussian potential there, see :func:`self_sweep`). Memory: one
     product tile (CPU: :data:`CPU_TILE` within :func:`~.device.chunk_budget`; GPU: sized from
     free device memory), never an n x n matrix. Candidates come from full float32 products whatever
     the global torch precision (:func:`~.device.exact_matmul`) and are ordered by their float64
@@ -149,15 +196,50 @@ def knn(X, k: int, *, queries=None, metric: str = "cosine", exclude_self: bool =
     drop_self = queries is None and exclude_self
     if k + drop_self > len(X):
         raise ValueError(f"k = {k} needs more than {len(X) - drop_self} candidate neighbours")
+    if queries is None and metric == "cosine" and exclude_self:
+        return self_sweep(X, {"cosine": (k, None)}, device=dev, desc=desc)["cosine"]
     if queries is None:
         return cached_graph(X, k, metric, exclude_self,
-                            lambda kk: _search(X, X, kk, metric, drop_self, dev, desc))
-    return _search(X, as_numpy(queries), k, metric, False, dev, desc)
+                            lambda kk: _search(X, X, [(kk, None)], metric, drop_self, dev, desc)[0][0])
+    return _search(X, as_numpy(queries), [(k, None)], metric, False, dev, desc)[0][0]
 
 
-def _search(X: np.ndarray, Q: np.ndarray, k: int, metric: str, drop_self: bool, dev: torch.device,
-            desc: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k of every row of ``Q`` against ``X`` (see :func:`knn`): float32 candidates, float64 order."""
+#: t of the Gaussian potential every cosine self-sweep also sums (Wang & Isola's uniformity default)
+SWEEP_POTENTIAL_T = 2.0
+
+
+def potential_key(t: float) -> str:
+    """The cache key of the rows' log Gaussian potential at ``t`` (see :func:`self_sweep`)."""
+    return f"potential-t{float(t)!r}"
+
+
+def self_sweep(X, graphs: dict, *, device, desc: str | None) -> dict:
+    """Every product of one sweep over the cosine Gram of ``X`` (all rows against all others), cached.
+
+    ``graphs`` maps a name to ``(k, rescore)``: ``"cosine"`` with ``rescore = None`` is the plain
+    cosine graph; a re-scoring (see :class:`RunningTopK`; with ``exact(rows, cols, cos64)`` for the
+    float64 order) gives its own graph from the same tiles. The sweep also sums the rows' Gaussian
+    potential :math:`\log\sum_{j\ne i} e^{-t\lVert u_i-u_j\rVert^2}` at :data:`SWEEP_POTENTIAL_T`
+    (about a fifth of a product's cost), which :func:`~.pairs.gaussian_potential_rows` then reads.
+    Products already in :mod:`.graph_cache` are not recomputed; returns name -> (indices, scores).
+    """
+    X = np.ascontiguousarray(as_numpy(X), dtype=np.float32)
+    dev = resolve_device(device)
+
+    def compute(missing: dict) -> dict:
+        names = list(missing)
+        found, rows = _search(X, X, [(missing[name], graphs[name][1]) for name in names], "cosine", True, dev, desc,
+                              potential_t=SWEEP_POTENTIAL_T)
+        return dict(zip(names, found)) | {potential_key(SWEEP_POTENTIAL_T): (rows,)}
+
+    return cached_products(X, {name: k for name, (k, _) in graphs.items()}, True, compute)
+
+
+def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: bool, dev: torch.device,
+            desc: str | None, potential_t: float | None = None) -> tuple[list, np.ndarray | None]:
+    """Top-k of every row of ``Q`` against ``X`` for each plan ``(k, rescore)`` (see :func:`knn`), all from
+    one sweep: float32 candidates, float64 order. Returns the plans' ``(indices, scores)`` and, when
+    ``potential_t`` is given (cosine self sweep), the rows' log Gaussian potential."""
     n = len(X)
     corpus64 = to_tensor(X, dtype=torch.float32, device=dev).double()  # uploaded as float32, widened on the device
     if metric == "cosine":
@@ -167,10 +249,9 @@ def _search(X: np.ndarray, Q: np.ndarray, k: int, metric: str, drop_self: bool, 
         sq64 = (corpus64 * corpus64).sum(1)
         corpus = torch.cat([2 * corpus, -sq64.float()[:, None]], 1)
     corpus_t = corpus.T.contiguous()
-    kk = min(k + RERANK, n - int(drop_self))
     starts, rows, cols, buffer = _query_blocks(len(Q), n, dev, desc)
-    idx = np.empty((len(Q), k), dtype=np.int64)
-    val = np.empty((len(Q), k), dtype=np.float32)
+    out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]
+    log_potential = np.empty(len(Q)) if potential_t is not None else None
     with exact_matmul():
         for s in starts:
             q64 = to_tensor(Q[s:s + rows], dtype=torch.float32, device=dev).double()
@@ -179,20 +260,28 @@ def _search(X: np.ndarray, Q: np.ndarray, k: int, metric: str, drop_self: bool, 
             q = q64.float()
             if metric == "euclidean":
                 q = torch.cat([q, torch.ones((len(q), 1), dtype=q.dtype, device=dev)], 1)
-            cand, _ = blocked_top_k(q, corpus_t, kk, self_start=s if drop_self else None, tile_cols=cols,
-                                    buffer=buffer)
-            exact = torch.bmm(corpus64[cand], q64[:, :, None])[:, :, 0]  # float64 scores of the candidates
-            if metric == "euclidean":
-                exact = 2 * exact - sq64[cand] - (q64 * q64).sum(1, keepdim=True)  # -|q - x|^2
-            cand, order = cand.sort(1)  # ties in the float64 score: the lower index first
-            exact = exact.gather(1, order)
-            best = torch.sort(exact, dim=1, descending=True, stable=True).indices[:, :k]
-            top, score = cand.gather(1, best), exact.gather(1, best)
-            if metric == "euclidean":
-                score = (-score).clamp_min(0).sqrt()
-            idx[s:s + len(q)] = top.cpu().numpy()
-            val[s:s + len(q)] = score.float().cpu().numpy()
-    return idx, val
+            tops = [RunningTopK(len(q), min(k + RERANK, n - int(drop_self)), dev, rescore) for k, rescore in plans]
+            potential = RowPotential(len(q), potential_t, dev) if potential_t is not None else None
+            sweep_tiles(q, corpus_t, tops, potential=potential, self_start=s if drop_self else None, tile_cols=cols,
+                        buffer=buffer)
+            for (k, rescore), top, (idx, val) in zip(plans, tops, out):
+                cand = top.indices
+                exact = torch.bmm(corpus64[cand], q64[:, :, None])[:, :, 0]  # float64 scores of the candidates
+                if metric == "euclidean":
+                    exact = 2 * exact - sq64[cand] - (q64 * q64).sum(1, keepdim=True)  # -|q - x|^2
+                if rescore is not None:
+                    exact = rescore.exact(torch.arange(s, s + len(q), device=dev), cand, exact)
+                cand, order = cand.sort(1)  # ties in the float64 score: the lower index first
+                exact = exact.gather(1, order)
+                best = torch.sort(exact, dim=1, descending=True, stable=True).indices[:, :k]
+                top_i, score = cand.gather(1, best), exact.gather(1, best)
+                if metric == "euclidean":
+                    score = (-score).clamp_min(0).sqrt()
+                idx[s:s + len(q)] = top_i.cpu().numpy()
+                val[s:s + len(q)] = score.float().cpu().numpy()
+            if potential is not None:
+                log_potential[s:s + len(q)] = potential.sums.log().cpu().numpy()
+    return out, log_potential
 
 
 def neighbour_sets_overlap(nb_a, nb_b) -> np.ndarray:
@@ -200,38 +289,3 @@ def neighbour_sets_overlap(nb_a, nb_b) -> np.ndarray:
     nb_a, nb_b = np.asarray(nb_a), np.asarray(nb_b)
     both = np.sort(np.hstack([nb_a, nb_b]), axis=1)
     return (np.diff(both, axis=1) == 0).sum(1) / nb_a.shape[1]
-
-
-def top_k_products(queries, corpus, k: int, *, exclude_self: bool = False, device="auto",
-                   desc: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k of the plain products ``queries @ corpus.T`` per query row (rows used as given).
-
-    For re-scorings that are a product of augmented rows, e.g. CSLS: ``[2u_x, -1] . [u_y, r_y]`` =
-    ``2 cos(x, y) - r(y)``. ``exclude_self`` needs the queries to be the corpus rows in order.
-    """
-    dev = resolve_device(device)
-    return _search(np.ascontiguousarray(as_numpy(corpus), dtype=np.float32), as_numpy(queries), k, "dot",
-                   exclude_self, dev, desc)
-
-
-def rescored_knn(X, k: int, rescore, *, device, desc: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k of all other rows under a re-scoring of the cosine that increases with it for every pair.
-
-    ``rescore`` has ``scores(rows, cols, cos)`` and ``floor(rows, kth)`` (see :func:`blocked_top_k`);
-    the cosines come from the same blocked products as :func:`knn`, and only the column groups that
-    can beat a row's current k-th score are re-scored. Returns ``(indices (n, k), scores (n, k) float32)``.
-    """
-    X = as_numpy(X)
-    n = len(X)
-    corpus = unit_rows(to_tensor(X, dtype=torch.float32, device=device))
-    corpus_t = corpus.T.contiguous()
-    starts, rows, cols, buffer = _query_blocks(n, n, device, desc)
-    idx = np.empty((n, k), dtype=np.int64)
-    val = np.empty((n, k), dtype=np.float32)
-    with exact_matmul():
-        for s in starts:
-            ti, tv = blocked_top_k(corpus[s:s + rows], corpus_t, k, self_start=s, tile_cols=cols, buffer=buffer,
-                                   rescore=rescore)
-            idx[s:s + len(ti)] = ti.cpu().numpy()
-            val[s:s + len(ti)] = tv.cpu().numpy()
-    return idx, val

@@ -6,6 +6,8 @@ import torch
 
 from ..progress import progress
 from .device import as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
+from .graph_cache import stored_product
+from .neighbours import potential_key
 
 
 def random_pairs(n: int, n_pairs: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -31,6 +33,13 @@ def pair_cosines(X, i: np.ndarray, j: np.ndarray, *, transform=None, device="aut
     return out
 
 
+def swept_potential_rows(X, t: float) -> np.ndarray | None:
+    """The rows' log Gaussian potential of the unit rows of ``X`` at ``t`` if a cosine k-NN sweep of this
+    set (:func:`~.neighbours.self_sweep`) already computed it in this run, else None."""
+    stored = stored_product(np.asarray(as_numpy(X), dtype=np.float32), potential_key(t)) if len(X) > 1 else None
+    return None if stored is None else np.array(stored[0], dtype=np.float64)
+
+
 def gaussian_potential_rows(X, t: float = 2.0, *, transform=None, device="auto",
                             desc: str | None = "all-pairs potential") -> np.ndarray:
     r"""Per-row log Gaussian potential over all other rows, exact, block by block.
@@ -44,10 +53,16 @@ def gaussian_potential_rows(X, t: float = 2.0, *, transform=None, device="auto",
     memory is O(n d + B^2) with B^2 bounded by :func:`~.device.chunk_budget`, never n x n. Each block is
     exponentiated once after subtracting its maximum; a block where some row or column would
     underflow (only for large ``t`` or unnormalised rows) is redone with ``torch.logsumexp``.
+
+    For unit rows (``transform=unit_rows``) the rows computed by a cosine k-NN sweep of the same set
+    (:func:`~.neighbours.self_sweep`, float32 products) are read from :mod:`.graph_cache` when present.
     """
     dev = resolve_device(device)
     X = as_numpy(X)
     n = len(X)
+    stored = swept_potential_rows(X, t) if transform is unit_rows else None
+    if stored is not None:
+        return stored
     Z = torch.empty(X.shape, dtype=torch.float64, device=dev)
     for s, x in iter_chunks(X, device=dev):
         Z[s:s + len(x)] = transform(x) if transform is not None else x

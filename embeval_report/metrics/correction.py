@@ -111,9 +111,9 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
 
     ``removed`` is all-but-the-top's D (default: the D whose corrected APCS is closest to 0,
     as in the isotropy chapter; 0 when no D leaves any variance). After all-but-the-top, PR/d and
-    κ refer to the d − D directions it keeps, as in the isotropy chapter's table. Uniformity is
-    exact over all pairs within the budget of :func:`~embeval_report.metrics.uniformity.uniformity`
-    and sampled beyond it; hubness uses the exact cosine k-NN graph. ``labels`` (optional) adds the
+    κ refer to the d − D directions it keeps, as in the isotropy chapter's table. Hubness uses the
+    exact cosine k-NN graph of each setting, whose sweep also sums the all-pairs potential, so
+    uniformity is exact too (sampled only in sampled mode). ``labels`` (optional) adds the
     same-label share of the k-NN lists. In sampled mode (``sample_size`` < n) the hubness columns come
     from the exact lists of ``sample_size`` seeded queries (:mod:`.hubness_sampled`; the antihub share,
     which needs every point's N_k, is NaN with a note).
@@ -150,14 +150,14 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
                  else apply_rows(X, pcs.remover(how, dev), device=dev))
             iso = measure_isotropy(Y, n_boot=0, sample_size=1000, seed=seed, device=dev)
             spec = spectral_metrics(iso.eigenvalues[:kept], kept)  # over the directions a correction keeps
-            uni = uniformity(Y, sample_size=sample_size, seed=seed, device=dev)
-            if queries is None:
+            if queries is None:  # first: its sweep also leaves the exact potential that uniformity reads
                 hub = measure_hubness(Y, k, n_boot=0, seed=seed, device=dev)
             else:  # sampled mode: the exact lists of the sampled queries only
                 hub = sampled_lists(Y, k, queries, device=dev)
                 notes.setdefault(name, []).append(
                     f"hubness from {len(queries):,} sampled queries (skewness estimate; neighbour and label shares "
                     "over those queries); the antihub share needs every point's N_k and is not estimated")
+            uni = uniformity(Y, sample_size=sample_size, seed=seed, device=dev)
         base = hub if base is None else base
         hubness = (_hubness_columns(hub, base, labels) if queries is None
                    else _sampled_hubness_columns(hub, base, len(Y), labels, queries))

@@ -14,6 +14,7 @@ matrix), and the k-occurrence recomputed from their neighbour lists:
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,9 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..kernels import as_numpy, block_moments, iter_chunks, knn, rescored_knn, resolve_device, unit_rows
-from ..kernels.device import to_tensor
-from ..kernels.neighbours import top_k_products
+from ..kernels import as_numpy, block_moments, iter_chunks, knn, resolve_device, self_sweep, unit_rows
 from .hubness_measures import (K_DEFAULT, check_k, k_occurrence, label_agreement, neighbour_overlap, occurrence_cis,
                                occurrence_measures, top_slot_share)
 from .hubness_measures import SPECS as MEASURE_SPECS
@@ -54,19 +53,55 @@ def csls_knn(X, k: int = K_DEFAULT, *, neighborhood: int = K_DEFAULT, r=None, de
     ``x`` to its ``neighborhood`` nearest neighbours (self excluded). ``r`` may be passed when
     already known (e.g. the means of a cosine k-NN pass). Returns ``(indices (n, k), CSLS scores)``.
     """
+    return reduced_knn(X, k, ("csls",), neighborhood=neighborhood, r=r, device=device)["csls"]
+
+
+def mutual_proximity_knn(X, k: int = K_DEFAULT, *, device="auto") -> tuple[np.ndarray, np.ndarray]:
+    r"""Exact k nearest neighbours under Gaussian mutual proximity (Schnitzer et al. 2012).
+
+    :math:`\mathrm{MP}(x, y) = \Phi(z_x)\,\Phi(z_y)`, :math:`z_x = (\cos(x,y) - \mu_x)/\sigma_x`, with
+    :math:`\mu_x, \sigma_x` the mean and sd of the cosine of ``x`` to all other rows
+    (:func:`cosine_mean_sd`). Ranked by :math:`\log\Phi(z_x) + \log\Phi(z_y)` (no saturation at 1),
+    in float64 for the float32 candidates. Returns ``(indices (n, k), MP values)``.
+    """
+    return reduced_knn(X, k, ("mutual_proximity",), device=device)["mutual_proximity"]
+
+
+def reduced_knn(X, k: int, methods=tuple(REDUCTIONS), *, neighborhood: int = K_DEFAULT, r=None, with_cosine=False,
+                device="auto", desc: str | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The k-NN graphs of ``X`` under each hubness reduction (``"csls"``, ``"mutual_proximity"``), from one
+    sweep over the cosine Gram (:func:`~embeval_report.kernels.self_sweep`); graphs of this space already
+    computed in the run are read from its cache. ``with_cosine`` adds the plain cosine graph (``"cosine"``)
+    to the same sweep (CSLS then needs ``r``). Returns method -> ``(indices (n, k), scores)``."""
     dev = resolve_device(device)
     X = as_numpy(X)
     n = len(X)
     k = check_k(k, n - 1)
-    if r is None:
-        _, sims = knn(X, check_k(neighborhood, n - 1), metric="cosine", device=dev, desc="k-NN for CSLS r(x)")
-        r = sims.astype(np.float64).mean(1)
-    # CSLS(x, .) ranks as 2 cos(x, y) - r(y) = [2 u_x, -1] . [u_y, r(y)]: one blocked product, no full rows
-    U = unit_rows(to_tensor(X, dtype=torch.float32)).numpy()
-    r32 = np.asarray(r, dtype=np.float32)[:, None]
-    idx, val = top_k_products(np.hstack([2 * U, -np.ones_like(r32)]), np.hstack([U, r32]), k, exclude_self=True,
-                              device=dev, desc="k-NN (CSLS)")
-    return idx, val - r32
+    unknown = set(methods) - set(REDUCTIONS)
+    if unknown:
+        raise ValueError(f"unknown hubness reduction {sorted(unknown)[0]!r}; expected one of {', '.join(REDUCTIONS)}")
+    graphs, names = {"cosine": (k, None)} if with_cosine else {}, {}
+    if "csls" in methods:
+        if r is None:
+            _, sims = knn(X, check_k(neighborhood, n - 1), metric="cosine", device=dev, desc="k-NN for CSLS r(x)")
+            r = sims.astype(np.float64).mean(1)
+        r = np.asarray(r, dtype=np.float64)
+        names["csls"] = f"csls-r{hashlib.blake2b(r.tobytes(), digest_size=6).hexdigest()}"
+        graphs[names["csls"]] = (k, _Csls(r, dev))
+    if "mutual_proximity" in methods:
+        names["mutual_proximity"] = "mutual_proximity"
+        graphs["mutual_proximity"] = (k, _MutualProximity(*cosine_mean_sd(X, device=dev), dev))
+    label = ", ".join(["cosine"] * with_cosine + [REDUCTIONS[m][0] for m in names])
+    found = self_sweep(X, graphs, device=dev, desc=desc or f"k-NN ({label})")
+    out = {"cosine": found["cosine"]} if with_cosine else {}
+    if "csls" in names:
+        idx, val = found[names["csls"]]
+        out["csls"] = idx, (val - r[:, None]).astype(np.float32)
+    if "mutual_proximity" in names:
+        idx, logmp = found["mutual_proximity"]
+        out["mutual_proximity"] = idx, np.exp(logmp.astype(np.float64)).clip(np.finfo(np.float32).tiny, 1
+                                                                                ).astype(np.float32)
+    return out
 
 
 def cosine_mean_sd(X, *, device="auto") -> tuple[np.ndarray, np.ndarray]:
@@ -90,25 +125,27 @@ def cosine_mean_sd(X, *, device="auto") -> tuple[np.ndarray, np.ndarray]:
     return mu, sd
 
 
-def mutual_proximity_knn(X, k: int = K_DEFAULT, *, device="auto") -> tuple[np.ndarray, np.ndarray]:
-    r"""Exact k nearest neighbours under Gaussian mutual proximity (Schnitzer et al. 2012).
+class _Csls:
+    """2 cos(x, y) − r(y), the part of CSLS that ranks the columns of row x (see :class:`~embeval_report.kernels.neighbours.RunningTopK`)."""
 
-    :math:`\mathrm{MP}(x, y) = \Phi(z_x)\,\Phi(z_y)`, :math:`z_x = (\cos(x,y) - \mu_x)/\sigma_x`, with
-    :math:`\mu_x, \sigma_x` the mean and sd of the cosine of ``x`` to all other rows
-    (:func:`cosine_mean_sd`). Ranked by :math:`\log\Phi(z_x) + \log\Phi(z_y)` (no saturation at 1).
-    Returns ``(indices (n, k), MP values)``.
-    """
-    dev = resolve_device(device)
-    X = as_numpy(X)
-    k = check_k(k, len(X) - 1)
-    mu, sd = cosine_mean_sd(X, device=dev)
-    tiny = np.finfo(np.float32).tiny
-    idx, logmp = rescored_knn(X, k, _MutualProximity(mu, sd, dev), device=dev, desc="k-NN (mutual proximity)")
-    return idx, np.exp(logmp.astype(np.float64)).clip(tiny, 1).astype(np.float32)
+    def __init__(self, r: np.ndarray, device):
+        self.r32 = torch.as_tensor(r, dtype=torch.float32, device=device)
+        self.r64 = torch.as_tensor(r, dtype=torch.float64, device=device)
+        self.r_min = float(r.min())
+
+    def scores(self, rows, cols, cos):
+        return 2 * cos - self.r32[cols]
+
+    def floor(self, rows, kth):
+        """2 cos − r(y) ≤ 2 cos − min r, so a cosine at or below (kth + min r) / 2 cannot beat kth."""
+        return (kth + self.r_min) / 2 - 1e-5  # 1e-5: float32 rounding of the scores
+
+    def exact(self, rows, cols, cos64):
+        return 2 * cos64 - self.r64[cols]
 
 
 class _MutualProximity:
-    """log MP(x, y) = log Φ(z_x) + log Φ(z_y) from the cosine, for :func:`~embeval_report.kernels.rescored_knn`."""
+    """log MP(x, y) = log Φ(z_x) + log Φ(z_y) from the cosine (see :class:`~embeval_report.kernels.neighbours.RunningTopK`)."""
 
     def __init__(self, mu: np.ndarray, sd: np.ndarray, device):
         self.mu = torch.as_tensor(mu, dtype=torch.float32, device=device)
@@ -124,6 +161,10 @@ class _MutualProximity:
         """log Φ(z_y) ≤ 0, so a cosine with log Φ(z_x) ≤ kth cannot beat kth: z_x ≤ Φ⁻¹(exp(kth))."""
         z = torch.special.ndtri(torch.exp(kth.double()))
         return (self.mu64[rows] + self.sd64[rows] * z - 1e-5).float()  # 1e-5: float32 rounding of the scores
+
+    def exact(self, rows, cols, cos64):
+        a = torch.special.log_ndtr((cos64 - self.mu64[rows, None]) / self.sd64[rows, None])
+        return a + torch.special.log_ndtr((cos64 - self.mu64[cols]) / self.sd64[cols])
 
 
 @dataclass(frozen=True)
@@ -150,14 +191,9 @@ def hubness_reduction_effect(X, base: HubnessResult, methods=("csls", "mutual_pr
     X = as_numpy(X)
     k = base.k
     settings = {"cosine (original)": (None, base.neighbors)}
+    graphs = reduced_knn(X, k, methods, r=base.similarities.astype(np.float64).mean(1), device=dev)
     for m in methods:
-        if m == "csls":
-            idx, _ = csls_knn(X, k, r=base.similarities.astype(np.float64).mean(1), device=dev)
-        elif m == "mutual_proximity":
-            idx, _ = mutual_proximity_knn(X, k, device=dev)
-        else:
-            raise ValueError(f"unknown hubness reduction {m!r}; expected one of {', '.join(REDUCTIONS)}")
-        settings[REDUCTIONS[m][0]] = (m, idx)
+        settings[REDUCTIONS[m][0]] = (m, graphs[m][0])
     skew = MEASURE_SPECS["k_occurrence_skewness"]
     rows, nks, nbs, method_text = [], {}, {}, ""
     for label, (m, idx) in settings.items():

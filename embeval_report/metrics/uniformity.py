@@ -40,7 +40,7 @@ from scipy import special
 
 from ..errors import UndefinedMetricWarning
 from ..io.pairs import PositivePairs, read_positive_pairs
-from ..kernels import (as_numpy, block_moments, gaussian_potential_rows, pair_cosines, random_pairs,
+from ..kernels import (as_numpy, block_moments, gaussian_potential_rows, pair_cosines, random_pairs, swept_potential_rows,
                        resolve_device, unit_rows)
 from ..stats import normal_ci
 from .isotropy import all_but_the_top, all_but_the_top_effect, best_removal, cosine_moments
@@ -193,7 +193,8 @@ def uniformity(X, *, t: float = T_DEFAULT, sample_size: int | None = None, pair_
 
     Exact over all pairs unless there are more than ``pair_budget`` unordered pairs (default
     :data:`PAIR_BUDGET` for the device: 2·10⁹ on the CPU, about n = 63 000; 10¹¹ on a GPU) or
-    ``sample_size`` is given; then an unbiased estimate of the mean potential from
+    ``sample_size`` is given (a set whose cosine k-NN graph was computed in this run is exact at any size:
+    the graph's sweep also summed the potential, :func:`~embeval_report.kernels.self_sweep`); otherwise an unbiased estimate of the mean potential from
     ``sample_size`` (default :data:`SAMPLED_PAIRS`) random pairs.
 
     Intervals (normal, on the log scale, w.r.t. sampling of the entities):
@@ -219,8 +220,10 @@ def uniformity(X, *, t: float = T_DEFAULT, sample_size: int | None = None, pair_
         raise ValueError("uniformity needs at least 2 vectors")
     dev = resolve_device(device)
     budget = PAIR_BUDGET.get(dev.type, PAIR_BUDGET["cpu"]) if pair_budget is None else pair_budget
-    if sample_size is None and n * (n - 1) / 2 <= budget:
-        rows = gaussian_potential_rows(X, t, transform=unit_rows, device=dev, desc="uniformity (all pairs)")
+    swept = swept_potential_rows(X, t) if sample_size is None else None  # exact rows a k-NN sweep left
+    if swept is not None or (sample_size is None and n * (n - 1) / 2 <= budget):
+        rows = swept if swept is not None else gaussian_potential_rows(X, t, transform=unit_rows, device=dev,
+                                                                     desc="uniformity (all pairs)")
         log_s = float(special.logsumexp(rows))
         value = log_s - math.log(n * (n - 1))
         se = lo = hi = None

@@ -98,25 +98,30 @@ GRAPH_CHAPTERS = ("hubness", "correction")
 
 def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapter]) -> dict | None:
     """Compute the set's cosine k-NN graph into the prepared cache when a chapter that reads it will run
-    (exact mode; k + 1 neighbours for the k option), so chapters running side by side share one computation."""
-    from ..kernels import knn
+    (exact mode; k + 1 neighbours for the k option), so chapters running side by side share one computation.
+    The same sweep sums the all-pairs potential (uniformity) and, when the hubness chapter runs, ranks
+    by mutual proximity too. Returns the cosine graph's cache event plus the products of the sweep."""
     from ..kernels.graph_cache import use_graph_cache
     from ..metrics.hubness_measures import usable_k
+    from ..metrics.hubness_reduction import reduced_knn
 
     if settings.sample_size is not None or not any(ch.name in GRAPH_CHAPTERS for ch in ready) or es.n < 3:
         return None
     k = usable_k(int(settings.option("k")), es.n)
+    methods = ("mutual_proximity",) if any(ch.name == "hubness" for ch in ready) else ()
     events = []
     use_graph_cache(cache / "neighbours", min_k=int(settings.option("k")) + 1, log=events.append)
     try:
-        knn(es.vectors, k, metric="cosine", device=settings.device, desc="k-NN graph (shared by the chapters)")
+        reduced_knn(es.vectors, k, methods, with_cosine=True, device=settings.device,
+                    desc="k-NN graph (shared by the chapters)")
     finally:
         use_graph_cache(None)
         if settings.device == "cuda":  # leave the GPU's memory to the chapter kernels
             import torch
 
             torch.cuda.empty_cache()
-    return events[-1] if events else None
+    cosine = [e for e in events if e["metric"] == "cosine"]
+    return cosine[-1] | {"products": sorted({e["metric"] for e in events} | {"potential"})} if cosine else None
 
 
 def _execute(ready: list[Chapter], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
