@@ -214,7 +214,7 @@ def potential_key(t: float) -> str:
 
 
 def self_sweep(X, graphs: dict, *, device, desc: str | None) -> dict:
-    """Every product of one sweep over the cosine Gram of ``X`` (all rows against all others), cached.
+    r"""Every product of one sweep over the cosine Gram of ``X`` (all rows against all others), cached.
 
     ``graphs`` maps a name to ``(k, rescore)``: ``"cosine"`` with ``rescore = None`` is the plain
     cosine graph; a re-scoring (see :class:`RunningTopK`; with ``exact(rows, cols, cos64)`` for the
