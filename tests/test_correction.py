@@ -124,3 +124,27 @@ def test_chapters_state_the_adapted_k(tmp_path, capsys):
              correction.narrative(reports["correction"].comparison, 10)]
     assert "is used throughout this chapter" in texts[0] and "instead of the" in texts[1]
     assert not any(" nan" in t for t in texts)
+
+
+def test_automatic_budget_samples_the_hubness_columns_with_intervals(monkeypatch):
+    """Above AUTO_LIMIT rows (no --sample-size) every setting's hubness comes from the same sampled queries:
+    the skewness carries a jackknife interval (table, recorded metric), the exact graph's value lies near it,
+    and the table and captions say so."""
+    import embeval_report.metrics.correction as corr
+
+    X = cone(n=900, seed=3)
+    exact = compare_corrections(X, k=8)
+    assert exact.sampling is None and not exact.skewness_ci
+    monkeypatch.setattr(corr, "AUTO_LIMIT", 500)
+    monkeypatch.setattr(corr, "AUTO_QUERIES", 450)
+    c = compare_corrections(X, k=8)
+    assert "450 of the 900 points" in c.sampling and "automatic budget above 500 rows" in c.sampling
+    assert set(c.skewness_ci) == set(c.table["setting"])
+    for (_, row), (_, ref) in zip(c.table.iterrows(), exact.table.iterrows()):
+        lo, hi = c.skewness_ci[row["setting"]]
+        assert lo < row["k_occurrence_skewness"] < hi
+        assert lo - (hi - lo) < ref["k_occurrence_skewness"] < hi + (hi - lo)  # the exact value is near
+        assert np.isnan(row["antihub_occurrence"]) and 0 < row["neighbour_overlap"] <= 1
+    m = c.metrics["k_occurrence_skewness_after_abtt"]
+    assert m.has_ci and "jackknife" in m.ci_method
+    assert "skewness CI" in display_table(c).columns

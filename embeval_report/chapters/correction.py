@@ -13,7 +13,7 @@ from ..errors import ChapterSkipped
 from ..metrics import correction as corr
 from ..metrics.hubness import usable_k
 from ..report.display import escape, metrics_table, show_figure, show_markdown, show_table
-from ..report.format import percent
+from ..report.format import interval, percent
 from ..report.plotting import PALETTE, WIDTH
 from .hubness import fixed_text
 from .setup import ChapterContext
@@ -47,9 +47,10 @@ def compute(ctx: ChapterContext) -> CorrectionReport:
     labels = meta["label"].to_numpy() if meta is not None and "label" in meta else None
     requested = int(ctx.option("k"))
     comparison = corr.compare_corrections(ctx.es.vectors, labels, k=usable_k(requested, ctx.es.n),
-                                          sample_size=ctx.sample_size, seed=ctx.seed, device=ctx.device)
+                                          sample_size=ctx.sample_size, level=ctx.level, seed=ctx.seed,
+                                          device=ctx.device)
     ctx.rec.add(*comparison.metrics.values())
-    ctx.rec.note(removed=comparison.removed, k=comparison.k,
+    ctx.rec.note(removed=comparison.removed, k=comparison.k, sampling=comparison.sampling,
                  **({"k_requested": requested} if comparison.k != requested else {}),
                  table=comparison.table.to_dict(orient="records"))
     return CorrectionReport(comparison, requested)
@@ -65,6 +66,9 @@ def display_table(c: corr.CorrectionComparison) -> pd.DataFrame:
     for col in ("antihubs", "k-NN kept", "same-label k-NN", "PR / d"):
         if col in t:
             t[col] = [percent(x, 1) for x in t[col]]
+    if c.skewness_ci:  # sampled hubness: the skewness interval next to its estimate
+        t.insert(t.columns.get_loc("N_k skewness") + 1, "skewness CI",
+                 [interval(*c.skewness_ci[s], ".2f", sep=" – ") if s in c.skewness_ci else "—" for s in t["setting"]])
     return t
 
 
@@ -159,11 +163,14 @@ def show_summary(rep: CorrectionReport) -> None:
 
 def show_comparison(rep: CorrectionReport) -> None:
     c = rep.comparison
+    hubness = (f"k-occurrence skewness and antihub share of the cosine {c.k}-NN graph (hubness chapter)"
+               if c.sampling is None else f"the {c.k}-NN {escape(c.sampling)} (the antihub share needs every point's "
+                                          "N_k and is not estimated)")
     show_table(display_table(c),
-               caption=f"Each setting measured exactly: APCS, PR/d and κ (isotropy chapter), uniformity (t = 2), "
-                       f"k-occurrence skewness and antihub share of the cosine {c.k}-NN graph (hubness chapter), the "
-                       "share of the original k-NN lists kept, and the share of neighbours with the same label (when "
-                       "labels exist)." + (" —: undefined (no variance left)." if c.undefined else ""),
+               caption=f"Each setting: APCS, PR/d and κ (isotropy chapter), uniformity (t = 2, exact unless marked "
+                       f"sampled in the metrics table), {hubness}, the share of the original k-NN lists kept, and the "
+                       "share of neighbours with the same label (when labels exist)."
+                       + (" —: undefined (no variance left)." if c.undefined else ""),
                label="tbl-correction")
     if len(c.undefined) == len(c.table) - 1:
         show_markdown("No figure: no correction leaves anything to measure on this set.")
@@ -177,8 +184,10 @@ def show_comparison(rep: CorrectionReport) -> None:
 
 def show_metrics(rep: CorrectionReport) -> None:
     metrics = rep.comparison.metrics
-    t = metrics_table(metrics).drop(columns=["verdict", "95 % CI"])
+    sampled = any(m.has_ci for m in metrics.values())  # sampled hubness: the skewness carries its interval
+    t = metrics_table(metrics).drop(columns=["verdict"] + ([] if sampled else ["95 % CI"]))
     if any(m.note for m in metrics.values()):
         t.insert(2, "note", [m.note for m in metrics.values()])
-    show_table(t, caption="What-if metrics recorded in metrics.json (exact values on the corrected sets).",
+    show_table(t, caption="What-if metrics recorded in metrics.json (exact values on the corrected sets"
+                          + ("; the skewness estimated from sampled queries, with its interval)." if sampled else ")."),
                label="tbl-correction-metrics")

@@ -31,12 +31,17 @@ import torch
 from ..errors import UndefinedMetricWarning
 from ..kernels import as_numpy, resolve_device
 from .hubness import label_agreement, measure_hubness, neighbour_overlap
-from .hubness_sampled import sample_queries, sampled_lists, skewness_from_lists
+from .hubness_sampled import sample_queries, sampled_lists, skewness_with_interval
 from .isotropy import (PrincipalDirections, all_but_the_top_effect, apply_rows, best_removal, measure_isotropy,
                        no_variance, spectral_metrics)
 from .spec import MetricSpec, specs
 from .uniformity import uniformity
 
+#: automatic budget: above this many rows (and without ``--sample-size``) the hubness columns of every
+#: setting come from :data:`AUTO_QUERIES` sampled queries, so the three corrected spaces cost
+#: 3 x AUTO_QUERIES / n of a k-NN graph each instead of three graphs (stated with the table)
+AUTO_LIMIT = 50_000
+AUTO_QUERIES = 10_000
 #: relative eigenvalue floor of whitening: λ is raised to at least ``WHITEN_FLOOR · λ1``
 WHITEN_FLOOR = 1e-6
 REFERENCE = "seed 000 §217.0.9/§217.0.12; Mu et al. 2018 (all-but-the-top); ZCA whitening"
@@ -97,6 +102,8 @@ class CorrectionComparison:
     k: int
     metrics: dict           # recorded what-if metrics, name -> Metric (no verdicts)
     notes: dict = field(default_factory=dict)  # setting -> what is undefined there (UndefinedMetricWarning texts)
+    sampling: str | None = None  # how the hubness columns were estimated from sampled queries (None: exact graphs)
+    skewness_ci: dict = field(default_factory=dict)  # setting -> interval of the sampled skewness
 
     @property
     def undefined(self) -> list[str]:
@@ -106,7 +113,7 @@ class CorrectionComparison:
 
 
 def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = None, sample_size: int | None = None,
-                        seed: int = 0, device="auto") -> CorrectionComparison:
+                        level: float = 0.95, seed: int = 0, device="auto") -> CorrectionComparison:
     """Isotropy, uniformity and hubness of ``X`` before and after each correction.
 
     ``removed`` is all-but-the-top's D (default: the D whose corrected APCS is closest to 0,
@@ -114,9 +121,10 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
     κ refer to the d − D directions it keeps, as in the isotropy chapter's table. Hubness uses the
     exact cosine k-NN graph of each setting, whose sweep also sums the all-pairs potential, so
     uniformity is exact too (sampled only in sampled mode). ``labels`` (optional) adds the
-    same-label share of the k-NN lists. In sampled mode (``sample_size`` < n) the hubness columns come
-    from the exact lists of ``sample_size`` seeded queries (:mod:`.hubness_sampled`; the antihub share,
-    which needs every point's N_k, is NaN with a note).
+    same-label share of the k-NN lists. In sampled mode (``sample_size`` < n, or automatically with
+    :data:`AUTO_QUERIES` queries above :data:`AUTO_LIMIT` rows) the hubness columns come from the exact
+    lists of the seeded queries (:mod:`.hubness_sampled`: the skewness with its jackknife interval; the
+    antihub share, which needs every point's N_k, is NaN with a note).
 
     A correction that leaves no variance (every row the same: the centred rows are all zero) has
     no directions to measure: its row is NaN, with an
@@ -136,8 +144,15 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
     # setting -> (components removed after centring, or None for the original, or "whiten"; directions kept)
     settings = {"original": (None, d), "centred": (0, d), f"all-but-the-top (D = {removed})": (removed, d - removed),
                 "whitened (ZCA ≡ PCA)": ("whiten", d)}
-    queries = sample_queries(len(X), sample_size, seed) if sample_size is not None and 3 <= sample_size < len(X) else None
-    rows, notes, base = [], {}, None
+    n = len(X)
+    m = (sample_size if sample_size is not None and 3 <= sample_size < n else
+         AUTO_QUERIES if sample_size is None and n > AUTO_LIMIT else None)
+    queries = sample_queries(n, m, seed) if m else None
+    sampling = None if queries is None else (
+        f"hubness from the exact k-NN lists of {m:,} of the {n:,} points (seeded queries against the full set"
+        + (f"; automatic budget above {AUTO_LIMIT:,} rows, `--sample-size` sets it" if sample_size is None else "")
+        + "): the skewness with its jackknife interval, k-NN kept and same-label share over those queries")
+    rows, notes, base, skew_ci = [], {}, None, {}
     for name, (how, kept) in settings.items():
         with _notes_for(name, notes):
             if how is not None and no_variance(pcs.eigenvalues[how:] if how != "whiten" else pcs.eigenvalues, scale):
@@ -159,13 +174,15 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
                     "over those queries); the antihub share needs every point's N_k and is not estimated")
             uni = uniformity(Y, sample_size=sample_size, seed=seed, device=dev)
         base = hub if base is None else base
-        hubness = (_hubness_columns(hub, base, labels) if queries is None
-                   else _sampled_hubness_columns(hub, base, len(Y), labels, queries))
+        if queries is None:
+            hubness = _hubness_columns(hub, base, labels)
+        else:
+            hubness, skew_ci[name] = _sampled_hubness_columns(hub, base, n, labels, queries, level, seed)
         rows.append(dict(setting=name, apcs=iso.values["apcs"],
                          participation_ratio_fraction=spec["participation_ratio_fraction"],
                          condition_number=spec["condition_number"], uniformity=uni.value, **hubness))
     table = pd.DataFrame(rows)
-    return CorrectionComparison(table, removed, k, _metrics(table, notes), notes)
+    return CorrectionComparison(table, removed, k, _metrics(table, notes, skew_ci), notes, sampling, skew_ci)
 
 
 def _hubness_columns(hub, base, labels) -> dict:
@@ -179,13 +196,15 @@ def _hubness_columns(hub, base, labels) -> dict:
     return cols
 
 
-def _sampled_hubness_columns(lists, base, n: int, labels, queries) -> dict:
-    """The hubness columns from the k-NN lists of the sampled queries only (``base``: the original's lists)."""
-    cols = dict(k_occurrence_skewness=skewness_from_lists(lists, n), antihub_occurrence=float("nan"),
+def _sampled_hubness_columns(lists, base, n: int, labels, queries, level: float, seed: int) -> tuple[dict, tuple]:
+    """The hubness columns from the k-NN lists of the sampled queries only (``base``: the original's lists),
+    and the skewness interval."""
+    skewness, ci, _ = skewness_with_interval(lists, n, level=level, seed=seed)
+    cols = dict(k_occurrence_skewness=skewness, antihub_occurrence=float("nan"),
                 neighbour_overlap=neighbour_overlap(base, lists))
     if labels is not None:
         cols["label_agreement"] = label_agreement(lists, labels, rows=queries)
-    return cols
+    return cols, ci
 
 
 @contextmanager
@@ -207,7 +226,7 @@ def _notes_for(setting: str, notes: dict):
 SAMPLED_COLUMNS = ("k_occurrence_skewness", "antihub_occurrence", "neighbour_overlap", "label_agreement")
 
 
-def _metrics(table: pd.DataFrame, notes: dict | None = None) -> dict:
+def _metrics(table: pd.DataFrame, notes: dict | None = None, skewness_ci: dict | None = None) -> dict:
     """What-if metrics ``<column>_after_<abtt|whitening>`` (no verdict: they describe a correction)."""
     out = {}
     for suffix, (i, _) in WHAT_IF.items():
@@ -226,5 +245,8 @@ def _metrics(table: pd.DataFrame, notes: dict | None = None) -> dict:
                         "; ".join((notes or {}).get(row["setting"], [])) or "undefined for this set")
             elif col in SAMPLED_COLUMNS and any("sampled queries" in x for x in (notes or {}).get(row["setting"], [])):
                 note = "; ".join(notes[row["setting"]])
-            out[name] = SPECS[name].record(value, verdict=False, label=f"{label} after {row['setting']}", note=note)
+            ci = (skewness_ci or {}).get(row["setting"]) if col == "k_occurrence_skewness" else None
+            out[name] = SPECS[name].record(value, ci, verdict=False, label=f"{label} after {row['setting']}", note=note,
+                                           **({"ci_method": "delete-a-group jackknife over the sampled queries"}
+                                              if ci else {}))
     return out

@@ -105,6 +105,15 @@ def sampled_skewness(X, k: int, m: int, *, level: float = DEFAULT_LEVEL, seed: i
     k = check_k(k, n - 1)
     queries = sample_queries(n, m, seed)
     lists = sampled_lists(X, k, queries, device=resolve_device(device))
+    value, ci, counts = skewness_with_interval(lists, n, level=level, seed=seed)
+    return SampledSkewness(value, ci, n, m, k, counts, queries)
+
+
+def skewness_with_interval(lists: np.ndarray, n: int, *, level: float = DEFAULT_LEVEL, seed: int = 0
+                           ) -> tuple[float, tuple[float, float], np.ndarray]:
+    """The skewness estimate from the exact k-NN ``lists`` of ``m`` sampled queries among ``n`` points, its
+    delete-a-group jackknife interval with the finite-population factor, and the counts :math:`c_x`."""
+    m, k = lists.shape
     counts = np.bincount(lists.ravel(), minlength=n)
     value = _skewness(counts, n, m, k)
     group = np.random.default_rng(seed + 1).permutation(m) % min(GROUPS, m)
@@ -117,4 +126,4 @@ def sampled_skewness(X, k: int, m: int, *, level: float = DEFAULT_LEVEL, seed: i
     if math.isfinite(lo):  # finite-population correction of the jackknife standard error
         half = math.sqrt(1 - m / n)
         lo, hi = value - (value - lo) * half, value + (hi - value) * half
-    return SampledSkewness(value, (lo, hi), n, m, k, counts, queries)
+    return value, (lo, hi), counts
