@@ -53,9 +53,11 @@ class RunningTopK:
     """One consumer of the product tiles: each query row's running top-k, merged without full-row ``topk``.
 
     ``rescore`` ranks by a re-scoring that increases with the product for every pair instead:
-    ``rescore.scores(rows, cols, products)`` gives the scores (``rows``: query numbers counted from
-    the sweep's ``self_start``, or 0) and ``rescore.floor(rows, kth)`` a product at or below which no
-    column can score above ``kth``; groups whose maximum is at or below it are skipped.
+    ``rescore.scores(rows, cols, products)`` gives the scores elementwise (``rows``: query numbers
+    counted from the sweep's ``self_start``, or 0, broadcastable to ``products`` like ``cols``) and
+    ``rescore.floor(rows, kth)`` a product at or below which no column can score above ``kth``: groups
+    whose maximum is at or below it are skipped, and in the others only the products above it are
+    re-scored (the rest cannot enter the top-k).
     """
 
     def __init__(self, m: int, k: int, device: torch.device, rescore=None, dtype=torch.float32):
@@ -72,10 +74,18 @@ class RunningTopK:
                                        self.indices[at].gather(1, pos.clamp_max(k - 1)))
         self.values[at] = top.values
 
-    def merge_columns(self, at, values, cols, base: int):
-        """Merge candidates with explicit column numbers ``cols`` (re-scored when asked)."""
+    def merge_columns(self, at, values, cols, base: int, floor=None):
+        """Merge candidates with explicit column numbers ``cols`` (re-scored when asked; products at or
+        below the rows' ``floor`` cannot beat their k-th score and are not re-scored)."""
         if self.rescore is not None:
-            values = self.rescore.scores(base + at, cols, values)
+            rows = base + at
+            if floor is None:
+                values = self.rescore.scores(rows[:, None], cols, values)
+            else:
+                r, c = (values > floor[:, None]).nonzero(as_tuple=True)
+                scored = torch.full_like(values, -torch.inf)
+                scored[r, c] = self.rescore.scores(rows[r], cols[r, c], values[r, c])
+                values = scored
         self._merge(at, values, lambda p: cols.gather(1, p))
 
     def merge_groups(self, rows, groups, group_max, offset: int, base: int):
@@ -85,8 +95,8 @@ class RunningTopK:
         products) in one of the row's k groups with the largest maxima (else k larger maxima outrank it).
         """
         kth = self.values[:, -1]
-        limit = kth[:, None] if self.rescore is None else self.rescore.floor(base + rows, kth)[:, None]
-        hits = (group_max > limit).sum(1)
+        limit = kth if self.rescore is None else self.rescore.floor(base + rows, kth)
+        hits = (group_max > limit[:, None]).sum(1)
         bounds = [0, *HIT_BUCKETS, group_max.shape[1]]
         dev = group_max.device
         for low, high in zip(bounds, bounds[1:]):
@@ -100,7 +110,7 @@ class RunningTopK:
                 self._merge(at, values, lambda p, chosen=chosen: offset + chosen.gather(1, p // GROUP) * GROUP + p % GROUP)
             else:
                 cols = offset + chosen[:, :, None] * GROUP + torch.arange(GROUP, device=dev)
-                self.merge_columns(at, values, cols.view(len(at), -1), base)
+                self.merge_columns(at, values, cols.view(len(at), -1), base, limit[at])
 
 
 class RowPotential:
@@ -270,7 +280,7 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
                 if metric == "euclidean":
                     exact = 2 * exact - sq64[cand] - (q64 * q64).sum(1, keepdim=True)  # -|q - x|^2
                 if rescore is not None:
-                    exact = rescore.exact(torch.arange(s, s + len(q), device=dev), cand, exact)
+                    exact = rescore.exact(torch.arange(s, s + len(q), device=dev)[:, None], cand, exact)
                 cand, order = cand.sort(1)  # ties in the float64 score: the lower index first
                 exact = exact.gather(1, order)
                 best = torch.sort(exact, dim=1, descending=True, stable=True).indices[:, :k]

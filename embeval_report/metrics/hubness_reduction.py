@@ -154,7 +154,7 @@ class _MutualProximity:
         self.sd64 = torch.as_tensor(np.maximum(sd, 1e-12), dtype=torch.float64, device=device)
 
     def scores(self, rows, cols, cos):
-        a = torch.special.log_ndtr((cos - self.mu[rows, None]) * self.inv[rows, None])
+        a = torch.special.log_ndtr((cos - self.mu[rows]) * self.inv[rows])
         return a.add_(torch.special.log_ndtr((cos - self.mu[cols]) * self.inv[cols]))
 
     def floor(self, rows, kth):
@@ -163,7 +163,7 @@ class _MutualProximity:
         return (self.mu64[rows] + self.sd64[rows] * z - 1e-5).float()  # 1e-5: float32 rounding of the scores
 
     def exact(self, rows, cols, cos64):
-        a = torch.special.log_ndtr((cos64 - self.mu64[rows, None]) / self.sd64[rows, None])
+        a = torch.special.log_ndtr((cos64 - self.mu64[rows]) / self.sd64[rows])
         return a + torch.special.log_ndtr((cos64 - self.mu64[cols]) / self.sd64[cols])
 
 
