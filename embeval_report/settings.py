@@ -9,6 +9,8 @@ Every chapter receives the same :class:`ChapterSettings`:
   metric that has an exact form exact (the default); a number makes whole-set estimates use at
   most that many rows or pairs (and say so next to the number);
 * ``level`` — the confidence level of every interval;
+* ``precision`` — ``"exact"`` (default) or ``"fast"``: cosine k-NN graphs from bfloat16 candidates on a
+  GPU, re-ranked exactly, with their recall against exact lists measured and reported;
 * ``options`` — chapter-specific settings, each declared once in :data:`OPTIONS` with its
   default and meaning (``embeval-report run ... --set k=20 --set n_negatives=50``).
 """
@@ -88,12 +90,15 @@ class ChapterSettings:
     sample_size: int | None = None
     level: float = 0.95
     options: dict = field(default_factory=dict)
+    precision: str = "exact"
 
     def __post_init__(self):
         if self.device not in ("cpu", "cuda"):
             raise ValueError(f"device must be resolved to 'cpu' or 'cuda' (see resolve), not {self.device!r}")
         if self.sample_size is not None and (isinstance(self.sample_size, bool) or int(self.sample_size) < 2):
             raise ValueError(f"sample_size must be at least 2 (or None for exact), not {self.sample_size!r}")
+        if self.precision not in ("exact", "fast"):
+            raise ValueError(f"precision must be 'exact' or 'fast', not {self.precision!r}")
         if not 0 < self.level < 1:
             raise ValueError(f"level must be between 0 and 1, not {self.level!r}")
         unknown = [k for k in self.options if k not in OPTIONS]
@@ -108,7 +113,7 @@ class ChapterSettings:
     def to_params(self) -> dict:
         """The plain dict papermill injects into a notebook's ``settings`` parameter."""
         return dict(seed=self.seed, device=self.device, sample_size=self.sample_size, level=self.level,
-                    options=dict(self.options))
+                    options=dict(self.options), precision=self.precision)
 
     @classmethod
     def resolve(cls, params: dict | None = None, **overrides) -> "ChapterSettings":

@@ -201,3 +201,44 @@ def test_uniformity_reads_the_sweeps_exact_potential_beyond_its_budget():
     from scipy.special import logsumexp
     assert abs(swept.value - (logsumexp(reference) - np.log(500 * 499))) < 1e-7
     assert uniformity(X, sample_size=200, device="cpu").method == "sampled"  # an asked-for sample stays sampled
+
+
+def test_fast_precision_reranks_bfloat16_candidates_and_measures_its_recall(monkeypatch):
+    """--precision fast: candidates from bfloat16 products (here forced on the CPU), re-ranked exactly; the
+    recall it reports equals the overlap with dense float64 lists of the same seeded queries, and the
+    exact graph of the same space is a separate product."""
+    from embeval_report.kernels import device
+
+    rng = np.random.default_rng(13)
+    X = (rng.standard_normal((1500, 24)) + 0.3).astype(np.float32)
+    monkeypatch.setattr(device, "FAST_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(nb, "RECALL_QUERIES", 300)
+    events = []
+    graph_cache.use_graph_cache(None, log=events.append)
+    device.use_precision("fast")
+    try:
+        idx, val = knn(X, 10, device="cpu", desc=None)
+        recall, m = nb.fast_recall(X)
+    finally:
+        device.use_precision("exact")
+    assert events[-1]["metric"] == "cosine-fast" and m == 300
+    S = _reference(X, X, "cosine", True)
+    exact = np.argsort(-S, axis=1, kind="stable")[:, :10]
+    rows = np.sort(np.random.default_rng(0).choice(len(X), 300, replace=False))
+    assert recall == pytest.approx(nb.neighbour_sets_overlap(idx[rows], exact[rows]).mean())
+    assert 0.98 <= recall <= 1.0
+    np.testing.assert_allclose(val, np.take_along_axis(S, idx, 1), atol=1e-6)  # scores are exact for what is listed
+    exact_graph = knn(X, 10, device="cpu", desc=None)
+    assert events[-1] == {**events[-1], "metric": "cosine", "source": "computed"}
+    assert nb.neighbour_sets_overlap(exact_graph[0], exact).mean() == pytest.approx(1.0, abs=1e-3)
+
+
+def test_precision_setting_is_validated():
+    from embeval_report.kernels import device
+    from embeval_report.settings import ChapterSettings
+
+    with pytest.raises(ValueError, match="precision"):
+        ChapterSettings(precision="half")
+    with pytest.raises(ValueError, match="precision"):
+        device.use_precision("half")
+    assert ChapterSettings(precision="fast").to_params()["precision"] == "fast"

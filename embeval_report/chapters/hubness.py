@@ -13,6 +13,7 @@ from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 
 from ..errors import ChapterSkipped
 from ..io import KIND_COLUMNS, kind_column
+from ..kernels.neighbours import fast_recall
 from ..metrics import hubness as hub
 from ..metrics import hubness_sampled as hs
 from ..metrics.thresholds import SEVERITY
@@ -44,6 +45,7 @@ class HubnessReport:
     metadata: pd.DataFrame | None
     k_requested: int               # the ``k`` option; ``result.k`` is smaller when the set has too few points
     sampled: hs.SampledSkewness | None = None  # sampled mode (``sample_size`` < n): the only number computed
+    recall: tuple[float, int] | None = None    # --precision fast: recall of the graph against exact lists, queries
 
 
 def _identical_directions(X, chunk: int = 65_536) -> bool:
@@ -90,14 +92,17 @@ def compute(ctx: ChapterContext) -> HubnessReport:
     cross = (hub.cross_kind_hubness(X, kinds, k, column=kind_col, level=ctx.level, seed=ctx.seed, device=ctx.device)
              if kind_col else None)
     ctx.rec.add(*result.metrics.values(), *hub.reduction_metrics(reduction))
+    recall = fast_recall(X)
     ctx.rec.note(k=result.k, hub_size=result.hub_size, metric="cosine",
+                 **({"fast_precision_recall": recall[0], "fast_precision_queries": recall[1]} if recall else {}),
                  **({"k_requested": requested} if k != requested else {}),
                  **{key: v for key, v in result.info.items() if key not in ("level", "device", "metric")},
                  max_k_occurrence=result.values["max_k_occurrence"], top1pct_slot_share=result.top_share,
                  centroid_spearman=result.centroid_spearman,
                  reductions=reduction.table.to_dict(orient="records"),
                  cross_kind=None if cross is None else cross.table.to_dict(orient="records"))
-    return HubnessReport(result, reduction, cross, kind_col, kinds, np.asarray(es.ids, dtype=object), meta, requested)
+    return HubnessReport(result, reduction, cross, kind_col, kinds, np.asarray(es.ids, dtype=object), meta, requested,
+                         recall=recall)
 
 
 def _compute_sampled(ctx: ChapterContext, k: int, requested: int) -> HubnessReport:
@@ -460,7 +465,10 @@ def show_metrics(rep: HubnessReport) -> None:
     show_metric_table(
         r.metrics,
         caption=f"Hubness of the cosine {r.k}-NN graph over all {r.n:,} vectors. Verdict: the {SKEW_BANDS.table}, "
-                f"{SKEW_BANDS.text}. " + (r.metrics["k_occurrence_skewness"].ci_method or "No CI."),
+                f"{SKEW_BANDS.text}. " + (r.metrics["k_occurrence_skewness"].ci_method or "No CI.")
+                + ("" if rep.recall is None else
+                   f" Fast precision: the lists come from bfloat16 candidates re-ranked exactly; they hold "
+                   f"{rep.recall[0]:.2%} of the exact {r.k} nearest neighbours of {rep.recall[1]:,} seeded queries."),
         label="tbl-hubness-metrics",
         definitions=f"**Definitions.** $N_k(x)$ is the number of points that have $x$ among their $k = {r.k}$ "
                     "nearest neighbours by cosine similarity (each point's own entry excluded); $\\bar N_k = k$. "

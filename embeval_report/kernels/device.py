@@ -20,6 +20,27 @@ from ..progress import progress
 CHUNK_BYTES = 256 * 2**20
 
 
+#: ``"exact"`` (IEEE float32 candidates for every k-NN list) or ``"fast"`` (see :func:`use_precision`)
+_precision = "exact"
+#: devices where ``"fast"`` takes bfloat16 candidates (the CPU has no fast bfloat16 product here)
+FAST_DEVICES = ("cuda",)
+
+
+def use_precision(precision: str) -> None:
+    """``"exact"`` (default) or ``"fast"``: cosine k-NN graphs take their candidates from bfloat16
+    products on a GPU and are then re-ranked exactly; their recall against exact lists is measured
+    (:func:`~.neighbours.fast_recall`). Re-scored graphs and the all-pairs potential stay exact."""
+    global _precision
+    if precision not in ("exact", "fast"):
+        raise ValueError(f"precision must be 'exact' or 'fast', not {precision!r}")
+    _precision = precision
+
+
+def candidate_dtype(device: torch.device) -> torch.dtype:
+    """The dtype of the products that choose k-NN candidates on ``device`` under the precision in force."""
+    return torch.bfloat16 if _precision == "fast" and device.type in FAST_DEVICES else torch.float32
+
+
 def chunk_budget() -> int:
     """Bytes one chunk of work may use: ``embeval_report.kernels.CHUNK_BYTES`` at call time."""
     from .. import kernels

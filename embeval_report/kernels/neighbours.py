@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from ..progress import progress
-from .device import as_numpy, chunk_rows, exact_matmul, resolve_device, to_tensor, unit_rows
-from .graph_cache import cached_graph, cached_products
+from .device import as_numpy, candidate_dtype, chunk_rows, exact_matmul, resolve_device, to_tensor, unit_rows
+from .graph_cache import cached_graph, cached_products, stored_product
 
 #: columns per pruning group: a group is merged only when its maximum beats the running k-th score
 GROUP = 32
@@ -27,6 +27,10 @@ FIRST_COLUMNS = 256
 #: extra float32 candidates per row re-scored in float64, so near-ties that float32 rounding cannot
 #: order are ordered exactly (ties in float64: the lower index first)
 RERANK = 4
+#: candidates per row beyond k when they come from bfloat16 products (``--precision fast``)
+FAST_RERANK = 32
+#: queries whose exact lists measure the recall of a fast graph
+RECALL_QUERIES = 1000
 #: CPU tile shape (query rows x corpus columns): 32 MiB of float32, measured best on a 2-core machine
 CPU_TILE = (2048, 4096)
 
@@ -40,11 +44,11 @@ def _tile_shape(n_queries: int, n: int, device: torch.device) -> tuple[int, int]
     return min(rows, chunk_rows(n_queries, cols * 4 * 2)), min(n, cols)
 
 
-def _query_blocks(n_queries: int, n: int, device: torch.device, desc: str | None):
+def _query_blocks(n_queries: int, n: int, device: torch.device, desc: str | None, dtype=torch.float32):
     """Block starts (with progress when ``desc``), tile rows and columns, and the one product buffer of a
     search of ``n_queries`` rows against ``n``."""
     rows, cols = _tile_shape(n_queries, n, device)
-    buffer = torch.empty(rows * cols, dtype=torch.float32, device=device)
+    buffer = torch.empty(rows * cols, dtype=dtype, device=device)
     starts = range(0, n_queries, rows)
     return (progress(starts, desc=desc, total=len(starts)) if desc else starts), rows, cols, buffer
 
@@ -236,19 +240,58 @@ def self_sweep(X, graphs: dict, *, device, desc: str | None) -> dict:
     X = np.ascontiguousarray(as_numpy(X), dtype=np.float32)
     dev = resolve_device(device)
 
-    def compute(missing: dict) -> dict:
-        names = list(missing)
-        found, rows = _search(X, X, [(missing[name], graphs[name][1]) for name in names], "cosine", True, dev, desc,
-                              potential_t=SWEEP_POTENTIAL_T)
-        return dict(zip(names, found)) | {potential_key(SWEEP_POTENTIAL_T): (rows,)}
+    fast = candidate_dtype(dev) != torch.float32
+    stored = {name: f"{name}-fast" if fast and rescore is None else name for name, (_, rescore) in graphs.items()}
 
-    return cached_products(X, {name: k for name, (k, _) in graphs.items()}, True, compute)
+    def compute(missing: dict) -> dict:
+        out = {}
+        plain = [name for name in missing if name.endswith("-fast")]  # fast: a sweep of their own, then recall
+        for name in plain:
+            found, _ = _search(X, X, [(missing[name], None)], "cosine", True, dev, desc, dtype=candidate_dtype(dev))
+            out[name] = found[0]
+            out[f"{name}-recall"] = (np.array(_recall(X, found[0][0], dev)),)
+        names = [name for name in missing if name not in plain]
+        if names:
+            found, rows = _search(X, X, [(missing[name], graphs[name][1]) for name in names], "cosine", True, dev,
+                                  desc, potential_t=SWEEP_POTENTIAL_T)
+            out |= dict(zip(names, found)) | {potential_key(SWEEP_POTENTIAL_T): (rows,)}
+        return out
+
+    found = cached_products(X, {stored[name]: k for name, (k, _) in graphs.items()}, True, compute)
+    return {name: found[stored[name]] for name in graphs}
+
+
+def fast_recall(X) -> tuple[float, int] | None:
+    """``(recall, queries)`` of this set's fast cosine graph against exact lists, if one was computed in this
+    run (``--precision fast``): the mean share of the exact k nearest neighbours of :data:`RECALL_QUERIES`
+    seeded rows that the fast lists hold."""
+    item = stored_product(np.ascontiguousarray(as_numpy(X), dtype=np.float32), "cosine-fast-recall")
+    return None if item is None else (float(item[0][0]), int(item[0][1]))
+
+
+def _recall(X: np.ndarray, lists: np.ndarray, dev: torch.device) -> tuple[float, int]:
+    """Recall of ``lists`` (n, k) against the exact lists of up to :data:`RECALL_QUERIES` seeded rows."""
+    rows = np.sort(np.random.default_rng(0).choice(len(X), min(RECALL_QUERIES, len(X)), replace=False))
+    exact = query_lists(X, rows, lists.shape[1], device=dev)
+    return float(neighbour_sets_overlap(lists[rows], exact).mean()), len(rows)
+
+
+def query_lists(X, rows: np.ndarray, k: int, *, device, desc: str | None = None) -> np.ndarray:
+    """The exact k nearest neighbours (cosine, self excluded) of the rows ``rows`` of ``X`` among all rows."""
+    X = np.ascontiguousarray(as_numpy(X), dtype=np.float32)
+    (idx, _), = _search(X, X[rows], [(k + 1, None)], "cosine", False, resolve_device(device), desc)[0]
+    own = idx == rows[:, None]
+    drop = np.where(own.any(1), own.argmax(1), k)  # the query itself, else the (k+1)-th
+    keep = np.ones_like(idx, dtype=bool)
+    keep[np.arange(len(idx)), drop] = False
+    return idx[keep].reshape(len(idx), k)
 
 
 def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: bool, dev: torch.device,
-            desc: str | None, potential_t: float | None = None) -> tuple[list, np.ndarray | None]:
+            desc: str | None, potential_t: float | None = None, dtype=torch.float32) -> tuple[list, np.ndarray | None]:
     """Top-k of every row of ``Q`` against ``X`` for each plan ``(k, rescore)`` (see :func:`knn`), all from
-    one sweep: float32 candidates, float64 order. Returns the plans' ``(indices, scores)`` and, when
+    one sweep: candidates from ``dtype`` products (float32; bfloat16 with :data:`FAST_RERANK` extra
+    candidates in fast mode), float64 order. Returns the plans' ``(indices, scores)`` and, when
     ``potential_t`` is given (cosine self sweep), the rows' log Gaussian potential."""
     n = len(X)
     corpus64 = to_tensor(X, dtype=torch.float32, device=dev).double()  # uploaded as float32, widened on the device
@@ -258,8 +301,9 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
     if metric == "euclidean":  # rank by 2 q.x - |x|^2 (= |q|^2 - |q - x|^2): one product with an extra column
         sq64 = (corpus64 * corpus64).sum(1)
         corpus = torch.cat([2 * corpus, -sq64.float()[:, None]], 1)
-    corpus_t = corpus.T.contiguous()
-    starts, rows, cols, buffer = _query_blocks(len(Q), n, dev, desc)
+    corpus_t = corpus.T.contiguous().to(dtype)
+    extra = RERANK if dtype == torch.float32 else FAST_RERANK
+    starts, rows, cols, buffer = _query_blocks(len(Q), n, dev, desc, dtype)
     out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]
     log_potential = np.empty(len(Q)) if potential_t is not None else None
     with exact_matmul():
@@ -270,7 +314,8 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
             q = q64.float()
             if metric == "euclidean":
                 q = torch.cat([q, torch.ones((len(q), 1), dtype=q.dtype, device=dev)], 1)
-            tops = [RunningTopK(len(q), min(k + RERANK, n - int(drop_self)), dev, rescore) for k, rescore in plans]
+            q = q.to(dtype)
+            tops = [RunningTopK(len(q), min(k + extra, n - int(drop_self)), dev, rescore, dtype) for k, rescore in plans]
             potential = RowPotential(len(q), potential_t, dev) if potential_t is not None else None
             sweep_tiles(q, corpus_t, tops, potential=potential, self_start=s if drop_self else None, tile_cols=cols,
                         buffer=buffer)

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..kernels import as_numpy, knn, resolve_device
+from ..kernels import as_numpy, resolve_device
+from ..kernels.neighbours import query_lists
 from ..stats import DEFAULT_LEVEL, jackknife_interval
 from .hubness_measures import check_k
 
@@ -68,12 +69,7 @@ def _skewness(counts: np.ndarray, n: int, m: int, k: int) -> float:
 
 def sampled_lists(X, k: int, queries: np.ndarray, *, device="auto") -> np.ndarray:
     """The exact k nearest neighbours (cosine, self excluded) of the rows ``queries`` among all rows."""
-    idx, _ = knn(X, k + 1, queries=as_numpy(X)[queries], device=device, desc="k-NN (sampled queries)")
-    own = idx == queries[:, None]
-    drop = np.where(own.any(1), own.argmax(1), k)  # the query itself, else the (k+1)-th
-    keep = np.ones_like(idx, dtype=bool)
-    keep[np.arange(len(idx)), drop] = False
-    return idx[keep].reshape(len(idx), k)
+    return query_lists(X, queries, k, device=resolve_device(device), desc="k-NN (sampled queries)")
 
 
 def skewness_from_lists(lists: np.ndarray, n: int) -> float:

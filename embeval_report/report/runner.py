@@ -101,7 +101,9 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
     (exact mode; k + 1 neighbours for the k option), so chapters running side by side share one computation.
     The same sweep sums the all-pairs potential (uniformity) and, when the hubness chapter runs, ranks
     by mutual proximity too. Returns the cosine graph's cache event plus the products of the sweep."""
+    from ..kernels.device import use_precision
     from ..kernels.graph_cache import use_graph_cache
+    from ..kernels.neighbours import fast_recall
     from ..metrics.hubness_measures import usable_k
     from ..metrics.hubness_reduction import reduced_knn
 
@@ -111,17 +113,22 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
     methods = ("mutual_proximity",) if any(ch.name == "hubness" for ch in ready) else ()
     events = []
     use_graph_cache(cache / "neighbours", min_k=int(settings.option("k")) + 1, log=events.append)
+    use_precision(settings.precision)
     try:
         reduced_knn(es.vectors, k, methods, with_cosine=True, device=settings.device,
                     desc="k-NN graph (shared by the chapters)")
+        recall = fast_recall(es.vectors)
     finally:
         use_graph_cache(None)
+        use_precision("exact")
         if settings.device == "cuda":  # leave the GPU's memory to the chapter kernels
             import torch
 
             torch.cuda.empty_cache()
-    cosine = [e for e in events if e["metric"] == "cosine"]
-    return cosine[-1] | {"products": sorted({e["metric"] for e in events} | {"potential"})} if cosine else None
+    cosine = [e for e in events if e["metric"] in ("cosine", "cosine-fast")]
+    products = sorted({e["metric"] for e in events} | ({"potential"} if settings.precision == "exact" or methods else set()))
+    return (cosine[-1] | {"products": products} | ({"recall": recall[0], "recall_queries": recall[1]} if recall else {})
+            if cosine else None)
 
 
 def _execute(ready: list[Chapter], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
@@ -243,7 +250,8 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
                 final_source = out / final_source.relative_to(staging)
             run_info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name, source=str(final_source),
                             seed=settings.seed, device=settings.device, sample_size=settings.sample_size,
-                            options=settings.options, version=__version__, n=es.n, d=es.d, jobs=jobs,
+                            options=settings.options, precision=settings.precision, version=__version__, n=es.n,
+                            d=es.d, jobs=jobs,
                             **({"neighbour_graph": graph} if graph else {}),
                             generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
             _write_run(staging, outcomes, run_info)
