@@ -62,6 +62,10 @@ def main() -> None:
     print(f"one {a.n} x {a.n} x {a.d} float32 GEMM: {gemm:.1f} s "
           f"({2 * a.n * a.n * a.d / gemm / 1e9:.0f} GFLOP/s)")
     print(f"{'chapter':<28} {'status':<8} {'seconds':>8} {'GEMMs':>6}")
+    shared = run.get("neighbour_graph")
+    if shared:
+        print(f"{'shared sweep: ' + '+'.join(shared['products']):<37} {shared['seconds']:8.1f} "
+              f"{shared['seconds'] / gemm:6.2f}")
     for ch in run["chapters"]:
         print(f"{ch['name']:<28} {ch['status']:<8} {ch['seconds']:8.1f} {ch['seconds'] / gemm:6.2f}")
     print(f"{'whole run (incl. loading, rendering)':<37} {total:8.1f} {total / gemm:6.2f}")

@@ -91,10 +91,19 @@ def iter_chunks(X, *, device: torch.device, dtype=torch.float64, rows: int | Non
 
 
 def to_tensor(a, *, dtype=torch.float32, device="cpu") -> torch.Tensor:
-    """``a`` (numpy, possibly a read-only memory map) as a contiguous tensor; kernels never write into it."""
+    """``a`` (numpy, possibly a read-only memory map) as a contiguous tensor; kernels never write into it.
+
+    To a GPU the rows travel in the narrower of their own and the target dtype (a float32 set asked
+    for as float64 is uploaded as float32 and widened on the device, exactly) through pinned memory.
+    """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
+        if torch.device(device).type != "cuda":
+            return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
+        host = torch.as_tensor(np.ascontiguousarray(a))
+    if host.dtype.is_floating_point and dtype.is_floating_point and dtype.itemsize < host.dtype.itemsize:
+        host = host.to(dtype)  # narrowing: on the host, fewer bytes to move
+    return host.pin_memory().to(device, non_blocking=True).to(dtype)
 
 
 def unit_rows(x: torch.Tensor) -> torch.Tensor:

@@ -56,16 +56,22 @@ def _query_blocks(n_queries: int, n: int, device: torch.device, desc: str | None
 class RunningTopK:
     """One consumer of the product tiles: each query row's running top-k, merged without full-row ``topk``.
 
-    ``rescore`` ranks by a re-scoring that increases with the product for every pair instead:
-    ``rescore.scores(rows, cols, products)`` gives the scores elementwise (``rows``: query numbers
-    counted from the sweep's ``self_start``, or 0, broadcastable to ``products`` like ``cols``) and
-    ``rescore.floor(rows, kth)`` a product at or below which no column can score above ``kth``: groups
-    whose maximum is at or below it are skipped, and in the others only the products above it are
-    re-scored (the rest cannot enter the top-k).
+    ``rescore`` ranks by a re-scoring that increases with the product for every pair instead, in one
+    of two ways:
+
+    * ``rescore.tile_scores(tile, col0, out)`` writes the scores of a whole tile (corpus columns from
+      ``col0``) into ``out``: for cheap re-scorings (CSLS), which are then pruned like products;
+    * otherwise ``rescore.scores(rows, cols, products)`` gives the scores elementwise (``rows``: query
+      numbers counted from the sweep's ``self_start``, or 0, broadcastable to ``products`` like
+      ``cols``) and ``rescore.floor(rows, kth)`` a product at or below which no column can score above
+      ``kth``: groups whose maximum is at or below it are skipped, and in the others only the products
+      above it are re-scored (for costly re-scorings: mutual proximity).
     """
 
     def __init__(self, m: int, k: int, device: torch.device, rescore=None, dtype=torch.float32):
-        self.k, self.rescore = k, rescore
+        self.k = k
+        self.tile_scores = getattr(rescore, "tile_scores", None)
+        self.scorer = rescore if self.tile_scores is None else None  # elementwise re-scoring, pruned by a floor
         self.values = torch.full((m, k), -torch.inf, dtype=dtype, device=device)
         self.indices = torch.zeros((m, k), dtype=torch.int64, device=device)
 
@@ -81,14 +87,14 @@ class RunningTopK:
     def merge_columns(self, at, values, cols, base: int, floor=None):
         """Merge candidates with explicit column numbers ``cols`` (re-scored when asked; products at or
         below the rows' ``floor`` cannot beat their k-th score and are not re-scored)."""
-        if self.rescore is not None:
+        if self.scorer is not None:
             rows = base + at
             if floor is None:
-                values = self.rescore.scores(rows[:, None], cols, values)
+                values = self.scorer.scores(rows[:, None], cols, values)
             else:
                 r, c = (values > floor[:, None]).nonzero(as_tuple=True)
                 scored = torch.full_like(values, -torch.inf)
-                scored[r, c] = self.rescore.scores(rows[r], cols[r, c], values[r, c])
+                scored[r, c] = self.scorer.scores(rows[r], cols[r, c], values[r, c])
                 values = scored
         self._merge(at, values, lambda p: cols.gather(1, p))
 
@@ -99,7 +105,7 @@ class RunningTopK:
         products) in one of the row's k groups with the largest maxima (else k larger maxima outrank it).
         """
         kth = self.values[:, -1]
-        limit = kth if self.rescore is None else self.rescore.floor(base + rows, kth)
+        limit = kth if self.scorer is None else self.scorer.floor(base + rows, kth)
         hits = (group_max > limit[:, None]).sum(1)
         bounds = [0, *HIT_BUCKETS, group_max.shape[1]]
         dev = group_max.device
@@ -107,10 +113,10 @@ class RunningTopK:
             at = ((hits > low) & (hits <= high)).nonzero().squeeze(1)
             if len(at) == 0:
                 continue
-            take = int(hits[at].max()) if self.rescore is not None else min(self.k, int(hits[at].max()))
+            take = int(hits[at].max()) if self.scorer is not None else min(self.k, int(hits[at].max()))
             chosen = torch.topk(group_max[at], take, dim=1).indices
             values = groups[at[:, None], chosen].view(len(at), -1)
-            if self.rescore is None:
+            if self.scorer is None:
                 self._merge(at, values, lambda p, chosen=chosen: offset + chosen.gather(1, p // GROUP) * GROUP + p % GROUP)
             else:
                 cols = offset + chosen[:, :, None] * GROUP + torch.arange(GROUP, device=dev)
@@ -140,8 +146,9 @@ def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[Running
     ``q`` (m, d) and ``corpus_t`` (d, n) are float32 on one device. ``self_start``: query row i is
     corpus column ``self_start + i`` and is excluded. Rows are processed against ``tile_cols``
     corpus columns at a time (one product into ``buffer``); per tile the 32-column group maxima are
-    computed once and shared by the top-k consumers (each merges only the groups that can beat its
-    rows' k-th scores), then ``potential`` (if any) sums the tile.
+    computed once and shared by the top-k consumers that prune on products (each merges only the
+    groups that can beat its rows' k-th scores; a consumer whose re-scoring transforms whole tiles
+    prunes its own scores), then ``potential`` (if any) sums the tile.
     """
     m, n = len(q), corpus_t.shape[1]
     dev = q.device
@@ -150,6 +157,8 @@ def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[Running
         buffer = torch.empty(m * W, dtype=q.dtype, device=dev)
     rows = torch.arange(m, device=dev)
     base = self_start or 0
+    scratch = (torch.empty(m * W, dtype=q.dtype, device=dev)
+               if any(c.tile_scores for c in consumers) else None)
     for j in range(0, n, W):
         w = min(W, n - j)
         tile = buffer[:m * w].view(m, w)
@@ -159,20 +168,22 @@ def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[Running
             inside = (own >= 0) & (own < w)
             tile[rows[inside], own[inside]] = -torch.inf
         first = min(w, max(FIRST_COLUMNS, *(c.k for c in consumers))) if j == 0 else 0
-        if first:  # the running top-k starts from the first columns
-            cols = torch.arange(first, device=dev).expand(m, -1)
-            for c in consumers:
-                c.merge_columns(rows, tile[:, :first], cols, base)
         full = first + (w - first) // GROUP * GROUP
-        if full > first:
-            groups = tile[:, first:full].view(m, (full - first) // GROUP, GROUP)
-            group_max = groups.amax(2)
-            for c in consumers:
-                c.merge_groups(rows, groups, group_max, j + first, base)
-        if full < w:  # the last columns, fewer than a group
-            cols = (j + full + torch.arange(w - full, device=dev)).expand(m, -1)
-            for c in consumers:
-                c.merge_columns(rows, tile[:, full:w], cols, base)
+        group_max = None  # of the products: computed once, shared by the consumers that prune on products
+        for c in consumers:
+            scores = tile if c.tile_scores is None else c.tile_scores(tile, j, scratch[:m * w].view(m, w))
+            if first:  # the running top-k starts from the first columns
+                c.merge_columns(rows, scores[:, :first], torch.arange(first, device=dev).expand(m, -1), base)
+            if full > first:
+                groups = scores[:, first:full].view(m, (full - first) // GROUP, GROUP)
+                if scores is not tile:
+                    c.merge_groups(rows, groups, groups.amax(2), j + first, base)
+                else:
+                    group_max = groups.amax(2) if group_max is None else group_max
+                    c.merge_groups(rows, groups, group_max, j + first, base)
+            if full < w:  # the last columns, fewer than a group
+                cols = (j + full + torch.arange(w - full, device=dev)).expand(m, -1)
+                c.merge_columns(rows, scores[:, full:w], cols, base)
         if potential is not None:
             potential.add_tile(tile)
 
@@ -252,9 +263,11 @@ def self_sweep(X, graphs: dict, *, device, desc: str | None) -> dict:
             out[f"{name}-recall"] = (np.array(_recall(X, found[0][0], dev)),)
         names = [name for name in missing if name not in plain]
         if names:
+            pot = potential_key(SWEEP_POTENTIAL_T)
+            t = None if stored_product(X, pot) is not None else SWEEP_POTENTIAL_T  # summed once per space
             found, rows = _search(X, X, [(missing[name], graphs[name][1]) for name in names], "cosine", True, dev,
-                                  desc, potential_t=SWEEP_POTENTIAL_T)
-            out |= dict(zip(names, found)) | {potential_key(SWEEP_POTENTIAL_T): (rows,)}
+                                  desc, potential_t=t)
+            out |= dict(zip(names, found)) | ({pot: (rows,)} if t is not None else {})
         return out
 
     found = cached_products(X, {stored[name]: k for name, (k, _) in graphs.items()}, True, compute)

@@ -131,14 +131,10 @@ class _Csls:
     def __init__(self, r: np.ndarray, device):
         self.r32 = torch.as_tensor(r, dtype=torch.float32, device=device)
         self.r64 = torch.as_tensor(r, dtype=torch.float64, device=device)
-        self.r_min = float(r.min())
 
-    def scores(self, rows, cols, cos):
-        return 2 * cos - self.r32[cols]
-
-    def floor(self, rows, kth):
-        """2 cos − r(y) ≤ 2 cos − min r, so a cosine at or below (kth + min r) / 2 cannot beat kth."""
-        return (kth + self.r_min) / 2 - 1e-5  # 1e-5: float32 rounding of the scores
+    def tile_scores(self, tile, col0: int, out):
+        """The scores of a whole tile of cosines (corpus columns from ``col0``), pruned like products."""
+        return torch.mul(tile, 2, out=out).sub_(self.r32[col0:col0 + tile.shape[1]])
 
     def exact(self, rows, cols, cos64):
         return 2 * cos64 - self.r64[cols]

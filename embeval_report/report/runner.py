@@ -111,7 +111,7 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
         return None
     k = usable_k(int(settings.option("k")), es.n)
     methods = ("mutual_proximity",) if any(ch.name == "hubness" for ch in ready) else ()
-    events = []
+    events, started = [], time.perf_counter()
     use_graph_cache(cache / "neighbours", min_k=int(settings.option("k")) + 1, log=events.append)
     use_precision(settings.precision)
     try:
@@ -127,8 +127,9 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
             torch.cuda.empty_cache()
     cosine = [e for e in events if e["metric"] in ("cosine", "cosine-fast")]
     products = sorted({e["metric"] for e in events} | ({"potential"} if settings.precision == "exact" or methods else set()))
-    return (cosine[-1] | {"products": products} | ({"recall": recall[0], "recall_queries": recall[1]} if recall else {})
-            if cosine else None)
+    seconds = round(time.perf_counter() - started, 2)
+    return (cosine[-1] | {"products": products, "seconds": seconds}
+            | ({"recall": recall[0], "recall_queries": recall[1]} if recall else {}) if cosine else None)
 
 
 def _execute(ready: list[Chapter], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
