@@ -137,10 +137,14 @@ def _execute(ready: list[Chapter], staging: Path, params: dict, timeout: int | N
     """Execute the chapters, ``jobs`` at a time (each in its own worker process when ``jobs`` > 1)."""
     done = {}
     if jobs <= 1 or len(ready) <= 1:
-        for ch in ready:
-            shown.start(ch.name)
-            done[ch.name] = o = execute_chapter(ch, staging, params, timeout=timeout)
-            shown.end(ch.name, o.status, o.seconds, o.reason)
+        try:
+            for ch in ready:
+                shown.start(ch.name)
+                done[ch.name] = o = execute_chapter(ch, staging, params, timeout=timeout)
+                shown.end(ch.name, o.status, o.seconds, o.reason)
+        except BaseException:  # interrupted: no kernel may outlive the staging folder it runs in
+            _kill_processes(_children())
+            raise
         return done
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -172,19 +176,33 @@ def _execute(ready: list[Chapter], staging: Path, params: dict, timeout: int | N
 
 def _stop_workers(pool) -> None:
     """Kill a pool's worker processes and the chapter kernels they started (an interrupted run)."""
-    try:
-        import psutil  # installed with ipykernel
-    except ImportError:  # pragma: no cover
-        psutil = None
     for proc in list(getattr(pool, "_processes", {}).values()):
-        if psutil is not None:
-            try:
-                for child in psutil.Process(proc.pid).children(recursive=True):
-                    child.kill()
-            except psutil.Error:
-                pass
+        _kill_processes(_children(proc.pid))
         proc.kill()
     pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _children(pid: int | None = None) -> list:
+    """The processes started (directly or not) by ``pid`` (default: this process), as psutil handles."""
+    try:
+        import psutil  # installed with ipykernel
+        return psutil.Process(pid).children(recursive=True)
+    except Exception:  # pragma: no cover - psutil missing or the process gone
+        return []
+
+
+def _kill_processes(procs: list) -> None:
+    """Kill ``procs`` and wait (briefly) until they are gone."""
+    if not procs:
+        return
+    import psutil
+
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
 
 
 def _notebook_path(path: Path, staging: Path) -> str:
