@@ -134,17 +134,32 @@ def test_automatic_budget_samples_the_hubness_columns_with_intervals(monkeypatch
 
     X = cone(n=900, seed=3)
     exact = compare_corrections(X, k=8)
-    assert exact.sampling is None and not exact.skewness_ci
+    assert exact.sampling is None and not exact.intervals
     monkeypatch.setattr(corr, "AUTO_LIMIT", 500)
     monkeypatch.setattr(corr, "AUTO_QUERIES", 450)
     c = compare_corrections(X, k=8)
     assert "450 of the 900 points" in c.sampling and "automatic budget above 500 rows" in c.sampling
-    assert set(c.skewness_ci) == set(c.table["setting"])
+    skew_ci = {s: ci for (s, col), ci in c.intervals.items() if col == "k_occurrence_skewness"}
+    assert set(skew_ci) == set(c.table["setting"])
     for (_, row), (_, ref) in zip(c.table.iterrows(), exact.table.iterrows()):
-        lo, hi = c.skewness_ci[row["setting"]]
+        lo, hi = skew_ci[row["setting"]]
         assert lo < row["k_occurrence_skewness"] < hi
         assert lo - (hi - lo) < ref["k_occurrence_skewness"] < hi + (hi - lo)  # the exact value is near
         assert np.isnan(row["antihub_occurrence"]) and 0 < row["neighbour_overlap"] <= 1
     m = c.metrics["k_occurrence_skewness_after_abtt"]
     assert m.has_ci and "jackknife" in m.ci_method
-    assert "skewness CI" in display_table(c).columns
+    assert "N_k skewness CI" in display_table(c).columns
+
+
+def test_sampled_uniformity_of_a_setting_carries_its_interval_and_note():
+    """With --sample-size every setting's uniformity is sampled: the table shows its interval, the recorded
+    metric carries it with a note."""
+    c = compare_corrections(cone(n=700, seed=4), k=8, sample_size=300)
+    uni = {s: ci for (s, col), ci in c.intervals.items() if col == "uniformity"}
+    assert set(uni) == set(c.table["setting"])
+    for _, row in c.table.iterrows():
+        lo, hi = uni[row["setting"]]
+        assert lo < row["uniformity"] < hi
+    m = c.metrics["uniformity_after_whitening"]
+    assert m.has_ci and "sampled pairs" in m.note
+    assert "uniformity CI" in display_table(c).columns

@@ -66,9 +66,11 @@ def display_table(c: corr.CorrectionComparison) -> pd.DataFrame:
     for col in ("antihubs", "k-NN kept", "same-label k-NN", "PR / d"):
         if col in t:
             t[col] = [percent(x, 1) for x in t[col]]
-    if c.skewness_ci:  # sampled hubness: the skewness interval next to its estimate
-        t.insert(t.columns.get_loc("N_k skewness") + 1, "skewness CI",
-                 [interval(*c.skewness_ci[s], ".2f", sep=" – ") if s in c.skewness_ci else "—" for s in t["setting"]])
+    for col, label, fmt in (("k_occurrence_skewness", "N_k skewness", ".2f"), ("uniformity", "uniformity", ".3f")):
+        cis = {s: ci for (s, c_), ci in c.intervals.items() if c_ == col}
+        if cis:  # a sampled estimate: its interval next to it
+            t.insert(t.columns.get_loc(label) + 1, f"{label} CI",
+                     [interval(*cis[s], fmt, sep=" – ") if s in cis else "—" for s in t["setting"]])
     return t
 
 
@@ -167,8 +169,8 @@ def show_comparison(rep: CorrectionReport) -> None:
                if c.sampling is None else f"the {c.k}-NN {escape(c.sampling)} (the antihub share needs every point's "
                                           "N_k and is not estimated)")
     show_table(display_table(c),
-               caption=f"Each setting: APCS, PR/d and κ (isotropy chapter), uniformity (t = 2, exact unless marked "
-                       f"sampled in the metrics table), {hubness}, the share of the original k-NN lists kept, and the "
+               caption=f"Each setting: APCS, PR/d and κ (isotropy chapter), uniformity (t = 2, over all pairs unless "
+                       f"a note below says sampled), {hubness}, the share of the original k-NN lists kept, and the "
                        "share of neighbours with the same label (when labels exist)."
                        + (" —: undefined (no variance left)." if c.undefined else ""),
                label="tbl-correction")

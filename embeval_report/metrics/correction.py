@@ -103,7 +103,7 @@ class CorrectionComparison:
     metrics: dict           # recorded what-if metrics, name -> Metric (no verdicts)
     notes: dict = field(default_factory=dict)  # setting -> what is undefined there (UndefinedMetricWarning texts)
     sampling: str | None = None  # how the hubness columns were estimated from sampled queries (None: exact graphs)
-    skewness_ci: dict = field(default_factory=dict)  # setting -> interval of the sampled skewness
+    intervals: dict = field(default_factory=dict)  # (setting, column) -> interval of a sampled estimate
 
     @property
     def undefined(self) -> list[str]:
@@ -152,7 +152,7 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
         f"hubness from the exact k-NN lists of {m:,} of the {n:,} points (seeded queries against the full set"
         + (f"; automatic budget above {AUTO_LIMIT:,} rows, `--sample-size` sets it" if sample_size is None else "")
         + "): the skewness with its jackknife interval, k-NN kept and same-label share over those queries")
-    rows, notes, base, skew_ci = [], {}, None, {}
+    rows, notes, base, intervals = [], {}, None, {}
     for name, (how, kept) in settings.items():
         with _notes_for(name, notes):
             if how is not None and no_variance(pcs.eigenvalues[how:] if how != "whiten" else pcs.eigenvalues, scale):
@@ -173,16 +173,20 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
                     f"hubness from {len(queries):,} sampled queries (skewness estimate; neighbour and label shares "
                     "over those queries); the antihub share needs every point's N_k and is not estimated")
             uni = uniformity(Y, sample_size=sample_size, seed=seed, device=dev)
+            if uni.method == "sampled":
+                intervals[name, "uniformity"] = (uni.ci_low, uni.ci_high)
+                notes.setdefault(name, []).append(f"uniformity from {uni.n_pairs:,} sampled pairs ({uni.ci_method})")
         base = hub if base is None else base
         if queries is None:
             hubness = _hubness_columns(hub, base, labels)
         else:
-            hubness, skew_ci[name] = _sampled_hubness_columns(hub, base, n, labels, queries, level, seed)
+            hubness, intervals[name, "k_occurrence_skewness"] = _sampled_hubness_columns(hub, base, n, labels, queries,
+                                                                                       level, seed)
         rows.append(dict(setting=name, apcs=iso.values["apcs"],
                          participation_ratio_fraction=spec["participation_ratio_fraction"],
                          condition_number=spec["condition_number"], uniformity=uni.value, **hubness))
     table = pd.DataFrame(rows)
-    return CorrectionComparison(table, removed, k, _metrics(table, notes, skew_ci), notes, sampling, skew_ci)
+    return CorrectionComparison(table, removed, k, _metrics(table, notes, intervals), notes, sampling, intervals)
 
 
 def _hubness_columns(hub, base, labels) -> dict:
@@ -226,7 +230,7 @@ def _notes_for(setting: str, notes: dict):
 SAMPLED_COLUMNS = ("k_occurrence_skewness", "antihub_occurrence", "neighbour_overlap", "label_agreement")
 
 
-def _metrics(table: pd.DataFrame, notes: dict | None = None, skewness_ci: dict | None = None) -> dict:
+def _metrics(table: pd.DataFrame, notes: dict | None = None, intervals: dict | None = None) -> dict:
     """What-if metrics ``<column>_after_<abtt|whitening>`` (no verdict: they describe a correction)."""
     out = {}
     for suffix, (i, _) in WHAT_IF.items():
@@ -237,16 +241,17 @@ def _metrics(table: pd.DataFrame, notes: dict | None = None, skewness_ci: dict |
             name = f"{col}_after_{suffix}"
             value = float(row[col])
             note = ""
+            ci = (intervals or {}).get((row["setting"], col))
             if np.isinf(value):
                 note = "infinite: the corrected covariance is singular"
             elif np.isnan(value):
                 nothing_left = row.drop("setting").isna().all()
                 note = ("undefined: no variance is left after this correction" if nothing_left else
                         "; ".join((notes or {}).get(row["setting"], [])) or "undefined for this set")
-            elif col in SAMPLED_COLUMNS and any("sampled queries" in x for x in (notes or {}).get(row["setting"], [])):
+            elif ((col in SAMPLED_COLUMNS and any("sampled queries" in x for x in (notes or {}).get(row["setting"], [])))
+                  or ci is not None):
                 note = "; ".join(notes[row["setting"]])
-            ci = (skewness_ci or {}).get(row["setting"]) if col == "k_occurrence_skewness" else None
             out[name] = SPECS[name].record(value, ci, verdict=False, label=f"{label} after {row['setting']}", note=note,
-                                           **({"ci_method": "delete-a-group jackknife over the sampled queries"}
-                                              if ci else {}))
+                                           **({"ci_method": "delete-a-group jackknife over the sampled queries"
+                                               if col == "k_occurrence_skewness" else "sampled pairs"} if ci else {}))
     return out
