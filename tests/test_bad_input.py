@@ -140,6 +140,19 @@ CASES = {
     "snapshots-too-few-matched": ({"s1.csv": "id,a,b,c,d,e,f\ne1,1,2,3,4,5,6\nzz,1,1,1,1,1,1\n"},
                                   "snapshots: [{name: a, vectors: s1.csv}]\n", None, ["s1.csv", "only 1"]),
     "field-wrong-type": ({}, "runs: run1.npy\n", None, ["runs", "list"]),
+    "qrels-unknown-document": ({"q.txt": "e1 0 e2 1\ne1 0 nowhere 1\n"}, "qrels: q.txt\n", None,
+                               ["q.txt", "nowhere"]),
+    "qrels-bad-grade": ({"q.txt": "query_id,doc_id,relevance\ne1,e2,high\n"}, "qrels: q.txt\n", None,
+                        ["q.txt", "row 1", "high"]),
+    "queries-wrong-dimension": ({"qv.npy": VEC[:3, :4], "qid.txt": "a\nb\nc\n", "q.txt": "a 0 e1 1\n"},
+                                "queries: {vectors: qv.npy, ids: qid.txt}\nqrels: q.txt\n", None,
+                                ["qv.npy", "4 dimensions", "expected 6"]),
+    "queries-without-ids": ({"qv.npy": VEC[:3], "q.txt": "a 0 e1 1\n"},
+                            "queries: {vectors: qv.npy}\nqrels: q.txt\n", None, ["qv.npy", "ids"]),
+    "qrels-unknown-query": ({"qv.npy": VEC[:3], "qid.txt": "a\nb\nc\n", "q.txt": "a 0 e1 1\nzz 0 e2 1\n"},
+                            "queries: {vectors: qv.npy, ids: qid.txt}\nqrels: q.txt\n", None, ["q.txt", "zz"]),
+    "exclude-self-not-bool": ({"q.txt": "e1 0 e2 1\n"}, "qrels: q.txt\nexclude_self: sometimes\n", None,
+                              ["exclude_self", "true or false"]),
 }
 
 

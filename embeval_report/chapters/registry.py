@@ -34,6 +34,7 @@ INPUT_HELP = {
     "test_edges": "`test_edges` (held-out src, dst)",
     "negatives": "`negatives` (src, dst, negative)",
     "vocabularies": "`vocabularies` (named id lists)",
+    "qrels": "`qrels` (relevance judgements of queries; `queries` for query vectors)",
 }
 
 

@@ -13,6 +13,7 @@ import yaml
 
 from .drift import demo_side_data as drift_side_data
 from .graph import demo_side_data as graph_side_data
+from .retrieval import demo_side_data as retrieval_side_data
 from .stability import demo_side_data as stability_side_data
 from .world import (
     GENRES,
@@ -53,7 +54,8 @@ def write_demo(folder, *, seed: int = 0) -> Path:
         "word_pairs": "word_pairs.tsv",
         "analogies": "analogies.txt",
     }
-    for write_side_data in (stability_side_data, drift_side_data, graph_side_data):  # runs, snapshots, edges, ...
+    for write_side_data in (stability_side_data, drift_side_data, graph_side_data,
+                            retrieval_side_data):  # runs, snapshots, edges, queries, ...
         manifest.update(write_side_data(folder, seed=seed))
     path = folder / "manifest.yaml"
     path.write_text("# embeval-report demo: a streaming platform's user and item embeddings\n"

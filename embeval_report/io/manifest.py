@@ -13,7 +13,7 @@ from .files import describe, existing_file, one_line, read_text, resolve_path
 
 # --------------------------------------------------------------------------- schema
 
-FIELD_KINDS = ("str", "path", "path_or_column", "path_list", "mapping_list", "timestamp")
+FIELD_KINDS = ("str", "bool", "path", "path_or_column", "path_list", "mapping", "mapping_list", "timestamp")
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class ManifestField:
     kind : str
         One of ``FIELD_KINDS``: "str", "path" (an existing file, resolved to an absolute
         path), "path_or_column" (see the module docstring), "path_list" (non-empty list of
-        paths), "mapping_list" (non-empty list of mappings with the given ``keys``),
+        paths), "mapping" (one mapping with the given ``keys``), "mapping_list" (non-empty list
+        of mappings with the given ``keys``), "bool" (true or false),
         "timestamp" (a date, number or string; dates become ISO strings).
     description : str
         One line shown in error messages and documentation.
@@ -63,6 +64,12 @@ _VOCABULARY_KEYS = {
     "ids": ManifestField("path", "file with one id per line", required=True),
 }
 
+_QUERY_KEYS = {
+    "vectors": ManifestField("path", "vectors file of the queries (same model as the corpus)", required=True),
+    "ids": ManifestField("path", "file with one query id per line (unless the vectors file carries ids)"),
+    "metadata": ManifestField("path", "table with an 'id' column grouping the queries (e.g. a 'group' column)"),
+}
+
 MANIFEST_FIELDS: dict[str, ManifestField] = {
     "name": ManifestField("str", "display name of the embedding set (default: the manifest file name)"),
     "vectors": ManifestField("path", "file with the embedding matrix", required=True),
@@ -80,6 +87,9 @@ MANIFEST_FIELDS: dict[str, ManifestField] = {
     "test_edges": ManifestField("path", "held-out graph edges for link prediction"),
     "negatives": ManifestField("path", "negative id pairs (non-edges)"),
     "score": ManifestField("str", "how link prediction scores an edge from two vectors: dot, cosine or neg_l2"),
+    "queries": ManifestField("mapping", "the retrieval queries: vectors, ids, metadata", keys=_QUERY_KEYS),
+    "qrels": ManifestField("path", "relevance judgements: TREC qrels or a table query_id,doc_id,relevance"),
+    "exclude_self": ManifestField("bool", "retrieval: a document whose id equals the query id is not ranked"),
 }
 
 CORE_FIELDS = ("name", "vectors", "ids", "metadata")
@@ -162,6 +172,16 @@ def _check_path_list(value: Any, where: str, base: Path, spec: ManifestField) ->
     return [_check_path(item, f"{where}, item {i}", base, spec) for i, item in enumerate(value, 1)]
 
 
+def _check_bool(value: Any, where: str, base: Path, spec: ManifestField) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{where}: expected true or false, found {describe(value)}")
+    return value
+
+
+def _check_one_mapping(value: Any, where: str, base: Path, spec: ManifestField) -> dict[str, Any]:
+    return _check_mapping(value, spec.keys, where, base, "key")
+
+
 def _check_mapping_list(value: Any, where: str, base: Path, spec: ManifestField) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise InputError(
@@ -180,6 +200,8 @@ def _check_timestamp(value: Any, where: str, base: Path, spec: ManifestField) ->
 
 _CHECKERS: dict[str, Callable[[Any, str, Path, ManifestField], Any]] = {
     "str": _check_str,
+    "bool": _check_bool,
+    "mapping": _check_one_mapping,
     "path": _check_path,
     "path_or_column": _check_path_or_column,
     "path_list": _check_path_list,

@@ -19,6 +19,8 @@ import numpy as np
 from .embedding_set import EmbeddingSet
 from .graph import EdgeList, field_label, read_edges, read_negatives, read_score
 from .pairs import read_positive_pairs
+from .qrels import read_qrels
+from .queries import load_queries
 from .runs import load_runs, load_tranches, read_vocabularies
 from .snapshots import load_snapshots
 from .words import read_analogies, read_word_pairs
@@ -52,6 +54,10 @@ LOADERS: dict[str, Callable[[EmbeddingSet, Any, dict], Any]] = {
     "test_edges": lambda es, v, _: read_edges(v, es.ids, label=field_label(v, "test_edges")),
     "negatives": _negatives,
     "score": lambda es, v, _: read_score(v),
+    "queries": lambda es, v, _: load_queries(v, es.d),
+    "qrels": lambda es, v, side: read_qrels(v, query_ids=side["queries"].ids if "queries" in side else es.ids,
+                                            doc_ids=es.ids, label=f"qrels: {Path(v).name}"),
+    "exclude_self": lambda es, v, _: bool(v),
 }
 
 

@@ -1,0 +1,257 @@
+"""The Retrieval chapter: every judged query ranks the whole corpus exactly, and trec_eval's metrics
+say how well the relevant documents come back (computed in :mod:`embeval_report.metrics.retrieval`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from ..errors import ChapterSkipped
+from ..io import group_column
+from ..metrics import retrieval as rt
+from ..report.display import show_figure, show_markdown, show_table
+from ..report.display import show_metrics as show_metric_table
+from ..report.format import number, percent
+from ..report.plotting import PALETTE, WIDTH
+from ..stats import mean_ci
+from .setup import ChapterContext
+
+__all__ = ["RetrievalReport", "compute", "curves_figure", "distribution_figure", "group_table", "narrative",
+           "precheck", "show_curves", "show_distribution", "show_groups", "show_metrics", "show_protocol",
+           "show_summary", "show_worst", "worst_queries"]
+
+#: queries listed in the "worst queries" table
+WORST = 10
+#: documents shown per listed query
+SHOWN_DOCS = 3
+
+
+@dataclass(frozen=True)
+class RetrievalReport:
+    """Everything the chapter shows."""
+
+    result: rt.RetrievalResult
+    curves: pd.DataFrame
+    groups: pd.Series | None     # query id -> group label, when the queries have a group column
+    group_name: str | None
+    queries_from: str            # where the queries come from (a file, or the corpus itself)
+
+
+def precheck(es, side, settings) -> str | None:
+    """Why retrieval cannot be evaluated: no corpus beyond a single document."""
+    if es.n < 2:
+        return f"retrieval needs a corpus of at least 2 documents to rank; the set has {es.n}"
+    return None
+
+
+def compute(ctx: ChapterContext) -> RetrievalReport:
+    """Rank the corpus for every judged query and record the metrics."""
+    es, side = ctx.es, ctx.side
+    reason = precheck(es, side, ctx.settings)
+    if reason:
+        raise ChapterSkipped(reason)
+    if "queries" in side:
+        q = side.queries
+        Q, qids, meta, source = q.vectors, q.ids, q.metadata, q.file
+    else:
+        Q, qids, meta, source = es.vectors, es.ids, es.metadata, "the corpus itself (no queries given)"
+    score = es.fields.get("score", "cosine")
+    metric = score if score in rt.METRICS_KIND else "cosine"
+    result = rt.evaluate_retrieval(Q, es.vectors, side.qrels, query_ids=qids, doc_ids=es.ids, metric=metric,
+                                   exclude_self=bool(side.exclude_self), level=ctx.level, seed=ctx.seed,
+                                   device=ctx.device, label="qrels")
+    ctx.rec.add(*result.metrics.values())
+    ctx.rec.note(protocol=result.protocol, excluded_queries=result.excluded_queries[:50], **result.info)
+    groups, column = _query_groups(meta, qids)
+    return RetrievalReport(result, rt.cutoff_curves(result), groups, column, source)
+
+
+def _query_groups(meta: pd.DataFrame | None, qids) -> tuple[pd.Series | None, str | None]:
+    """Query id -> group label from the queries' metadata (its first group-like column), if any."""
+    if meta is None:
+        return None, None
+    table = meta.set_index("id") if "id" in meta.columns else meta
+    column = group_column(table)
+    if column is None:
+        return None, None
+    return table[column].reindex(pd.Index(qids, dtype=object)), column
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers, narrative, tables, figures
+# ---------------------------------------------------------------------------------------------
+
+def _value(r: rt.RetrievalResult, name: str, fmt: str = ".3f") -> str:
+    m = r.metrics[name]
+    ci = f" (95 % CI {m.ci_low:{fmt}}–{m.ci_high:{fmt}})" if m.has_ci else ""
+    return f"{m.value:{fmt}}{ci}"
+
+
+def narrative(rep: RetrievalReport) -> str:
+    """What the numbers say about this model's retrieval."""
+    r, p = rep.result, rep.result.protocol
+    pq = r.per_query
+    first = pq["first_relevant_rank"]
+    miss10 = float((first > 10).mean())
+    parts = [
+        f"**{p['n_evaluated']:,} queries** with at least one relevant document ranked all {p['n_docs']:,} documents "
+        f"by {p['metric']} similarity (exact, every document). nDCG@10 is {_value(r, 'ndcg_at_10')}, recall@10 "
+        f"{_value(r, 'recall_at_10')} and MRR {_value(r, 'mrr')}; the first relevant document of a query is at "
+        f"median rank {number(float(first.median()), 3)} (mean {number(float(first.mean()), 3)}).",
+        f"{percent(miss10, 1)} of the queries find no relevant document in the top 10 "
+        f"(hit rate@10 {_value(r, 'hit_rate_at_10')}); recall@100 is {_value(r, 'recall_at_100')}, so "
+        + ("most relevant documents are within reach of a re-ranker that reads the top 100."
+           if r.values["recall_at_100"] >= 0.8 else
+           "a re-ranker reading the top 100 would still miss a sizeable share of the relevant documents: the "
+           "first stage itself loses them."),
+    ]
+    gap = r.values["ndcg_at_10_exp"] - r.values["ndcg_at_10"]
+    if abs(gap) >= 0.01:
+        parts.append(f"With exponential gain (2^rel − 1, which rewards the highest grades more) nDCG@10 is "
+                     f"{r.values['ndcg_at_10_exp']:.3f}, {'above' if gap > 0 else 'below'} the linear-gain value: the "
+                     f"model places the most relevant documents {'better' if gap > 0 else 'worse'} than the "
+                     "merely relevant ones.")
+    skipped = p["n_without_relevant"] + p["n_unjudged"]
+    if skipped:
+        parts.append(f"{p['n_without_relevant']:,} judged queries have no relevant document and "
+                     f"{p['n_unjudged']:,} queries have no judgement at all; both are left out of every mean "
+                     "(trec_eval's convention), so the numbers describe answerable queries only.")
+    return "\n\n".join(parts)
+
+
+def curves_figure(curves: pd.DataFrame) -> plt.Figure:
+    """Mean recall@k and precision@k for k = 1..100."""
+    fig, ax = plt.subplots(figsize=(WIDTH * 0.62, 3.0))
+    ax.plot(curves["k"], curves["recall"], color=PALETTE["data"], label="recall@k")
+    ax.plot(curves["k"], curves["precision"], color=PALETTE["accent"], label="precision@k")
+    ax.set_xscale("log")
+    ax.set_xlabel("cut-off k")
+    ax.set_ylabel("mean over queries")
+    ax.set_ylim(0, 1.02)
+    for k in (1, 10, 100):
+        ax.axvline(k, color=PALETTE["muted"], lw=0.6, ls=":")
+    ax.legend(frameon=False, fontsize=8)
+    return fig
+
+
+def distribution_figure(per_query: pd.DataFrame, n_docs: int) -> plt.Figure:
+    """Per-query nDCG@10 and the rank of the first relevant document."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(WIDTH, 2.8))
+    a.hist(per_query["ndcg_at_10"], bins=np.linspace(0, 1, 21), color=PALETTE["data"])
+    a.set_xlabel("nDCG@10 of a query")
+    a.set_ylabel("queries")
+    first = per_query["first_relevant_rank"].to_numpy(float)
+    edges = np.unique(np.geomspace(1, max(n_docs, 2) + 1, 25).round())
+    b.hist(first, bins=edges, color=PALETTE["accent"])
+    b.set_xscale("log")
+    b.axvline(10.5, color=PALETTE["muted"], lw=0.8, ls="--")
+    b.set_xlabel("rank of the first relevant document")
+    return fig
+
+
+def worst_queries(rep: RetrievalReport, n: int = WORST) -> pd.DataFrame:
+    """The queries ranked worst (lowest nDCG@10, then latest first relevant document), with what they retrieved
+    and what they should have (✓ marks a relevant document, its grade in brackets)."""
+    r = rep.result
+    worst = r.per_query.sort_values(["ndcg_at_10", "first_relevant_rank"], ascending=[True, False]).head(n)
+    top = r.top[r.top["rank"] <= SHOWN_DOCS].groupby("query_id")
+    rel = r.relevant.sort_values(["query_id", "relevance", "rank"], ascending=[True, False, True]).groupby("query_id")
+    rows = []
+    for _, q in worst.iterrows():
+        retrieved = top.get_group(q["query_id"]) if q["query_id"] in top.groups else pd.DataFrame()
+        shown = [f"{d}{' ✓(' + str(int(g)) + ')' if pd.notna(g) and g >= 1 else ''}"
+                 for d, g in zip(retrieved.get("doc_id", []), retrieved.get("relevance", []))]
+        wanted = rel.get_group(q["query_id"]).head(SHOWN_DOCS)
+        rows.append({"query": str(q["query_id"]), "relevant": int(q["n_relevant"]),
+                     "first relevant at": int(q["first_relevant_rank"]), "nDCG@10": f"{q['ndcg_at_10']:.2f}",
+                     f"top {SHOWN_DOCS} retrieved": ", ".join(shown),
+                     "relevant documents (rank)": ", ".join(f"{d} ({int(k)})"
+                                                            for d, k in zip(wanted["doc_id"], wanted["rank"]))})
+    return pd.DataFrame(rows)
+
+
+def group_table(rep: RetrievalReport, level: float = 0.95) -> pd.DataFrame | None:
+    """Per query group: queries, nDCG@10, recall@10 and MRR with bootstrap intervals over the group's queries."""
+    if rep.groups is None:
+        return None
+    pq = rep.result.per_query.assign(group=rep.groups.reindex(rep.result.per_query["query_id"]).to_numpy())
+    pq = pq[pq["group"].notna()]
+    if pq["group"].nunique() < 2:
+        return None
+    rows = []
+    for g, part in pq.groupby("group", sort=True):
+        row = {"group": str(g), "queries": len(part)}
+        for name, label in (("ndcg_at_10", "nDCG@10"), ("recall_at_10", "recall@10"), ("mrr", "MRR")):
+            lo, hi, _ = (mean_ci(part[name].to_numpy(), level, seed=0, units="queries") if len(part) > 1
+                         else (np.nan, np.nan, ""))
+            row[label] = f"{part[name].mean():.3f}" + (f" ({lo:.3f}–{hi:.3f})" if np.isfinite([lo, hi]).all() else "")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the notebook shows
+# ---------------------------------------------------------------------------------------------
+
+def show_summary(rep: RetrievalReport) -> None:
+    show_markdown(narrative(rep))
+
+
+def show_metrics(rep: RetrievalReport) -> None:
+    r = rep.result
+    show_metric_table(r.metrics, caption=f"Retrieval metrics over {r.protocol['n_evaluated']:,} queries, each "
+                                         f"ranking all {r.protocol['n_docs']:,} documents exactly by "
+                                         f"{r.protocol['metric']} similarity; trec_eval definitions, means over "
+                                         "queries with at least one relevant document, bootstrap intervals over "
+                                         "queries. No verdict: retrieval quality depends on the task and corpus.",
+                      label="tbl-retrieval-metrics")
+
+
+def show_curves(rep: RetrievalReport) -> None:
+    show_figure(curves_figure(rep.curves),
+                caption="Mean recall@k and precision@k by cut-off (log scale): recall rises towards the share of "
+                        "relevant documents the model ever ranks well; precision falls as k outgrows the number "
+                        "of relevant documents per query.", label="fig-retrieval-curves")
+
+
+def show_distribution(rep: RetrievalReport) -> None:
+    r = rep.result
+    show_figure(distribution_figure(r.per_query, r.protocol["n_docs"]),
+                caption="Per query: nDCG@10 (left) and the rank of the first relevant document (right, log bins; "
+                        "the dashed line is rank 10). A mass at nDCG 0 is the queries the model fails outright.",
+                label="fig-retrieval-distribution")
+
+
+def show_worst(rep: RetrievalReport) -> None:
+    show_table(worst_queries(rep),
+               caption=f"The {WORST} worst queries: lowest nDCG@10, then latest first relevant document. ✓(g): a "
+                       f"retrieved document judged relevant with grade g; the relevant documents with their ranks.",
+               label="tbl-retrieval-worst")
+
+
+def show_groups(rep: RetrievalReport) -> None:
+    t = group_table(rep, rep.result.protocol["level"])
+    if t is None:
+        show_markdown("No breakdown: the queries have no group column (give `queries: {metadata: ...}` with a "
+                      "`group`, `kind`, `type` or `label` column).")
+        return
+    show_table(t, caption=f"By query {rep.group_name}: means with 95 % bootstrap intervals over the group's "
+                          "queries.", label="tbl-retrieval-groups")
+
+
+def show_protocol(rep: RetrievalReport) -> None:
+    p = rep.result.protocol
+    rows = [("queries from", rep.queries_from), ("documents ranked", f"{p['n_docs']:,} (all, exact)"),
+            ("score", p["metric"]),
+            ("ties", "equal scores: the larger document id first (trec_eval)" if p["ties"] == "trec_eval"
+             else "equal scores: the lower row first"),
+            ("own document", "excluded from its query's ranking" if p["exclude_self"] else "ranked like any other"),
+            ("judgements", f"{p['n_judgements']:,} ({p['n_relevant_judgements']:,} with grade ≥ 1)"),
+            ("queries evaluated", f"{p['n_evaluated']:,} of {p['n_queries']:,}"),
+            ("left out", f"{p['n_without_relevant']:,} without a relevant document, {p['n_unjudged']:,} unjudged"
+             + (f"; {p['self_judgements_dropped']:,} judgements of a query's own document dropped"
+                if p["self_judgements_dropped"] else ""))]
+    show_table(pd.DataFrame(rows, columns=["setting", "value"]), caption="The evaluation protocol.",
+               label="tbl-retrieval-protocol")

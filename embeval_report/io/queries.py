@@ -1,0 +1,63 @@
+"""The retrieval chapter's queries: their vectors and ids, read and checked against the corpus.
+
+The manifest's ``queries`` names a vectors file (any vectors format) and, unless that file carries
+its own ids, an ``ids`` file (one id per line); an optional ``metadata`` table (``id`` column plus
+free columns) groups the queries in the chapter's breakdown. Without ``queries`` the corpus rows
+are the queries (``exclude_self: true`` then keeps each row from retrieving itself).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import InputError
+from .files import read_ids_file
+from .vectors import finalize, read_raw
+
+
+@dataclass(frozen=True)
+class QuerySet:
+    """Query vectors (m, d) float32 with their ids, and optional per-query metadata (indexed by id)."""
+
+    vectors: np.ndarray
+    ids: np.ndarray
+    file: str
+    metadata: pd.DataFrame | None = None
+
+
+def load_queries(spec: dict, d: int) -> QuerySet:
+    """Read the ``queries`` mapping (``vectors``, ``ids``, ``metadata``); the vectors must have the corpus's ``d``."""
+    path = Path(spec["vectors"])
+    label = f"queries: {path.name}"
+    raw, ids = read_raw(path, label)
+    ids_label = label
+    if "ids" in spec:
+        ids_label = f"queries: {Path(spec['ids']).name}"
+        ids = read_ids_file(Path(spec["ids"]), ids_label)
+    vectors, ids = finalize(raw, ids, label, ids_label)
+    if ids is None:
+        raise InputError(f"{label}: the file carries no ids; expected an `ids` file under `queries` (one id per "
+                         "line): the qrels refer to queries by id")
+    if vectors.shape[1] != d:
+        raise InputError(f"{label}: {vectors.shape[1]} dimensions; expected {d}, as the corpus vectors (queries and "
+                         "documents must come from the same model)")
+    meta = None
+    if "metadata" in spec:
+        meta = _metadata(Path(spec["metadata"]), ids)
+    return QuerySet(vectors, ids, path.name, meta)
+
+
+def _metadata(path: Path, ids: np.ndarray) -> pd.DataFrame:
+    label = f"queries: {path.name}"
+    table = pd.read_parquet(path) if path.suffix.lower() == ".parquet" else pd.read_csv(
+        path, sep="\t" if path.suffix.lower() == ".tsv" else ",", dtype={"id": str})
+    if "id" not in table.columns:
+        raise InputError(f"{label}: no 'id' column; expected a table with an 'id' column and free columns")
+    table["id"] = table["id"].astype(str).str.strip()
+    dup = table["id"].duplicated()
+    if dup.any():
+        raise InputError(f"{label}, row {int(np.argmax(dup.to_numpy())) + 1}: duplicate id {table['id'][dup].iloc[0]!r}")
+    return table.set_index("id").reindex(pd.Index(ids, dtype=object))
