@@ -163,3 +163,20 @@ def test_isotropy_by_group_matches_per_group_metrics():
     assert table.loc[1, "APCS"] == pytest.approx(measure_isotropy(X[300:], n_boot=0).values["apcs"])
     text = group_narrative(table, "kind")
     assert "b&lt;x&gt;" in text and "<x>" not in text
+
+
+def test_all_but_the_top_in_one_pass_keeps_the_exact_apcs():
+    """spread="sampled": every setting's APCS from one pass equals the per-setting exact pass; the spread
+    comes from the sampled pairs and lies near the exact one."""
+    from embeval_report.metrics.isotropy import all_but_the_top_effect
+
+    rng = np.random.default_rng(21)
+    X = (rng.standard_normal((1500, 20)) * np.linspace(3, 0.3, 20) + 1.0).astype(np.float32)
+    exact, _ = all_but_the_top_effect(X, seed=1, device="cpu")
+    fast, samples = all_but_the_top_effect(X, seed=1, spread="sampled", device="cpu")
+    np.testing.assert_allclose(fast["apcs"], exact["apcs"], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(fast["apcs_std"], exact["apcs_std"], rtol=0.1)
+    for D, row in zip(fast["removed"].iloc[1:], fast.iloc[1:].itertuples()):
+        assert row.apcs_std == pytest.approx(np.std(samples[int(D)]))
+    with pytest.raises(ValueError, match="spread"):
+        all_but_the_top_effect(X, spread="rough", device="cpu")

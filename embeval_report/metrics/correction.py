@@ -136,7 +136,8 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
     if removed is None:
         with warnings.catch_warnings():  # candidates that leave nothing are simply not chosen
             warnings.simplefilter("ignore", UndefinedMetricWarning)
-            removed = best_removal(all_but_the_top_effect(X, sample_size=1000, seed=seed, device=dev)[0])
+            removed = best_removal(all_but_the_top_effect(X, sample_size=1000, seed=seed, spread="sampled",
+                                                          device=dev)[0])  # APCS only: one pass
         removed = 0 if removed is None else removed
     pcs = PrincipalDirections.fit(X, device=dev)
     d = X.shape[1]

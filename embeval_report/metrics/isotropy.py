@@ -319,7 +319,7 @@ ABTT_COLUMNS = ("apcs", "apcs_std", "participation_ratio_fraction", "condition_n
 
 
 def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: IsotropyResult | None = None,
-                           sample_size: int = ABTT_PAIRS, seed: int = 0, device="auto"
+                           sample_size: int = ABTT_PAIRS, seed: int = 0, spread: str = "exact", device="auto"
                            ) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
     """Isotropy before and after all-but-the-top for several numbers of removed components.
 
@@ -327,7 +327,10 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
     ``removals``, default :func:`default_removals`) and the metrics :data:`ABTT_COLUMNS`
     (``participation_ratio_fraction`` and ``condition_number`` over the d − D remaining
     directions), plus a sample of pairwise cosines for each setting (same pairs; key -1 is the
-    original). Exact metrics; removing D components leaves the spectrum λ_{D+1..d}. A setting
+    original). Exact metrics; removing D components leaves the spectrum λ_{D+1..d}. The APCS of every
+    setting is exact; its spread (``apcs_std``) is exact from each setting's cosine Gram (one d x d
+    product over the rows per setting) with ``spread="exact"``, or the sd of the sampled pair
+    cosines with ``spread="sampled"``, which makes the whole table one pass over the rows. A setting
     whose corrected vectors are all zero (every row the same) has undefined cosines: NaN, with an
     :class:`~embeval_report.errors.UndefinedMetricWarning`.
     """
@@ -341,6 +344,9 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
     rows = [dict(setting="original", removed=None, **{k: base.values[k] for k in ABTT_COLUMNS})]
     samples = {-1: base.pair_cosines}
     scale = float(pcs.mean @ pcs.mean) + float(pcs.eigenvalues.clip(0).sum())
+    if spread not in ("exact", "sampled"):
+        raise ValueError(f"spread must be 'exact' or 'sampled', not {spread!r}")
+    sums = _unit_sums(X, pcs, removals, dev) if spread == "sampled" else None
     for D in removals:
         f = pcs.remover(D, dev)
         vals = spectral_metrics(pcs.eigenvalues[D:], d - D)
@@ -351,13 +357,32 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
             vals["apcs"] = vals["apcs_std"] = float("nan")
             samples[D] = np.full(len(i), np.nan)
         else:
-            m = block_moments(X, transform=lambda x: unit_rows(f(x)), device=dev, desc=f"all-but-the-top D={D}")
-            N, s, G = m.total()
-            vals["apcs"], vals["apcs_std"] = cosine_moments(s, G, N)
             samples[D] = pair_cosines(X, i, j, transform=f, device=dev)
+            if sums is None:
+                m = block_moments(X, transform=lambda x: unit_rows(f(x)), device=dev, desc=f"all-but-the-top D={D}")
+                N, s, G = m.total()
+                vals["apcs"], vals["apcs_std"] = cosine_moments(s, G, N)
+            else:
+                vals["apcs"] = float((sums[D] @ sums[D] - n) / (n * (n - 1)))
+                vals["apcs_std"] = float(np.std(samples[D]))
         label = "mean removed" if D == 0 else f"mean + top {D} removed"
         rows.append(dict(setting=label, removed=D, **{k: vals[k] for k in ABTT_COLUMNS}))
     return pd.DataFrame(rows), samples
+
+
+def _unit_sums(X, pcs: PrincipalDirections, removals: list[int], device) -> dict[int, np.ndarray]:
+    """The sum of the unit rows after removing the mean and D top directions, for every D in ``removals``,
+    from one pass over the rows (each D a rank-D update of the centred chunk)."""
+    top = max(removals, default=0)
+    mu = torch.as_tensor(pcs.mean, device=device)
+    V = torch.as_tensor(pcs.vectors[:, :top], device=device)
+    sums = {D: torch.zeros(len(pcs.mean), dtype=torch.float64, device=device) for D in removals}
+    for _, x in iter_chunks(X, device=device, desc="all-but-the-top (every D, one pass)"):
+        c = x - mu
+        P = c @ V
+        for D in removals:
+            sums[D] += unit_rows(c - P[:, :D] @ V[:, :D].T if D else c).sum(0)
+    return {D: s.cpu().numpy() for D, s in sums.items()}
 
 
 def best_removal(abtt: pd.DataFrame) -> int | None:
