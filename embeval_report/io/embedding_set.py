@@ -119,7 +119,14 @@ class EmbeddingSet:
 
 
 def load_source(source: str | os.PathLike) -> EmbeddingSet:
-    """Load and validate an embedding set from a manifest (.yaml/.yml) or a vectors file."""
+    """Load and validate an embedding set from a manifest (.yaml/.yml), a vectors file or a
+    PyTorch-BigGraph checkpoint folder (one entity type)."""
+    from .checkpoints import is_pbg_checkpoint
+
+    if Path(source).is_dir() and is_pbg_checkpoint(source):
+        folder = Path(source).resolve()
+        vectors, ids = finalize(*read_raw(folder, folder.name), folder.name, folder.name)
+        return _make_set(folder.name, vectors, ids, None, folder, {})
     path = existing_file(source)
     suffix = path.suffix.lower()
     if suffix in MANIFEST_SUFFIXES:
@@ -222,7 +229,7 @@ def _load_manifest_set(path: Path) -> EmbeddingSet:
     id_column, key = _ids_columns(ids_ref, vectors_path, metadata_path, path)
     table = _read_metadata_table(metadata_path, key) if metadata_path else None
 
-    raw, ids = read_raw(vectors_path, vectors_path.name, id_column)
+    raw, ids = read_raw(vectors_path, vectors_path.name, id_column, entity=spec.get("entity"))
     ids_label = vectors_path.name
     if ids_ref is not None and "path" in ids_ref:
         ids_label = Path(ids_ref["path"]).name

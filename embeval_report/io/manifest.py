@@ -13,7 +13,8 @@ from .files import describe, existing_file, one_line, read_text, resolve_path
 
 # --------------------------------------------------------------------------- schema
 
-FIELD_KINDS = ("str", "bool", "path", "path_or_column", "path_list", "mapping", "mapping_list", "timestamp")
+FIELD_KINDS = ("str", "bool", "path", "vectors_path", "path_or_column", "path_list", "mapping", "mapping_list",
+               "timestamp")
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,8 @@ _QUERY_KEYS = {
 
 MANIFEST_FIELDS: dict[str, ManifestField] = {
     "name": ManifestField("str", "display name of the embedding set (default: the manifest file name)"),
-    "vectors": ManifestField("path", "file with the embedding matrix", required=True),
+    "vectors": ManifestField("vectors_path", "file with the embedding matrix, or a PyTorch-BigGraph checkpoint folder",
+                             required=True),
     "ids": ManifestField("path_or_column", "file with one id per line, or the name of an id column"),
     "metadata": ManifestField("path", "table (.csv/.tsv/.parquet) with an 'id' column and free columns"),
     "runs": ManifestField("path_list", "vectors files of further training runs of the same items"),
@@ -90,9 +92,10 @@ MANIFEST_FIELDS: dict[str, ManifestField] = {
     "queries": ManifestField("mapping", "the retrieval queries: vectors, ids, metadata", keys=_QUERY_KEYS),
     "qrels": ManifestField("path", "relevance judgements: TREC qrels or a table query_id,doc_id,relevance"),
     "exclude_self": ManifestField("bool", "retrieval: a document whose id equals the query id is not ranked"),
+    "entity": ManifestField("str", "the entity type to read from a PyTorch-BigGraph checkpoint folder"),
 }
 
-CORE_FIELDS = ("name", "vectors", "ids", "metadata")
+CORE_FIELDS = ("name", "vectors", "ids", "metadata", "entity")
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 
 
@@ -158,6 +161,16 @@ def _check_path(value: Any, where: str, base: Path, spec: ManifestField) -> str:
     return str(existing_file(resolve_path(value, base), where))
 
 
+def _check_vectors_path(value: Any, where: str, base: Path, spec: ManifestField) -> str:
+    from .checkpoints import is_pbg_checkpoint
+
+    _require_text(value, where, "a file path (string)")
+    path = resolve_path(value, base)
+    if path.is_dir() and is_pbg_checkpoint(path):
+        return str(path.resolve())
+    return str(existing_file(path, where))
+
+
 def _check_path_or_column(value: Any, where: str, base: Path, spec: ManifestField) -> dict[str, str]:
     _require_text(value, where, "a file path or a column name (string)")
     candidate = resolve_path(value, base)
@@ -203,6 +216,7 @@ _CHECKERS: dict[str, Callable[[Any, str, Path, ManifestField], Any]] = {
     "bool": _check_bool,
     "mapping": _check_one_mapping,
     "path": _check_path,
+    "vectors_path": _check_vectors_path,
     "path_or_column": _check_path_or_column,
     "path_list": _check_path_list,
     "mapping_list": _check_mapping_list,

@@ -133,8 +133,14 @@ def _row_ref(row: int, ids: np.ndarray | None) -> str:
 # --------------------------------------------------------------------- readers
 
 
-def read_raw(path: Path, label: str, id_column: str | None = None) -> tuple[np.ndarray, Any]:
-    """Read a vectors file by extension into (unvalidated array, ids or None)."""
+def read_raw(path: Path, label: str, id_column: str | None = None, *, entity: str | None = None
+             ) -> tuple[np.ndarray, Any]:
+    """Read a vectors file by extension into (unvalidated array, ids or None); a folder is read as a
+    PyTorch-BigGraph checkpoint (``entity``: its entity type, see :mod:`.checkpoints`)."""
+    if path.is_dir():
+        from .checkpoints import read_pbg_checkpoint
+
+        return read_pbg_checkpoint(path, entity=entity, label=label)
     suffix = path.suffix.lower()
     if suffix in _TABLE_READERS:
         return _TABLE_READERS[suffix](path, label, id_column)
@@ -212,14 +218,11 @@ def _pick_array_name(names: Iterable[str], label: str) -> str:
 
 
 def _read_gensim(path: Path, label: str) -> tuple[np.ndarray, list[str]]:
-    from gensim.models import KeyedVectors
+    """gensim KeyedVectors or a full Word2Vec / FastText / Doc2Vec model (its document vectors), read
+    through an allow-listed unpickler (:func:`.checkpoints.read_gensim_model`)."""
+    from .checkpoints import read_gensim_model
 
-    with library_errors(label, "a gensim KeyedVectors file"):
-        obj = KeyedVectors.load(str(path))
-    kv = getattr(obj, "wv", obj)  # a full model (Word2Vec, FastText) keeps its vectors in .wv
-    if not isinstance(kv, KeyedVectors):
-        raise InputError(f"{label}: expected gensim KeyedVectors or a model with .wv, found {type(obj).__name__}")
-    return kv.vectors, list(kv.index_to_key)
+    return read_gensim_model(path, label=label)
 
 
 def _read_word2vec_text(path: Path, label: str) -> tuple[np.ndarray, list[str]]:
