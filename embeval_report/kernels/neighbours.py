@@ -300,6 +300,39 @@ def query_lists(X, rows: np.ndarray, k: int, *, device, desc: str | None = None)
     return idx[keep].reshape(len(idx), k)
 
 
+class _Rows64:
+    """The float64 (unit, for cosine) rows of a float32 corpus, made on demand chunk by chunk, so no
+    float64 copy of the whole corpus is held (a 2M x 768 set would need 12 GB for it)."""
+
+    def __init__(self, X32: torch.Tensor, unit: bool):
+        self.X32, self.unit = X32, unit
+        self.step = chunk_rows(len(X32), X32.shape[1] * 8 * 4)
+        self.norms = (torch.cat([X32[s:s + self.step].double().norm(dim=1) for s in range(0, len(X32), self.step)])
+                      .clamp_min(torch.finfo(torch.float64).tiny) if unit else None)
+
+    def __getitem__(self, idx) -> torch.Tensor:
+        rows = self.X32[idx].double()
+        return rows / self.norms[idx].unsqueeze(-1) if self.unit else rows  # as unit_rows, row by row
+
+    def squared_norms(self) -> torch.Tensor:
+        return torch.cat([(r * r).sum(1) for r in self._chunks()])
+
+    def _chunks(self):
+        for s in range(0, len(self.X32), self.step):
+            yield self[s:s + self.step]
+
+    def transposed(self, dtype, sq64=None) -> torch.Tensor:
+        """The (d, n) float32 corpus the products read (euclidean: ``[2x, -|x|^2]`` rows), in ``dtype``."""
+        d = self.X32.shape[1] + int(sq64 is not None)
+        out = torch.empty((d, len(self.X32)), dtype=dtype, device=self.X32.device)
+        for s, r in zip(range(0, len(self.X32), self.step), self._chunks()):
+            r = r.float()
+            if sq64 is not None:
+                r = torch.cat([2 * r, -sq64[s:s + len(r)].float()[:, None]], 1)
+            out[:, s:s + len(r)] = r.T.to(dtype)
+        return out
+
+
 def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: bool, dev: torch.device,
             desc: str | None, potential_t: float | None = None, dtype=torch.float32) -> tuple[list, np.ndarray | None]:
     """Top-k of every row of ``Q`` against ``X`` for each plan ``(k, rescore)`` (see :func:`knn`), all from
@@ -307,14 +340,9 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
     candidates in fast mode), float64 order. Returns the plans' ``(indices, scores)`` and, when
     ``potential_t`` is given (cosine self sweep), the rows' log Gaussian potential."""
     n = len(X)
-    corpus64 = to_tensor(X, dtype=torch.float32, device=dev).double()  # uploaded as float32, widened on the device
-    if metric == "cosine":
-        corpus64 = unit_rows(corpus64)
-    corpus = corpus64.float()
-    if metric == "euclidean":  # rank by 2 q.x - |x|^2 (= |q|^2 - |q - x|^2): one product with an extra column
-        sq64 = (corpus64 * corpus64).sum(1)
-        corpus = torch.cat([2 * corpus, -sq64.float()[:, None]], 1)
-    corpus_t = corpus.T.contiguous().to(dtype)
+    corpus64 = _Rows64(to_tensor(X, dtype=torch.float32, device=dev), metric == "cosine")
+    sq64 = corpus64.squared_norms() if metric == "euclidean" else None
+    corpus_t = corpus64.transposed(dtype, sq64)
     extra = RERANK if dtype == torch.float32 else FAST_RERANK
     starts, rows, cols, buffer = _query_blocks(len(Q), n, dev, desc, dtype)
     out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]
