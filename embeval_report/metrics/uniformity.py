@@ -441,7 +441,8 @@ def measure_uniformity(X, pairs: PositivePairs | None = None, *, t: float = T_DE
     if abtt and d >= 3:
         with warnings.catch_warnings():  # a set without variance: no removal to compare, said by the chapter
             warnings.simplefilter("ignore", UndefinedMetricWarning)
-            D = best_removal(all_but_the_top_effect(X, sample_size=1000, seed=seed, device=dev)[0])
+            D = best_removal(all_but_the_top_effect(X, sample_size=1000, seed=seed, spread="sampled",
+                                                    device=dev)[0])  # the APCS alone picks D: one pass
     if D is not None:
         Y = all_but_the_top(X, D, device=dev)
         abtt_res = dict(removed=D, uniformity=uniformity(Y, t=t, sample_size=sample_size, pair_budget=pair_budget,
