@@ -13,7 +13,7 @@ from ..io import group_column
 from ..metrics import retrieval as rt
 from ..report.display import show_figure, show_markdown, show_table
 from ..report.display import show_metrics as show_metric_table
-from ..report.format import number, percent
+from ..report.format import number, percent, value_with_ci
 from ..report.plotting import PALETTE, WIDTH
 from ..stats import mean_ci
 from .setup import ChapterContext
@@ -85,8 +85,7 @@ def _query_groups(meta: pd.DataFrame | None, qids) -> tuple[pd.Series | None, st
 
 def _value(r: rt.RetrievalResult, name: str, fmt: str = ".3f") -> str:
     m = r.metrics[name]
-    ci = f" (95 % CI {m.ci_low:{fmt}}–{m.ci_high:{fmt}})" if m.has_ci else ""
-    return f"{m.value:{fmt}}{ci}"
+    return value_with_ci(m.value, m.ci_low, m.ci_high, fmt)
 
 
 def narrative(rep: RetrievalReport) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from .files import read_ids_file
+from .files import as_ids, check_unique, read_ids_file
 from .vectors import finalize, read_raw
 
 
@@ -51,13 +51,11 @@ def load_queries(spec: dict, d: int) -> QuerySet:
 
 
 def _metadata(path: Path, ids: np.ndarray) -> pd.DataFrame:
+    """The queries' metadata table (read as the corpus's), indexed by query id; rows of other ids are dropped."""
+    from .embedding_set import _read_metadata_table
+
     label = f"queries: {path.name}"
-    table = pd.read_parquet(path) if path.suffix.lower() == ".parquet" else pd.read_csv(
-        path, sep="\t" if path.suffix.lower() == ".tsv" else ",", dtype={"id": str})
-    if "id" not in table.columns:
-        raise InputError(f"{label}: no 'id' column; expected a table with an 'id' column and free columns")
-    table["id"] = table["id"].astype(str).str.strip()
-    dup = table["id"].duplicated()
-    if dup.any():
-        raise InputError(f"{label}, row {int(np.argmax(dup.to_numpy())) + 1}: duplicate id {table['id'][dup].iloc[0]!r}")
-    return table.set_index("id").reindex(pd.Index(ids, dtype=object))
+    table = _read_metadata_table(path, "id")
+    keys = as_ids(table["id"], f"{label}, column 'id'")
+    check_unique(keys, label)
+    return table.drop(columns=["id"]).set_axis(pd.Index(keys, name="id")).reindex(pd.Index(ids, dtype=object))

@@ -1,6 +1,6 @@
 """Exact nearest neighbours by blocked matrix products, and neighbour-set comparison.
 
-The top-k kernel (:func:`blocked_top_k`) never runs ``topk`` over whole rows: it walks the
+The top-k kernel (:class:`RunningTopK` fed by :func:`sweep_tiles`) never runs ``topk`` over whole rows: it walks the
 corpus in column tiles of one preallocated product buffer, keeps each query row's running k
 best, and merges in only the 32-wide column groups whose maximum beats the row's current k-th
 score. After the first tile almost every group is pruned by one ``amax`` pass, so the cost is
@@ -186,17 +186,6 @@ def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[Running
                 c.merge_columns(rows, scores[:, full:w], cols, base)
         if potential is not None:
             potential.add_tile(tile)
-
-
-def blocked_top_k(q: torch.Tensor, corpus_t: torch.Tensor, k: int, *, self_start: int | None = None,
-                  tile_cols: int | None = None, buffer: torch.Tensor | None = None, rescore=None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k of ``q @ corpus_t`` per row, descending, without a full-row ``topk`` (one
-    :class:`RunningTopK` fed by :func:`sweep_tiles`). Exact ties at the k-th place are kept in no
-    set order (:func:`knn` orders its candidates by float64 score, then index)."""
-    top = RunningTopK(len(q), k, q.device, rescore, q.dtype)
-    sweep_tiles(q, corpus_t, [top], self_start=self_start, tile_cols=tile_cols, buffer=buffer)
-    return top.indices, top.values
 
 
 def knn(X, k: int, *, queries=None, metric: str = "cosine", exclude_self: bool = True, device="auto",

@@ -72,12 +72,6 @@ def sampled_lists(X, k: int, queries: np.ndarray, *, device="auto") -> np.ndarra
     return query_lists(X, queries, k, device=resolve_device(device), desc="k-NN (sampled queries)")
 
 
-def skewness_from_lists(lists: np.ndarray, n: int) -> float:
-    """The skewness estimate from the k-NN lists of ``len(lists)`` sampled queries among ``n`` points."""
-    m, k = lists.shape
-    return _skewness(np.bincount(lists.ravel(), minlength=n), n, m, k)
-
-
 def sample_queries(n: int, m: int, seed: int) -> np.ndarray:
     """``m`` distinct query rows of ``n``, seeded, in increasing order."""
     if not 3 <= m < n:
