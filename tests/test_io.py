@@ -657,7 +657,7 @@ def test_registry_is_data():
     assert set(_CHECKERS) == set(FIELD_KINDS)
     for spec in MANIFEST_FIELDS.values():
         assert isinstance(spec, ManifestField) and spec.description
-    assert [k for k, s in MANIFEST_FIELDS.items() if s.required] == ["vectors"]
+    assert [k for k, s in MANIFEST_FIELDS.items() if s.required] == []  # vectors, or model + texts: _check_sources
     with pytest.raises(ValueError, match="unknown manifest field kind"):
         ManifestField("pathz", "typo")
 

@@ -335,3 +335,156 @@ def test_write_embedded_set_reloads(tmp_path):
         write_embedded_set(tmp_path / "x", corpus_ids, corpus, extra_manifest={"vectors": "v.npy"})
     with pytest.raises(InputError, match="line break"):
         write_embedded_set(tmp_path / "y", ["a", "b\nc"], corpus[:2])
+
+
+# ------------------------------------------------------------------------------ manifests
+
+
+def _manifest(folder: Path, text: str) -> Path:
+    (folder / "corpus.jsonl").write_text('{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n', encoding="utf-8")
+    (folder / "queries.jsonl").write_text('{"id": "q", "text": "z"}\n', encoding="utf-8")
+    (folder / "m").mkdir(exist_ok=True)
+    np.save(folder / "v.npy", np.eye(2, dtype=np.float32))
+    path = folder / "set.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("text, message", [
+    ("model: m\n", "set.yaml: field 'model' needs field 'texts'"),
+    ("texts: corpus.jsonl\n", "set.yaml: field 'texts' needs field 'model'"),
+    ("model: m\ntexts: corpus.jsonl\nvectors: v.npy\n", "set.yaml: field 'model' embeds `texts`; remove field 'vectors'"),
+    ("model: m\ntexts: corpus.jsonl\nqueries: {vectors: v.npy}\n",
+     "set.yaml, field 'queries': with field 'model', give the queries as key 'texts'"),
+    ("vectors: v.npy\nqueries: {texts: queries.jsonl}\n",
+     "set.yaml, field 'queries', key 'texts': needs field 'model'"),
+    ("model: m\ntexts: corpus.jsonl\nqueries: {texts: queries.jsonl, vectors: v.npy}\n",
+     "expected exactly one of key 'vectors' (a vectors file) or key 'texts' (texts embedded with `model`), found "
+     "vectors and texts"),
+    ("model: m\ntexts: corpus.jsonl\nqueries: {texts: queries.jsonl, ids: corpus.jsonl}\n",
+     "set.yaml, field 'queries': remove key 'ids'"),
+    ("model: m\ntexts: missing.jsonl\n", "set.yaml, field 'texts'"),
+    ("model: {sentence_transformers: m, batch_size: -1}\ntexts: corpus.jsonl\n", "key 'batch_size': expected a positive"),
+    ("name: x\n", "set.yaml: missing required field 'vectors'"),
+])
+def test_model_manifest_errors(tmp_path, text, message):
+    from embeval_report.io import read_manifest
+
+    with pytest.raises(InputError, match=re.escape(message)):
+        read_manifest(_manifest(tmp_path, text))
+
+
+def test_model_manifest_is_embedded_not_loaded(tmp_path):
+    from embeval_report.io import read_manifest
+
+    path = _manifest(tmp_path, "model: m\ntexts: corpus.jsonl\nqueries: {texts: queries.jsonl}\n")
+    spec = read_manifest(path)
+    assert spec["model"] == ModelSpec(name="m", path=tmp_path / "m") and spec["texts"] == str(tmp_path / "corpus.jsonl")
+    with pytest.raises(InputError, match="set.yaml: names a model; embed its texts first"):
+        load_source(path)
+
+
+# ---------------------------------------------------------------------- the report on a model
+
+
+@pytest.mark.parametrize("text, files, message", [
+    ("model: m\ntexts: corpus.jsonl\n", {}, "model 'm': "),  # an empty folder is not a model
+    ("model: m\ntexts: t.jsonl\n", {"t.jsonl": '{"id": "a", "text": " "}\n'}, "field 'texts': t.jsonl, line 1: empty text"),
+    ("model: m\ntexts: t.csv\n", {"t.csv": "id,body\na,x\n"}, "t.csv: no 'text' column (columns: id, body)"),
+    ("model: m\ntexts: t.csv\n", {"t.csv": "id,text\na,x\na,y\n"}, "t.csv: duplicate id 'a' in rows 1 and 2"),
+    ("model: m\ntexts: corpus.jsonl\nqueries: {texts: q.jsonl}\n", {"q.jsonl": '{"text": "x"}\n'},
+     "field 'queries': q.jsonl, line 1: no \"id\" key"),
+    ("model: no-such-model-xyz\ntexts: corpus.jsonl\n", {}, "not a folder and not in the local Hugging Face cache"),
+])
+def test_cli_bad_model_input_exits_2(tmp_path, capsys, monkeypatch, text, files, message):
+    from embeval_report.cli import main
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty local cache: nothing can be found there
+    path = _manifest(tmp_path, text)
+    for name, content in files.items():
+        (tmp_path / name).write_text(content, encoding="utf-8")
+    code = main(["run", str(path), "--out", str(tmp_path / "out"), "--embedding-cache", str(tmp_path / "cache")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def _metrics(out: Path) -> dict:
+    doc = json.loads((out / "metrics.json").read_text())["chapters"]["retrieval"]
+    assert doc["status"] == "ok", doc
+    return {k: v["value"] for k, v in doc["metrics"].items()}
+
+
+@pytest.fixture(scope="module")
+def lee_report(minilm_dir, tmp_path_factory):
+    """The text demo (Lee corpus, packaged MiniLM), retrieval chapter only, through the command line."""
+    from embeval_report.cli import main
+
+    root = tmp_path_factory.mktemp("lee")
+    code = main(["demo", "--text", "--out", str(root / "report"), "--chapters", "retrieval", "--renderer", "builtin",
+                 "--formats", "html", "--embedding-cache", str(root / "cache")])
+    assert code == 0
+    return root
+
+
+def test_lee_report_writes_the_embedded_set(lee_report):
+    from embeval_report.demo.text import lee_corpus
+
+    folder = lee_report / "report" / "embeddings"
+    assert {p.name for p in folder.iterdir()} == {"corpus.npy", "corpus_ids.txt", "queries.npy", "query_ids.txt",
+                                                  "manifest.yaml"}
+    rated, background, _ = lee_corpus()
+    corpus_ids = folder.joinpath("corpus_ids.txt").read_text().split()
+    assert corpus_ids == [f"lee-{i:02d}" for i in range(1, 51)] + [f"bg-{i:03d}" for i in range(1, 301)]
+    assert folder.joinpath("query_ids.txt").read_text().split() == corpus_ids[:50]
+    corpus, queries = np.load(folder / "corpus.npy"), np.load(folder / "queries.npy")
+    assert corpus.shape == (350, 384) and corpus.dtype == np.float32
+    np.testing.assert_allclose(queries, corpus[:50], atol=1e-5)  # the queries are the rated documents themselves
+    run = json.loads((lee_report / "report" / "run.json").read_text())
+    assert run["source"] == str(folder / "manifest.yaml") and run["model"]["n"] == 350
+    assert run["model"]["queries"] == 50 and run["model"]["d"] == 384
+    assert "The vectors were computed in this run by the model" in (lee_report / "report" / "report.html").read_text()
+
+
+def test_lee_retrieval_matches_pytrec_eval(lee_report):
+    """The chapter's numbers against trec_eval on the written vectors and the human-rating qrels."""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    from embeval_report.demo.text import lee_corpus, rating_grade
+
+    folder = lee_report / "report" / "embeddings"
+    C, Q = np.load(folder / "corpus.npy").astype(np.float64), np.load(folder / "queries.npy").astype(np.float64)
+    dids = folder.joinpath("corpus_ids.txt").read_text().split()
+    qids = folder.joinpath("query_ids.txt").read_text().split()
+    S = (Q / np.linalg.norm(Q, axis=1, keepdims=True)) @ (C / np.linalg.norm(C, axis=1, keepdims=True)).T
+    ratings = lee_corpus()[2]
+    qrels, run = {}, {}
+    for i, q in enumerate(qids):
+        judged = {qids[j]: rating_grade(ratings[i, j]) for j in range(50) if j != i}
+        if any(g >= 1 for g in judged.values()):
+            qrels[q] = judged
+            run[q] = {d: float(s) for d, s in zip(dids, S[i]) if d != q}
+    ref = pytrec_eval.RelevanceEvaluator(qrels, {"map", "recip_rank", "ndcg_cut.10", "P.1,10", "recall.10,100"}
+                                         ).evaluate(run)
+    ours = _metrics(lee_report / "report")
+    for name, measure in (("map", "map"), ("mrr", "recip_rank"), ("ndcg_at_10", "ndcg_cut_10"),
+                          ("precision_at_1", "P_1"), ("precision_at_10", "P_10"), ("recall_at_10", "recall_10"),
+                          ("recall_at_100", "recall_100")):
+        assert ours[name] == pytest.approx(np.mean([ref[q][measure] for q in qrels]), rel=1e-9), name
+    assert len(qrels) == 48  # two documents have no partner rated 0.5 or more: excluded and counted
+    assert 0.3 < ours["ndcg_at_10"] < 0.9  # MiniLM finds documents people rate similar, far above chance
+
+
+def test_second_run_uses_the_cache_and_the_embedded_manifest_reruns(lee_report, monkeypatch):
+    from embeval_report.cli import main
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded although the embeddings are cached")
+
+    monkeypatch.setattr(model_io, "load_model", no_model)
+    common = ["--chapters", "retrieval", "--renderer", "builtin", "--formats", "html"]
+    assert main(["demo", "--text", "--out", str(lee_report / "again"), "--embedding-cache",
+                 str(lee_report / "cache"), *common]) == 0
+    assert _metrics(lee_report / "again") == _metrics(lee_report / "report")
+    manifest = lee_report / "report" / "embeddings" / "manifest.yaml"
+    assert main(["run", str(manifest), "--out", str(lee_report / "from-vectors"), *common]) == 0
+    assert _metrics(lee_report / "from-vectors") == _metrics(lee_report / "report")

@@ -2,7 +2,8 @@
 
 :mod:`.world` generates the set (and the editorial judgements and analogies of the semantic
 chapter); :mod:`.stability`, :mod:`.drift` and :mod:`.graph` write the side data of those chapters;
-:func:`write_demo` writes everything with its manifest.
+:func:`write_demo` writes everything with its manifest. :mod:`.text` is the text demo (``demo --text``): the Lee
+news corpus, embedded by a model during the run.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .drift import demo_side_data as drift_side_data
 from .graph import demo_side_data as graph_side_data
 from .retrieval import demo_side_data as retrieval_side_data
 from .stability import demo_side_data as stability_side_data
+from .text import write_text_demo
 from .world import (
     GENRES,
     RELATED_GENRES,
@@ -27,7 +29,7 @@ from .world import (
 )
 
 __all__ = ["GENRES", "RELATED_GENRES", "StreamingWorld", "editorial_judgements", "genre_analogies",
-           "streaming_embeddings", "streaming_world", "unit_vectors", "write_demo"]
+           "streaming_embeddings", "streaming_world", "unit_vectors", "write_demo", "write_text_demo"]
 
 
 def write_demo(folder, *, seed: int = 0) -> Path:

@@ -223,6 +223,9 @@ def load_matched(path: str | os.PathLike, reference: "EmbeddingSet", *, label: s
 def _load_manifest_set(path: Path) -> EmbeddingSet:
     """Load everything a manifest names (see the module docstring for the ids rule)."""
     spec = read_manifest(path)
+    if "model" in spec:
+        raise InputError(f"{path.name}: names a model; embed its texts first (embeval_report.io.model_source."
+                         "embed_manifest, which `embeval-report run` calls) and load the manifest that writes")
     vectors_path = Path(spec["vectors"])
     metadata_path = Path(spec["metadata"]) if "metadata" in spec else None
     ids_ref = spec.get("ids")

@@ -14,7 +14,7 @@ from .files import describe, existing_file, one_line, read_text, resolve_path
 # --------------------------------------------------------------------------- schema
 
 FIELD_KINDS = ("str", "bool", "path", "vectors_path", "path_or_column", "path_list", "mapping", "mapping_list",
-               "timestamp")
+               "timestamp", "model")
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,9 @@ class ManifestField:
         path), "path_or_column" (see the module docstring), "path_list" (non-empty list of
         paths), "mapping" (one mapping with the given ``keys``), "mapping_list" (non-empty list
         of mappings with the given ``keys``), "bool" (true or false),
-        "timestamp" (a date, number or string; dates become ISO strings).
+        "timestamp" (a date, number or string; dates become ISO strings), "model" (a
+        sentence-transformers model folder or mapping, parsed to a
+        :class:`~embeval_report.io.model.ModelSpec`).
     description : str
         One line shown in error messages and documentation.
     required : bool
@@ -66,15 +68,16 @@ _VOCABULARY_KEYS = {
 }
 
 _QUERY_KEYS = {
-    "vectors": ManifestField("path", "vectors file of the queries (same model as the corpus)", required=True),
+    "vectors": ManifestField("path", "vectors file of the queries (same model as the corpus)"),
+    "texts": ManifestField("path", "query texts (.jsonl/.csv/.tsv/.parquet with id and text), embedded with `model`"),
     "ids": ManifestField("path", "file with one query id per line (unless the vectors file carries ids)"),
     "metadata": ManifestField("path", "table with an 'id' column grouping the queries (e.g. a 'group' column)"),
 }
 
 MANIFEST_FIELDS: dict[str, ManifestField] = {
     "name": ManifestField("str", "display name of the embedding set (default: the manifest file name)"),
-    "vectors": ManifestField("vectors_path", "file with the embedding matrix, or a PyTorch-BigGraph checkpoint folder",
-                             required=True),
+    "vectors": ManifestField("vectors_path", "file with the embedding matrix, or a PyTorch-BigGraph checkpoint folder "
+                             "(required unless `model` and `texts` are given)"),
     "ids": ManifestField("path_or_column", "file with one id per line, or the name of an id column"),
     "metadata": ManifestField("path", "table (.csv/.tsv/.parquet) with an 'id' column and free columns"),
     "runs": ManifestField("path_list", "vectors files of further training runs of the same items"),
@@ -93,9 +96,11 @@ MANIFEST_FIELDS: dict[str, ManifestField] = {
     "qrels": ManifestField("path", "relevance judgements: TREC qrels or a table query_id,doc_id,relevance"),
     "exclude_self": ManifestField("bool", "retrieval: a document whose id equals the query id is not ranked"),
     "entity": ManifestField("str", "the entity type to read from a PyTorch-BigGraph checkpoint folder"),
+    "model": ManifestField("model", "a sentence-transformers model folder (or mapping) that embeds `texts`"),
+    "texts": ManifestField("path", "the corpus texts (.jsonl/.csv/.tsv/.parquet with id and text), embedded with `model`"),
 }
 
-CORE_FIELDS = ("name", "vectors", "ids", "metadata", "entity")
+CORE_FIELDS = ("name", "vectors", "ids", "metadata", "entity", "model", "texts")
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 
 
@@ -111,8 +116,40 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
     """
     path = existing_file(path)
     spec = _check_mapping(_parse_yaml(path), MANIFEST_FIELDS, path.name, path.parent, "field")
+    _check_sources(spec, path.name)
     spec.setdefault("name", path.stem)
     return spec
+
+
+def _check_sources(spec: dict[str, Any], where: str) -> None:
+    """Vectors come either from files (``vectors``) or from a model (``model`` with ``texts``), never both."""
+    if "model" in spec:
+        clash = [k for k in ("vectors", "ids", "entity") if k in spec]
+        if clash:
+            raise InputError(f"{where}: field 'model' embeds `texts`; remove field {clash[0]!r} (the corpus ids come "
+                             "from the texts file)")
+        if "texts" not in spec:
+            raise InputError(f"{where}: field 'model' needs field 'texts' (the corpus texts to embed: "
+                             ".jsonl/.csv/.tsv/.parquet with id and text)")
+    elif "texts" in spec:
+        raise InputError(f"{where}: field 'texts' needs field 'model' (the sentence-transformers model that embeds them)")
+    elif "vectors" not in spec:
+        raise InputError(f"{where}: missing required field 'vectors' ({MANIFEST_FIELDS['vectors'].description})")
+    queries = spec.get("queries")
+    if queries is not None:
+        given = [k for k in ("vectors", "texts") if k in queries]
+        if len(given) != 1:
+            raise InputError(f"{where}, field 'queries': expected exactly one of key 'vectors' (a vectors file) or "
+                             f"key 'texts' (texts embedded with `model`), found {' and '.join(given) or 'neither'}")
+        if "texts" in queries:
+            if "model" not in spec:
+                raise InputError(f"{where}, field 'queries', key 'texts': needs field 'model' (the model that embeds "
+                                 "them)")
+            if "ids" in queries:
+                raise InputError(f"{where}, field 'queries': remove key 'ids'; the query ids come from the texts file")
+        elif "model" in spec:
+            raise InputError(f"{where}, field 'queries': with field 'model', give the queries as key 'texts' so "
+                             "that the same model embeds them")
 
 
 def _parse_yaml(path: Path) -> Any:
@@ -203,6 +240,12 @@ def _check_mapping_list(value: Any, where: str, base: Path, spec: ManifestField)
     return [_check_mapping(item, spec.keys, f"{where}, item {i}", base, "key") for i, item in enumerate(value, 1)]
 
 
+def _check_model(value: Any, where: str, base: Path, spec: ManifestField):
+    from .model import parse_model_spec
+
+    return parse_model_spec(value, base, where)
+
+
 def _check_timestamp(value: Any, where: str, base: Path, spec: ManifestField) -> str | int | float:
     if isinstance(value, date):  # also datetime
         return value.isoformat()
@@ -221,4 +264,5 @@ _CHECKERS: dict[str, Callable[[Any, str, Path, ManifestField], Any]] = {
     "path_list": _check_path_list,
     "mapping_list": _check_mapping_list,
     "timestamp": _check_timestamp,
+    "model": _check_model,
 }

@@ -426,15 +426,18 @@ def embed_with_cache(spec: ModelSpec, corpus: tuple[Sequence[str], Sequence[str]
 
 def write_embedded_set(out_dir: str | os.PathLike, corpus_ids: Sequence[str], corpus_vectors: np.ndarray,
                        query_ids: Sequence[str] | None = None, query_vectors: np.ndarray | None = None,
-                       extra_manifest: dict | None = None) -> Path:
+                       extra_manifest: dict | None = None, *, query_extra: dict | None = None,
+                       comment: str | None = None) -> Path:
     """Write the vectors a model produced so that the report can be re-run without the model.
 
     Writes ``out_dir/embeddings/``: ``corpus.npy`` and ``corpus_ids.txt`` (one id per line, input
     order), with queries also ``queries.npy`` and ``query_ids.txt``, and ``manifest.yaml`` naming
     them (relative paths, so the folder can be moved) plus ``extra_manifest``'s fields copied as
     given (e.g. ``name``, ``qrels``, ``metadata``, ``exclude_self``: paths in it must be absolute,
-    as :func:`~.manifest.read_manifest` returns them). Returns the manifest's path, which
-    :func:`~.embedding_set.load_source` loads.
+    as :func:`~.manifest.read_manifest` returns them; those inside ``out_dir`` are written relative
+    to the manifest, so that the report folder can be moved). ``query_extra`` adds keys to the
+    ``queries`` mapping (e.g. ``metadata``); ``comment`` is written as the manifest's first line.
+    Returns the manifest's path, which :func:`~.embedding_set.load_source` loads.
     """
     import yaml
 
@@ -456,11 +459,26 @@ def write_embedded_set(out_dir: str | os.PathLike, corpus_ids: Sequence[str], co
             "vectors": _write_part(folder, "queries.npy", "query_ids.txt", query_ids, query_vectors, "queries"),
             "ids": "query_ids.txt",
         }
+        manifest["queries"].update(query_extra or {})
     manifest.update(extra)
+    manifest = _portable(manifest, Path(out_dir).resolve(), folder.resolve())
     path = folder / "manifest.yaml"
     text = yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True)
+    if comment:
+        text = "".join(f"# {line}\n" for line in comment.splitlines()) + text
     write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     return path
+
+
+def _portable(value: Any, root: Path, folder: Path) -> Any:
+    """``value`` with every absolute path inside ``root`` made relative to ``folder`` (lists and mappings walked)."""
+    if isinstance(value, dict):
+        return {k: _portable(v, root, folder) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_portable(v, root, folder) for v in value]
+    if isinstance(value, str) and os.path.isabs(value) and Path(value).resolve().is_relative_to(root):
+        return os.path.relpath(Path(value).resolve(), folder)
+    return value
 
 
 def _write_part(folder: Path, vectors_name: str, ids_name: str, ids: Sequence[str], vectors: np.ndarray,

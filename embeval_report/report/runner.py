@@ -21,6 +21,7 @@ import nbformat
 from .. import __version__
 from ..chapters.registry import Chapter, describe_input, discover, select
 from ..io import load_source, save_prepared
+from ..io.model_source import embed_manifest, names_model
 from ..io.side_data import load_side_data
 from ..metrics.thresholds import SEVERITY
 from ..progress import RunProgress
@@ -216,7 +217,7 @@ def _notebook_path(path: Path, staging: Path) -> str:
 
 def run_report(source, out, *, settings: ChapterSettings | None = None, chapters: list[str] | None = None,
                renderer: str = "auto", formats=("html", "pdf"), title: str | None = None, timeout: int | None = None,
-               prepare=None, force: bool = False, jobs: int = 1) -> RunResult:
+               prepare=None, force: bool = False, jobs: int = 1, embedding_cache=None) -> RunResult:
     """Build a complete report for ``source`` (a manifest or a vectors file) at ``out``.
 
     ``jobs`` chapters execute at once, each in its own process (the summary last, alone); the
@@ -224,7 +225,10 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
     chapter that reads it will run.
 
     ``prepare(staging) -> source`` may create the input inside the staging folder (the demo
-    does, so its data travels with the report). Raises :class:`~embeval_report.errors.InputError`
+    does, so its data travels with the report). A manifest that names a model is embedded first
+    (:func:`~embeval_report.io.model_source.embed_manifest`, through ``embedding_cache``): the
+    report's ``embeddings/`` folder then holds the vectors and a manifest that re-runs it without
+    the model, and every chapter reads those vectors. Raises :class:`~embeval_report.errors.InputError`
     for bad input or a folder that may not be written, before any chapter runs.
     """
     settings = settings or ChapterSettings.resolve()
@@ -236,6 +240,9 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
     try:
         if prepare is not None:
             source = prepare(staging)
+        model_run = None
+        if names_model(source):
+            source, model_run = embed_manifest(source, staging, device=settings.device, cache_dir=embedding_cache)
         es = load_source(source)
         side = load_side_data(es)
         cache = staging / ".prepared"
@@ -272,6 +279,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
                             options=settings.options, precision=settings.precision, version=__version__, n=es.n,
                             d=es.d, jobs=jobs,
                             **({"neighbour_graph": graph} if graph else {}),
+                            **({"model": model_run} if model_run else {}),
                             generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
             _write_run(staging, outcomes, run_info)
             for ch in summary:

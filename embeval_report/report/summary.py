@@ -60,6 +60,19 @@ def chapter_status(run: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["chapter", "status", "time (s)", "detail"])
 
 
+def model_sentence(model: dict) -> str:
+    """How the vectors were made when the run embedded texts with a model (``run.json``'s ``model``)."""
+    options = [f"batch size {model['batch_size']}", "L2-normalised after the model" if model["normalize"]
+               else "the model's own output (no extra normalisation)"]
+    options += [f"{role} prompt “{escape(model[key])}”" for role, key in (("query", "query_prompt"),
+                                                                       ("document", "document_prompt")) if model[key]]
+    queries = f" and {model['queries']:,} query texts" if model["queries"] else ""
+    return (f"The vectors were computed in this run by the model {escape(model['name'])} "
+            f"(content digest {model['digest']}; {'; '.join(options)}) from the {model['n']:,} texts of "
+            f"{escape(model['texts'])}{queries}; they are saved in `embeddings/` with a manifest that re-runs this "
+            "report without the model.")
+
+
 def narrative(run: dict, card: pd.DataFrame) -> str:
     """Opening paragraph: what was evaluated and the headline of the scorecard."""
     counts = card["verdict"].value_counts().to_dict() if len(card) else {}
@@ -71,6 +84,8 @@ def narrative(run: dict, card: pd.DataFrame) -> str:
             f"(seed {run['seed']}, computed on {run['device']}). {ran} chapter(s) ran"
             + (f", {len(failed)} failed ({escape(', '.join(failed))})" if failed else "")
             + (f", {skipped} could not run for lack of input (listed below)" if skipped else "") + ".")
+    if run.get("model"):
+        head += " " + model_sentence(run["model"])
     if not len(card):
         return head + " No metric with a threshold table was computed."
     n_prob, n_conc, n_ok = (counts.get(k, 0) for k in ("problematic", "concerning", "healthy"))

@@ -25,7 +25,7 @@ REMOVE_OUTPUT_TAGS = {"remove-output", "remove_output"}
 MARKDOWN_FORMAT = ("markdown-yaml_metadata_block-pandoc_title_block-citations-blank_before_header"
                    "+lists_without_preceding_blankline")
 PDF_MIME_PRIORITY = ["text/markdown", "image/png", "image/svg+xml", "image/jpeg", "text/latex", "text/plain"]
-HEADER_FIELDS = (("source", "Source"), ("seed", "Seed"), ("device", "Device"), ("version", "Version"),
+HEADER_FIELDS = (("source", "Source"), ("model", "Model"), ("seed", "Seed"), ("device", "Device"), ("version", "Version"),
                  ("generated", "Generated"))
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
@@ -218,6 +218,9 @@ def read_header(out_dir: Path, title: str | None = None) -> tuple[str, list[tupl
             v = run.get(key)
         if v is not None and v != "":
             meta[key] = v
+    if isinstance(run.get("model"), dict):  # the run embedded texts with a model
+        model = run["model"]
+        meta["model"] = f"{model['name']} (digest {model['digest']}), {model['n']:,} texts embedded in this run"
     if "generated" in meta:
         meta["generated"] = _format_generated(meta["generated"])
     if "version" in meta:
