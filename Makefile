@@ -31,6 +31,7 @@ test: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_knn.py
 	$(BIN)/python benchmarks/bench_isotropy.py
+	$(BIN)/python benchmarks/bench_retrieval.py
 
 clean:
 	rm -rf $(VENV) $(OUT) $(TEXT_OUT)
