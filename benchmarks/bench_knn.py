@@ -21,12 +21,11 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np
+from _isolated import run_isolated
 
 METHODS = ("gemm bound", "embeval knn", "torch topk", "sklearn brute", "faiss flat")
 
@@ -118,19 +117,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "x.npy")
         np.save(path, _data(a.n, a.d))
-        results = {}
-        for name in METHODS:
-            if any(s in name for s in skip):
-                continue
-            if name == "faiss flat":
-                try:
-                    import faiss  # noqa: F401
-                except ImportError:
-                    print("faiss flat: faiss-cpu is not installed, skipped")
-                    continue
-            cmd = [sys.executable, __file__, "--one", name, "--path", path, "--k", str(a.k), "--device", device]
-            res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            results[name] = json.loads(res.stdout.strip().splitlines()[-1])
+        results = run_isolated(__file__, METHODS, skip, ["--path", path, "--k", str(a.k), "--device", device])
     flops = 2.0 * a.n * a.n * a.d
     bound = results["gemm bound"]["seconds"]
     ref = np.asarray(results["embeval knn"]["idx"])

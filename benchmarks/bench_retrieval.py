@@ -24,12 +24,11 @@ import argparse
 import json
 import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np
+from _isolated import run_isolated
 
 METHODS = ("gemm bound", "embeval", "torch topk", "faiss flat")
 TOP = 100
@@ -144,21 +143,9 @@ def main() -> None:
         print(json.dumps(run_method(a.one, a.folder, device)))
         return
     skip = {s.strip() for s in a.skip.split(",") if s.strip()}
-    results = {}
     with tempfile.TemporaryDirectory() as tmp:
         write_data(tmp, a.queries, a.docs, a.d)
-        for name in METHODS:
-            if any(s in name for s in skip):
-                continue
-            if name == "faiss flat":
-                try:
-                    import faiss  # noqa: F401
-                except ImportError:
-                    print("faiss flat: faiss-cpu is not installed, skipped")
-                    continue
-            cmd = [sys.executable, __file__, "--one", name, "--folder", tmp, "--device", device]
-            res = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            results[name] = json.loads(res.stdout.strip().splitlines()[-1])
+        results = run_isolated(__file__, METHODS, skip, ["--folder", tmp, "--device", device])
     bound = results["gemm bound"]["seconds"]
     print(f"retrieval, {a.queries} queries x {a.docs} documents, d = {a.d}, device = {device}, "
           f"torch threads = {torch.get_num_threads()}")
