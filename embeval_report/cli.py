@@ -51,6 +51,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="options", action="append", type=_option, default=[], metavar="NAME=VALUE",
                    help="a chapter option, e.g. --set k=20 (repeatable; see `embeval-report options`)")
     p.add_argument("--renderer", choices=("auto", "quarto", "builtin"), default="auto")
+    _pdf_engine(p)
     p.add_argument("--formats", default=("html", "pdf"), type=_csv, help="comma-separated: html, pdf (default both)")
     p.add_argument("--title", default=None, help="report title")
     p.add_argument("--fail-on", choices=("concerning", "problematic"), default=None,
@@ -63,6 +64,12 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="chapters executed at once, each in its own process (default 1); worth 2-4 on a machine with "
                         "many cores, since each chapter's torch already uses all cores for its products; the numbers "
                         "do not depend on it")
+
+
+def _pdf_engine(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pdf-engine", choices=("typst", "latex"), default="typst",
+                   help="how Quarto makes the PDF: typst (bundled with Quarto, default) or latex (needs TeX); "
+                        "the builtin renderer always uses Typst")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     rd = sub.add_parser("render", help="re-render an executed report folder")
     rd.add_argument("dir", type=Path)
     rd.add_argument("--renderer", choices=("auto", "quarto", "builtin"), default="auto")
+    _pdf_engine(rd)
     rd.add_argument("--formats", default=("html", "pdf"), type=_csv)
     rd.add_argument("--title", default=None)
     return ap
@@ -118,8 +126,8 @@ def _run(args, source, prepare=None) -> int:
     if args.jobs < 1:
         raise InputError(f"--jobs: expected a whole number of at least 1, got {args.jobs}")
     result = run_report(source, args.out, settings=settings, chapters=args.chapters, renderer=args.renderer,
-                        formats=args.formats, title=args.title, timeout=args.timeout, prepare=prepare,
-                        force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache)
+                        pdf_engine=args.pdf_engine, formats=args.formats, title=args.title, timeout=args.timeout,
+                        prepare=prepare, force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache)
     for o in sorted(result.outcomes, key=lambda o: o.chapter.order):
         extra = f" ({o.reason})" if o.reason else ""
         print(f"  {o.status:8s} {o.chapter.name}{extra}", file=sys.stderr)
@@ -180,9 +188,16 @@ def _render(args) -> int:
     _check_formats(args.formats)
     if not (args.dir / "chapters").is_dir():
         raise InputError(f"{args.dir}: not an executed report folder (no chapters/ inside)")
-    for path in render_report(args.dir, title=args.title, formats=args.formats, renderer=args.renderer).values():
+    written = []
+    for fmt in args.formats:  # each format on its own: a failing PDF never loses the HTML
+        try:
+            written.append(render_report(args.dir, title=args.title, formats=(fmt,), renderer=args.renderer,
+                                         pdf_engine=args.pdf_engine)[fmt])
+        except Exception as exc:
+            print(f"embeval-report: warning: {fmt} rendering failed: {' '.join(str(exc).split())}", file=sys.stderr)
+    for path in written:
         print(path)
-    return ExitCode.OK
+    return ExitCode.OK if written else ExitCode.RENDER
 
 
 def _terminate(signum, frame):

@@ -201,70 +201,166 @@ def test_quarto_explicit_without_quarto_raises(report, monkeypatch):
         render_report(report[0], renderer="quarto")
 
 
-def _fake_quarto(folder, fail=False):
-    """A stand-in `quarto` that records its calls and writes placeholder outputs."""
+def _fake_quarto(folder, fail=()):
+    """A stand-in `quarto` that records its calls, keeps each document it is given (``folder/seen-TO.qmd``)
+    and writes placeholder outputs; it fails (as Quarto does: ANSI colours, several lines) for the `--to`
+    values in ``fail``."""
     script = folder / "quarto"
     script.write_text(f"""#!{sys.executable}
 import os, sys, pathlib
 log = pathlib.Path({str(folder / 'calls.log')!r})
 with log.open("a") as f:
     f.write(os.getcwd() + " " + " ".join(sys.argv[1:]) + "\\n")
-if {fail!r}:
-    sys.exit("quarto: planted failure")
+to = sys.argv[sys.argv.index("--to") + 1]
 cwd = pathlib.Path.cwd()
-(cwd / "seen_quarto.yml").write_text((cwd / "_quarto.yml").read_text())
-if "pdf" in sys.argv:
-    (cwd / "_book").mkdir(exist_ok=True)
-    (cwd / "_book" / "book.pdf").write_bytes(b"%PDF-1.4 fake")
-else:
+seen = pathlib.Path({str(folder)!r})
+(seen / f"seen-{{to}}.qmd").write_text((cwd / "report.qmd").read_text())
+(seen / "seen-files.txt").write_text("\\n".join(sorted(os.listdir(cwd))))
+if to in {tuple(fail)!r}:
+    sys.exit("\\x1b[31mERROR\\x1b[39m: planted failure\\n\\nStack trace:\\n  at render")
+if to == "html":
     (cwd / "report.html").write_text("<html>fake quarto</html>")
+else:
+    (cwd / "report.pdf").write_bytes(b"%PDF-1.4 fake " + to.encode())
 """)
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return folder
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="shell script stand-in")
-def test_quarto_renderer_stages_a_book(report, tmp_path, monkeypatch):
+@pytest.fixture
+def fake_quarto(report, tmp_path, monkeypatch):
+    """A copy of the report folder, and a function putting the stand-in `quarto` first on PATH."""
     import shutil
-
-    import yaml
 
     out = tmp_path / "q"
     shutil.copytree(report[0] / "chapters", out / "chapters")
     shutil.copy(report[0] / "metrics.json", out / "metrics.json")
-    bin_dir = _fake_quarto(tmp_path)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    # keep the staging folder to inspect it
-    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    return out, lambda fail=(): _fake_quarto(tmp_path, fail)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="shell script stand-in")
+def test_quarto_renderer_stages_one_document(fake_quarto, tmp_path):
+    import yaml
+
+    out, make = fake_quarto
+    make()
     files = render_report(out, title="Q <title>", renderer="auto")
     assert files == {"html": out / "report.html", "pdf": out / "report.pdf"}
     assert (out / "report.html").read_text() == "<html>fake quarto</html>"
-    calls = (tmp_path / "calls.log").read_text().splitlines()
-    assert any(c.endswith("render --to pdf") for c in calls)
-    assert any(c.endswith("render report.ipynb --to html") for c in calls)
-    book = yaml.safe_load((out / "_quarto" / "seen_quarto.yml").read_text())
-    assert book["project"]["type"] == "book"
-    assert book["book"]["title"] == "Q <title>"
-    assert book["book"]["chapters"] == ["index.ipynb", "01_isotropy.ipynb", "02_broken.ipynb"]
-    assert book["execute"]["enabled"] is False
-    index = nbformat.read(out / "_quarto" / "index.ipynb", as_version=4)
-    assert index.cells[0].source == "# Summary {#chapter-summary}"
-    assert not any("parameters" in c.metadata.get("tags", []) for c in index.cells)
-    single = yaml.safe_load((out / "_quarto" / "single" / "seen_quarto.yml").read_text())
-    assert single["format"]["html"]["embed-resources"] is True
+    assert (out / "report.pdf").read_bytes().endswith(b"typst")  # the PDF goes through Typst by default
+    calls = [c.split(" ", 1)[1] for c in (tmp_path / "calls.log").read_text().splitlines()]
+    assert calls == ["render report.qmd --to html", "render report.qmd --to typst"]
+    staged = (tmp_path / "seen-files.txt").read_text().split()
+    assert "embeval.typ" in staged and "_quarto.yml" not in staged and any(f.endswith(".png") for f in staged)
+    assert not (out / "_quarto").exists()
+    html = (tmp_path / "seen-html.qmd").read_text()
+    front = yaml.safe_load(html.split("---\n")[1])
+    assert front["title"] == "Q &lt;title&gt;" and front["pagetitle"] == "Q <title>"
+    assert front["subtitle"] == ("Source: /data/set &lt;x&gt;.npy\\\nSeed: 3\\\nDevice: cpu\\\n"
+                                 "Version: embeval-report 0.1.0\\\nGenerated: 2026-01-02 03:04 UTC")  # hard breaks
+    # the packaged options travel in the front matter (Quarto ignores project files in hidden folders)
+    assert front["execute"]["enabled"] is False and "project" not in front
+    assert front["format"]["html"]["embed-resources"] is True
+    assert front["format"]["html"]["theme"] != "cosmo"  # a theme without Google Fonts
+    assert '#import "embeval.typ"' in front["format"]["typst"]["include-in-header"]["text"]
+    html = html.split("---\n", 2)[2]  # the body
+    for name in ("summary", "isotropy", "broken"):  # each chapter once
+        assert html.count(f"{{#chapter-{name}}}") == 1
+    assert "PARAMS_SHOULD_NOT_SHOW" not in html and "REMOVED_CELL_OUTPUT" not in html
+    assert ": Scorecard of all verdicts {#tbl-scorecard}" in html
+    assert re.search(r"!\[Eigenvalue spectrum &lt;log&gt;\]\((\S+\.png)\)\{#fig-spectrum\}", html)
+    assert "::: {.callout-warning}\n## Anisotropy detected" in html and "embeval-callout" not in html
+    assert "::: {.callout-important}\n## This chapter failed" in html
+    assert "[problematic]{.verdict .verdict-problematic}" in html
+    assert "[summary](#chapter-summary)" in html and "a missing chapter." in html  # dangling link unlinked
 
 
-def test_auto_falls_back_to_builtin_when_quarto_fails(report, tmp_path, monkeypatch):
-    import shutil
+@pytest.mark.skipif(sys.platform == "win32", reason="shell script stand-in")
+def test_quarto_typst_document_needs_no_quarto_callouts(fake_quarto, tmp_path):
+    out, make = fake_quarto
+    make()
+    render_report(out, formats=("pdf",), renderer="quarto")
+    typ = (tmp_path / "seen-typst.qmd").read_text()
+    assert '#embeval-callout(kind: "warning", title: "Anisotropy detected")[' in typ
+    assert '#embeval-callout(kind: "danger", title: "This chapter failed")[' in typ
+    assert "{.callout" not in typ  # Quarto's Typst callouts import a package from the network
+    assert '`#badge(kind: "problematic", "problematic")`{=typst}' in typ
 
-    out = tmp_path / "f"
-    shutil.copytree(report[0] / "chapters", out / "chapters")
-    monkeypatch.setenv("PATH", f"{_fake_quarto(tmp_path, fail=True)}{os.pathsep}{os.environ['PATH']}")
+
+@pytest.mark.skipif(sys.platform == "win32", reason="shell script stand-in")
+def test_quarto_latex_on_request(fake_quarto, tmp_path, monkeypatch):
+    from embeval_report.report.render import quarto
+
+    out, make = fake_quarto
+    make()
+    monkeypatch.setattr(quarto, "_tex_installed", lambda: True)
+    assert render_report(out, formats=("pdf",), renderer="quarto", pdf_engine="latex") == {"pdf": out / "report.pdf"}
+    assert (out / "report.pdf").read_bytes().endswith(b"pdf")
+    tex = (tmp_path / "seen-pdf.qmd").read_text()
+    assert "> **Anisotropy detected**" in tex and "{.callout" not in tex  # no fontawesome5 needed
+    assert "--:|" in tex or ":-" in tex
+    with pytest.raises(ValueError, match="pdf_engine"):
+        render_report(out, formats=("pdf",), renderer="quarto", pdf_engine="context")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="shell script stand-in")
+def test_quarto_latex_without_tex_is_one_line_saying_what_to_install(fake_quarto, tmp_path, monkeypatch):
+    from embeval_report.report.render import quarto
+
+    out, make = fake_quarto
+    make()
+    monkeypatch.setattr(quarto, "_tex_installed", lambda: False)
+    with pytest.raises(RuntimeError) as err:
+        render_report(out, renderer="quarto", pdf_engine="latex")
+    message = str(err.value)
+    assert message.startswith("pdf: ") and "quarto install tinytex" in message and "--pdf-engine typst" in message
+    assert "\n" not in message
+    assert (out / "report.html").read_text() == "<html>fake quarto</html>"  # the HTML is still written
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="shell script stand-in")
+def test_quarto_failing_pdf_keeps_the_html(fake_quarto, tmp_path):
+    out, make = fake_quarto
+    make(fail=("typst",))
+    with pytest.raises(RuntimeError) as err:
+        render_report(out, formats=("pdf", "html"), renderer="quarto")
+    assert str(err.value) == "pdf: ERROR: planted failure"  # one line, no ANSI codes
+    assert (out / "report.html").read_text() == "<html>fake quarto</html>"
+    assert not (out / "report.pdf").exists()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="shell script stand-in")
+def test_auto_falls_back_to_builtin_for_the_formats_quarto_fails(fake_quarto, tmp_path):
+    out, make = fake_quarto
+    make(fail=("typst",))
+    with pytest.warns(RuntimeWarning, match="quarto rendering failed"):
+        files = render_report(out)
+    assert (out / "report.html").read_text() == "<html>fake quarto</html>"  # Quarto's HTML stays
+    assert files["pdf"].read_bytes().startswith(b"%PDF") and files["pdf"].stat().st_size > 1000  # builtin
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="shell script stand-in")
+def test_auto_falls_back_to_builtin_when_quarto_fails(fake_quarto):
+    out, make = fake_quarto
+    make(fail=("html", "typst"))
     with pytest.warns(RuntimeWarning, match="quarto rendering failed"):
         files = render_report(out, formats=("html",))
     assert "chapter-isotropy" in files["html"].read_text()
     with pytest.raises(RuntimeError, match="planted failure"):
         render_report(out, formats=("html",), renderer="quarto")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="shell script stand-in")
+def test_cli_render_keeps_the_html_when_the_pdf_fails(fake_quarto, capsys):
+    from embeval_report.cli import main
+
+    out, make = fake_quarto
+    make(fail=("typst",))
+    assert main(["render", str(out), "--renderer", "quarto", "--formats", "pdf,html"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == str(out / "report.html")
+    assert captured.err == "embeval-report: warning: pdf rendering failed: pdf: ERROR: planted failure\n"
 
 
 def test_set_intersection_survives_into_the_pdf(tmp_path):

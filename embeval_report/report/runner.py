@@ -216,8 +216,9 @@ def _notebook_path(path: Path, staging: Path) -> str:
 
 
 def run_report(source, out, *, settings: ChapterSettings | None = None, chapters: list[str] | None = None,
-               renderer: str = "auto", formats=("html", "pdf"), title: str | None = None, timeout: int | None = None,
-               prepare=None, force: bool = False, jobs: int = 1, embedding_cache=None) -> RunResult:
+               renderer: str = "auto", pdf_engine: str = "typst", formats=("html", "pdf"), title: str | None = None,
+               timeout: int | None = None, prepare=None, force: bool = False, jobs: int = 1,
+               embedding_cache=None) -> RunResult:
     """Build a complete report for ``source`` (a manifest or a vectors file) at ``out``.
 
     ``jobs`` chapters execute at once, each in its own process (the summary last, alone); the
@@ -293,7 +294,8 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         files, errors = {}, {}
         for fmt in formats:  # each format on its own: a failing PDF never loses the HTML
             try:
-                files.update(render_report(staging, title=run_info["title"], formats=(fmt,), renderer=renderer))
+                files.update(render_report(staging, title=run_info["title"], formats=(fmt,), renderer=renderer,
+                                           pdf_engine=pdf_engine))
             except Exception as exc:
                 errors[fmt] = _error_text(exc)
         _write_run(staging, outcomes, run_info)

@@ -7,7 +7,8 @@
 * ``OUT/report.pdf`` -- pandoc markdown -> Typst -> PDF with the ``typst`` package.
 
 Two renderers: ``builtin`` (nbconvert + pandoc + typst, always available) and ``quarto``
-(a Quarto book from ``_quarto.yml``, used when ``quarto`` is on PATH).
+(one Quarto document from ``_quarto.yml``, used when ``quarto`` is on PATH; its PDF through
+Typst, or LaTeX on request).
 
 Notebook metadata read: ``nb.metadata["embeval"]`` = ``{"name", "title", "status": "ok" |
 "failed" | "skipped", "error"}`` (``reason`` is accepted for ``error``). Header information
@@ -24,7 +25,7 @@ from pathlib import Path
 from .common import load_chapters, quarto_available, read_header
 from .html import render_html
 from .pdf import render_pdf
-from .quarto import _render_quarto
+from .quarto import PDF_ENGINES, _render_quarto
 
 __all__ = ["render_report", "quarto_available"]
 
@@ -32,11 +33,13 @@ log = logging.getLogger(__name__)
 
 
 def render_report(out_dir, *, title: str | None = None, formats=("html", "pdf"),
-                  renderer: str = "auto") -> dict[str, Path]:
+                  renderer: str = "auto", pdf_engine: str = "typst") -> dict[str, Path]:
     """Render ``out_dir/chapters/*.ipynb`` into ``out_dir/report.html`` and/or ``report.pdf``.
 
-    ``renderer``: ``"auto"`` (Quarto when on PATH, else builtin; falls back to builtin if
-    Quarto fails), ``"quarto"`` or ``"builtin"``. Returns ``{format: path}`` of the files written.
+    ``renderer``: ``"auto"`` (Quarto when on PATH, else builtin; a format Quarto fails on is
+    rendered by the builtin renderer), ``"quarto"`` or ``"builtin"``. ``pdf_engine`` (Quarto
+    only): ``"typst"`` (bundled with Quarto) or ``"latex"`` (needs TeX). Returns ``{format: path}``
+    of the files written.
     """
     out_dir = Path(out_dir)
     if isinstance(formats, str):
@@ -47,23 +50,26 @@ def render_report(out_dir, *, title: str | None = None, formats=("html", "pdf"),
         raise ValueError(f"unknown report format(s): {', '.join(unknown)} (expected html, pdf)")
     if renderer not in ("auto", "quarto", "builtin"):
         raise ValueError(f"renderer must be auto, quarto or builtin, not {renderer!r}")
+    if pdf_engine not in PDF_ENGINES:
+        raise ValueError(f"pdf_engine must be {' or '.join(PDF_ENGINES)}, not {pdf_engine!r}")
     if not (out_dir / "chapters").is_dir():
         raise FileNotFoundError(f"{out_dir / 'chapters'}: no executed chapters to render")
     final_title, header_items, meta = read_header(out_dir, title)
 
+    result: dict[str, Path] = {}
     if renderer == "quarto" or (renderer == "auto" and quarto_available()):
         try:
-            return _render_quarto(out_dir, final_title, formats, header_items, meta)
+            return _render_quarto(out_dir, final_title, formats, header_items, pdf_engine)
         except Exception as exc:
             if renderer == "quarto":
                 raise
             log.warning("quarto rendering failed, using the builtin renderer: %s", exc)
             warnings.warn(f"quarto rendering failed, using the builtin renderer: {exc}", RuntimeWarning,
                           stacklevel=2)
+            result = dict(getattr(exc, "files", {}))  # the formats Quarto did write stay
 
-    result: dict[str, Path] = {}
-    if "html" in formats:
+    if "html" in formats and "html" not in result:
         result["html"] = render_html(out_dir, load_chapters(out_dir), final_title, header_items, meta)
-    if "pdf" in formats:
+    if "pdf" in formats and "pdf" not in result:
         result["pdf"] = render_pdf(out_dir, load_chapters(out_dir), final_title, header_items, meta)
     return result

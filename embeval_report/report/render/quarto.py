@@ -1,112 +1,221 @@
-"""The Quarto renderer: a book from ``_quarto.yml`` over the executed notebooks."""
+"""The Quarto renderer: the chapters as one Quarto document, one ``quarto render`` per format.
 
-import copy
+A temporary folder holds ``report.qmd``, its figures and ``embeval.typ`` (the built-in Typst
+template, for its callout and badge). The document's front matter is the title, the header
+information as subtitle and the packaged ``_quarto.yml`` (the look of each format): not a project
+file, which Quarto ignores under a hidden folder such as the runner's staging folder. Its body is
+the chapters' markdown exactly as the built-in PDF renderer converts them (pipe tables, captioned
+figures, math), with callouts and verdict badges in each format's own form. No notebook reaches
+Quarto, so no Jupyter runs and no ``text/html`` output makes Quarto load require.js and jQuery
+from a CDN.
+
+Formats: ``html`` (one self-contained file), the PDF through Typst (bundled with Quarto, no
+TeX) or, with ``pdf_engine="latex"``, through LaTeX. Each is rendered on its own: one failing
+never loses another, and its error is one line.
+"""
+
+import html as _html
 import logging
 import os
+import re
 import shutil
 import subprocess
-import sys
+import tempfile
 from pathlib import Path
 
-from .common import _quarto_template, _slug, _status_box_md, load_chapters
+import yaml
+
+from .common import _atomic_write, _quarto_template, _slug, load_chapters, strip_ansi, templates_dir
+from .pdf import _chapter_markdown, _typst_str
 
 log = logging.getLogger(__name__)
 
-def _render_quarto(out_dir: Path, title: str, formats, header_items, meta: dict) -> dict[str, Path]:
-    """Render with Quarto: a book (``_quarto.yml``) from the executed notebooks.
+PDF_ENGINES = ("typst", "latex")
+_QUARTO_TO = {"html": "html", "typst": "typst", "latex": "pdf"}     # format or PDF engine -> --to
+_QUARTO_CALLOUT = {"note": "note", "warning": "warning", "danger": "important", "success": "tip"}
+_TEX_COMMANDS = ("tlmgr", "xelatex", "lualatex", "pdflatex")
+_INSTALL_TEX = ("the latex PDF engine needs TeX: install it with `quarto install tinytex` (or TeX Live), "
+                "or render the PDF through Typst (--pdf-engine typst)")
+_HINTS = (  # quarto's message -> what to do
+    (re.compile(r"No TeX installation"), _INSTALL_TEX),
+    (re.compile(r"File `([\w-]+)\.sty' not found"),
+     "install the LaTeX package {0} (tlmgr install {0}, or your system's TeX Live packages), "
+     "or render the PDF through Typst (--pdf-engine typst)"),
+)
+_ERROR_LINE = re.compile(r"error|not found|failed", re.I)
 
-    The book is staged in ``OUT/_quarto`` (chapter notebooks copied, the summary as
-    ``index.ipynb``); each format is rendered on its own (``quarto render --to FMT``); the
-    book's PDF becomes ``report.pdf``. A Quarto *book* is a multi-page site in HTML, so the
-    HTML report is rendered from one notebook merging all chapters, with the book's HTML
-    options, to keep ``report.html`` a single self-contained file.
+_MARKER_CALLOUT = re.compile(r"^<!-- embeval-callout:(\w+) -->\n\n((?:>.*\n?)+)", re.M)
+_DIV_CALLOUT = re.compile(r"^::: \{\.callout \.callout-(\w+)\}\n\*\*([^\n]*)\*\*\n(.*?)^:::[ \t]*$", re.M | re.S)
+_BADGE = re.compile(r"\[([^\]\n]*)\]\{\.verdict \.verdict-([\w-]+)\}")
+_LINK = re.compile(r"(?<!!)\[([^\]\n]*)\]\(#([^)\s]+)\)")
+_ID = re.compile(r"\{#([^}\s]+)")
+_PIPE_TABLE = re.compile(r"^(\|.*\|)[ \t]*\n(\|[-:| ]+\|)[ \t]*\n((?:\|.*\|[ \t]*(?:\n|$))*)", re.M)
+_CELL_BORDER = re.compile(r"(?<!\\)\|")
+_SPAN_OR_LINK = re.compile(r"\[([^\]\n]*)\](?:\{[^}\n]*\}|\([^)\n]*\))")
+_MARKDOWN_LINE = 72       # pandoc's --columns: a table with a longer line is set full width, cells wrapping
+_LATEX_LINE = 80          # about the characters on one line of the LaTeX PDF
+_MD_ESCAPE = re.compile(r"\\(.)")
+
+
+class QuartoError(RuntimeError):
+    """Quarto could not render some formats: ``errors`` {format: one line}; ``files`` the ones written."""
+
+    def __init__(self, errors: dict[str, str], files: dict[str, Path]):
+        super().__init__("; ".join(f"{fmt}: {msg}" for fmt, msg in errors.items()))
+        self.errors, self.files = errors, files
+
+
+def _render_quarto(out_dir: Path, title: str, formats, header_items, pdf_engine: str = "typst") -> dict[str, Path]:
+    """Render ``formats`` with Quarto into ``out_dir/report.html`` / ``report.pdf``.
+
+    Raises :class:`QuartoError` (after trying every format) when some could not be rendered.
     """
-    import yaml
-
     exe = shutil.which("quarto")
     if not exe:
         raise RuntimeError("quarto is not on PATH: install Quarto (https://quarto.org) or use renderer='builtin'")
     out_dir = Path(out_dir)
-    config = yaml.safe_load(_quarto_template().read_text(encoding="utf-8")) or {}
-    stage = out_dir / "_quarto"
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir(parents=True)
-    try:
-        return _quarto_stage_and_render(exe, stage, out_dir, config, title, formats, header_items, meta)
-    finally:  # the report folder keeps only the results
-        shutil.rmtree(stage, ignore_errors=True)
+    files, errors = {}, {}
+    with tempfile.TemporaryDirectory(prefix="embeval-quarto-") as tmp:
+        stage = Path(tmp)
+        parts = _stage(stage, out_dir)
+        front = _front_matter(title, header_items)
+        for fmt in formats:
+            to = _QUARTO_TO["html" if fmt == "html" else pdf_engine]
+            try:
+                files[fmt] = _render_one(exe, stage, out_dir, to, front + _document(parts, to))
+            except Exception as exc:  # the other formats still render
+                errors[fmt] = _one_line(str(exc))
+    if errors:
+        raise QuartoError(errors, files)
+    return files
 
 
-def _quarto_stage_and_render(exe, stage: Path, out_dir: Path, config: dict, title: str, formats, header_items,
-                             meta: dict) -> dict[str, Path]:
-    import nbformat
-    import yaml
+def _stage(stage: Path, out_dir: Path) -> list[str]:
+    """Write the Typst template and the figures into ``stage``; return each chapter's markdown."""
+    tdir = templates_dir()
+    shutil.copy(tdir / "report.typ", stage / "embeval.typ")
+    parts = []
+    for i, ch in enumerate(load_chapters(out_dir)):
+        key = f"{i:02d}_{_slug(ch.name)}"
+        try:
+            parts.append(_chapter_markdown(ch, tdir, stage, key))
+        except Exception as exc:  # one broken chapter must not lose the report
+            log.warning("chapter %s could not be converted to markdown: %s", ch.name, exc)
+            ch.status, ch.error = "failed", f"The chapter could not be rendered: {type(exc).__name__}: {exc}"
+            parts.append(_chapter_markdown(ch, tdir, stage, key))
+    return parts
 
+
+def _front_matter(title: str, header_items) -> str:
+    """YAML front matter: the title, the header information as subtitle (not the generation time as
+    ``date``: Quarto would reformat it, dropping its time and zone), then the packaged options."""
     from ..display import escape
 
-    chapters = load_chapters(out_dir)
-    files = []
-    merged = nbformat.v4.new_notebook()
-    merged.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-                       "language_info": {"name": "python"}}
-    subtitle = " · ".join(f"{k}: {v}" for k, v in header_items)
-    for i, ch in enumerate(chapters):
-        fname = "index.ipynb" if i == 0 else f"{i:02d}_{_slug(ch.name)}.ipynb"
-        nb = copy.deepcopy(ch.nb) if ch.nb is not None else nbformat.v4.new_notebook()
-        heading = f"# {escape(ch.title)} {{#{ch.anchor}}}"
-        if ch.status != "ok":  # Quarto's own callout syntax
-            nb.cells = [nbformat.v4.new_markdown_cell(
-                heading + "\n\n" + _status_box_md(ch).replace("{.callout .callout-", "{.callout-"))]
-        else:
-            nb.cells.insert(0, nbformat.v4.new_markdown_cell(heading))
-        nb.metadata.setdefault("kernelspec", merged.metadata["kernelspec"])
-        nbformat.write(nb, stage / fname)
-        files.append(fname)
-        merged.cells.extend(copy.deepcopy(nb.cells))
-    book = config.setdefault("book", {})
-    book["title"] = title
-    if subtitle:
-        book["subtitle"] = subtitle
-    if meta.get("generated"):
-        book["date"] = str(meta["generated"])
-    book["chapters"] = files
-    config.setdefault("project", {})["type"] = "book"
-    result: dict[str, Path] = {}
-    env = dict(os.environ, QUARTO_PYTHON=os.environ.get("QUARTO_PYTHON", sys.executable))
+    doc = {"title": escape(title), "pagetitle": title}
+    if header_items:
+        doc["subtitle"] = "\\\n".join(f"{k}: {escape(v)}" for k, v in header_items)  # one line each (hard breaks)
+    options = yaml.safe_load(_quarto_template().read_text(encoding="utf-8")) or {}
+    doc.update((k, v) for k, v in options.items() if k not in doc)
+    return "---\n" + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=10**6) + "---\n\n"
 
-    def run(args, cwd):
-        proc = subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise RuntimeError(f"quarto {' '.join(args)} failed:\n{(proc.stderr or proc.stdout)[-4000:]}")
 
-    if "pdf" in formats:
-        (stage / "_quarto.yml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
-        run(["render", "--to", "pdf"], stage)
-        outdir = stage / (config.get("project", {}).get("output-dir") or "_book")
-        pdfs = sorted(outdir.rglob("*.pdf"))
-        if not pdfs:
-            raise RuntimeError(f"quarto did not write a PDF under {outdir}")
-        shutil.copy(pdfs[0], out_dir / "report.pdf")
-        result["pdf"] = out_dir / "report.pdf"
-    if "html" in formats:
-        single = stage / "single"
-        single.mkdir()
-        html_opts = dict((config.get("format") or {}).get("html") or {})
-        html_opts.update({"embed-resources": True, "toc": True})
-        doc_config = {"project": {"type": "default"}, "title": title,
-                      "format": {"html": html_opts},
-                      **{k: v for k, v in config.items() if k in ("execute", "echo", "warning", "jupyter")}}
-        if subtitle:
-            doc_config["subtitle"] = subtitle
-        (single / "_quarto.yml").write_text(yaml.safe_dump(doc_config, sort_keys=False, allow_unicode=True))
-        nbformat.write(merged, single / "report.ipynb")
-        run(["render", "report.ipynb", "--to", "html"], single)
-        produced = single / "report.html"
-        if not produced.exists():
-            found = sorted(single.rglob("report.html"))
-            if not found:
-                raise RuntimeError("quarto did not write report.html")
-            produced = found[0]
-        shutil.copy(produced, out_dir / "report.html")
-        result["html"] = out_dir / "report.html"
-    return result
+def _document(parts: list[str], to: str) -> str:
+    """The chapters' markdown for Quarto's ``--to`` format: callouts, badges, only existing link targets."""
+    text = "\n\n".join(parts)
+    text = _MARKER_CALLOUT.sub(lambda m: _callout(to, m.group(1), *_quoted_callout(m.group(2))), text)
+    text = _DIV_CALLOUT.sub(lambda m: _callout(to, m.group(1), m.group(2), m.group(3).strip("\n")), text)
+    if to == "pdf":
+        text = _PIPE_TABLE.sub(_latex_column_widths, text)
+    if to == "typst":
+        text = _BADGE.sub(lambda m: f"`#badge(kind: {_typst_str(m.group(2))}, {_typst_str(_plain(m.group(1)))})`"
+                                    "{=typst}", text)
+    ids = set(_ID.findall(text))
+    return _LINK.sub(lambda m: m.group(0) if m.group(2) in ids else m.group(1), text)
+
+
+def _quoted_callout(quote: str) -> tuple[str, str]:
+    """(title, body) of a ``display.callout`` block quote: ``> **Title**`` then the body."""
+    lines = [re.sub(r"^> ?", "", ln) for ln in quote.rstrip("\n").split("\n")]
+    title = re.fullmatch(r"\*\*(.*)\*\*", lines[0])
+    return (title.group(1), "\n".join(lines[1:]).strip("\n")) if title else ("", "\n".join(lines))
+
+
+def _latex_column_widths(table: re.Match) -> str:
+    """A wide pipe table with its relative column widths (its dashes) from the text that shows, not from
+    the markdown of badges and links: each column at least its longest word, LaTeX wrapping the rest."""
+    lines = [table.group(1), *table.group(3).splitlines()]
+    if all(len(line) <= _MARKDOWN_LINE for line in lines):
+        return table.group(0)               # set at its natural width, nothing wraps
+    aligns = [a.strip() for a in table.group(2).strip()[1:-1].split("|")]
+    rows = [[_plain(_SPAN_OR_LINK.sub(r"\1", c)).strip() for c in _CELL_BORDER.split(line.strip()[1:-1])]
+            for line in lines]
+    if any(len(r) != len(aligns) for r in rows):
+        return table.group(0)
+    words = [max(len(w) for r in rows for w in r[j].split() or [""]) + 2 for j in range(len(aligns))]
+    full = [max(len(r[j]) for r in rows) + 2 for j in range(len(aligns))]
+    wrap = sum(f - w for f, w in zip(full, words))
+    share = min(1.0, max(0, _LATEX_LINE - sum(words)) / wrap) if wrap else 0.0
+    dashes = [round(10 * (w + (f - w) * share)) for w, f in zip(words, full)]
+    sep = "|".join((":" if a.startswith(":") else "-") + "-" * d + (":" if a.endswith(":") else "-")
+                   for a, d in zip(aligns, dashes))
+    return f"{table.group(1)}\n|{sep}|\n{table.group(3)}"
+
+
+def _plain(markdown_text: str) -> str:
+    """Escaped markdown text (``display.escape``) back to plain text."""
+    return _html.unescape(_MD_ESCAPE.sub(r"\1", markdown_text))
+
+
+def _callout(to: str, kind: str, title: str, body: str) -> str:
+    """A boxed note: Quarto's callout in HTML; the built-in one in Typst (Quarto's imports a Typst
+    package from the network); a block quote in LaTeX (Quarto's needs the fontawesome5 package)."""
+    if to == "typst":
+        title_arg = f", title: {_typst_str(_plain(title))}" if title else ""
+        return (f'```{{=typst}}\n#embeval-callout(kind: {_typst_str(kind)}{title_arg})[\n```\n\n{body}\n\n'
+                "```{=typst}\n]\n```\n")
+    if to == "pdf":
+        quoted = "\n".join(f"> {ln}" if ln.strip() else ">" for ln in body.split("\n"))
+        return (f"> **{title}**\n>\n" if title else "") + quoted + "\n"
+    heading = f"## {title}\n\n" if title else ""
+    return f"::: {{.callout-{_QUARTO_CALLOUT.get(kind, 'note')}}}\n{heading}{body}\n:::\n"
+
+
+def _tex_installed() -> bool:
+    """Whether Quarto can find TeX: on PATH, or its own TinyTeX."""
+    return any(shutil.which(c) for c in _TEX_COMMANDS) or (Path.home() / ".TinyTeX").is_dir()
+
+
+def _render_one(exe: str, stage: Path, out_dir: Path, to: str, document: str) -> Path:
+    """``quarto render report.qmd --to TO`` in ``stage``; the result copied into ``out_dir``."""
+    if to == "pdf" and not _tex_installed():
+        raise RuntimeError(_INSTALL_TEX)
+    (stage / "report.qmd").write_text(document, encoding="utf-8")
+    env = dict(os.environ, NO_COLOR="1")
+    proc = subprocess.run([exe, "render", "report.qmd", "--to", to], cwd=stage, capture_output=True, text=True,
+                          env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(_quarto_message(proc.stderr or proc.stdout))
+    suffix = ".html" if to == "html" else ".pdf"
+    produced = stage / f"report{suffix}"
+    if not produced.exists():
+        raise RuntimeError(f"quarto render --to {to} wrote no report{suffix}")
+    target = out_dir / f"report{suffix}"
+    _atomic_write(target, produced.read_bytes())
+    return target
+
+
+def _quarto_message(output: str) -> str:
+    """Quarto's error as one line (the error lines from its first ``ERROR``, else its last line),
+    with what to do about it."""
+    lines = [ln.strip() for ln in strip_ansi(output).splitlines() if ln.strip()]
+    start = next((i for i, ln in enumerate(lines) if re.match(r"(ERROR|error)\b", ln)), None)
+    tail = [] if start is None else [ln for ln in lines[start:] if not re.fullmatch(r"ERROR:?", ln)]
+    message = " ".join([ln for ln in tail if _ERROR_LINE.search(ln)] or tail[:1] or lines[-1:])
+    message = message or "quarto failed without a message"
+    hints = [hint.format(*m.groups()) for pattern, hint in _HINTS if (m := pattern.search(message))]
+    return _one_line(f"{message} ({hints[0]})" if hints else message)
+
+
+def _one_line(text: str, limit: int = 600) -> str:
+    text = " ".join(strip_ansi(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
