@@ -167,12 +167,10 @@ def _load_for_listing(source: Path):
     import tempfile
 
     from .io import load_source
-    from .io.model_source import embed_manifest, names_model
+    from .io.model_source import embedded_source
 
-    if not names_model(source):
-        return load_source(source)
     with tempfile.TemporaryDirectory() as tmp:
-        return load_source(embed_manifest(source, tmp)[0])
+        return load_source(embedded_source(source, tmp)[0])
 
 
 def _options() -> int:

@@ -354,10 +354,10 @@ def cache_key(spec: ModelSpec, texts: Sequence[str], role: str) -> str:
 
 
 def cached_embeddings(spec: ModelSpec, texts: Sequence[str], ids: Sequence[str], cache_dir: str | os.PathLike, *,
-                      role: str, device: Any = "auto", model=None) -> np.ndarray:
+                      role: str, device: Any = "auto", model=None, loader=None) -> np.ndarray:
     """Embeddings of ``texts`` (float32, (n, d), in order), from ``cache_dir`` when computed before.
 
-    On a miss the model is loaded (:func:`load_model`, unless a loaded ``model`` is given), the
+    On a miss the model is loaded (a given ``model``, else ``loader()``, else :func:`load_model`), the
     texts are embedded with ``spec``'s batch size, normalisation and the prompt of ``role``
     ("corpus" uses ``document_prompt``, "queries" ``query_prompt``) and the result is stored as
     ``cache_dir/<role>-<key>.npy``. On a hit the model is not loaded at all. Only the count of
@@ -374,7 +374,7 @@ def cached_embeddings(spec: ModelSpec, texts: Sequence[str], ids: Sequence[str],
     if hit is not None:
         return hit
     if model is None:
-        model = load_model(spec, device)
+        model = loader() if loader is not None else load_model(spec, device)
     vectors = embed_texts(model, texts, batch_size=spec.batch_size, normalize=spec.normalize,
                           prompt=spec.prompt(role), desc=f"embedding {role}")
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -414,10 +414,7 @@ def embed_with_cache(spec: ModelSpec, corpus: tuple[Sequence[str], Sequence[str]
             results.append(None)
             continue
         ids, texts = pair
-        texts = list(texts)
-        path = Path(cache_dir) / f"{role}-{cache_key(spec, texts, role)}.npy"
-        model = None if _read_cached(path, len(texts)) is not None else once()
-        results.append(cached_embeddings(spec, texts, ids, cache_dir, role=role, device=device, model=model))
+        results.append(cached_embeddings(spec, texts, ids, cache_dir, role=role, device=device, loader=once))
     return results[0], results[1]
 
 

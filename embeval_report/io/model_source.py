@@ -30,11 +30,17 @@ def default_cache_dir() -> Path:
     return Path(root) / "embeddings"
 
 
-def names_model(source: str | os.PathLike | None) -> bool:
-    """Whether ``source`` is a manifest with a ``model`` field (validated on the way)."""
-    if source is None or Path(source).suffix.lower() not in MANIFEST_SUFFIXES or not Path(source).is_file():
-        return False
-    return "model" in read_manifest(source)
+def embedded_source(source: str | os.PathLike, folder: str | os.PathLike, *, device: Any = "auto",
+                    cache_dir: str | os.PathLike | None = None) -> tuple[str | os.PathLike, dict | None]:
+    """``(source, None)`` unless ``source`` is a manifest that names a model; then :func:`embed_manifest`'s
+    ``(written manifest, record)``. The manifest is read (and validated) once."""
+    path = Path(source)
+    if path.suffix.lower() not in MANIFEST_SUFFIXES or not path.is_file():
+        return source, None
+    spec = read_manifest(path)
+    if "model" not in spec:
+        return source, None
+    return _embed(path, spec, folder, device, cache_dir)
 
 
 def embed_manifest(path: str | os.PathLike, folder: str | os.PathLike, *, device: Any = "auto",
@@ -45,8 +51,10 @@ def embed_manifest(path: str | os.PathLike, folder: str | os.PathLike, *, device
     as named, its folder, its content digest, the options, and the row counts. Bad texts or a
     model that cannot be loaded offline raise :class:`~embeval_report.errors.InputError` (one line).
     """
-    path = Path(path)
-    spec = read_manifest(path)
+    return _embed(Path(path), read_manifest(path), folder, device, cache_dir)
+
+
+def _embed(path: Path, spec: dict, folder, device, cache_dir) -> tuple[Path, dict]:
     model = spec["model"]
     corpus_ids, corpus_texts = read_texts(spec["texts"], label=f"{path.name}, field 'texts': {Path(spec['texts']).name}")
     queries = spec.get("queries")
@@ -65,6 +73,6 @@ def embed_manifest(path: str | os.PathLike, folder: str | os.PathLike, *, device
     folder_used = model_folder(model)
     record = dict(name=model.name, folder=str(folder_used), digest=model_digest(folder_used)[:16],
                   batch_size=model.batch_size, normalize=model.normalize, query_prompt=model.query_prompt,
-                  document_prompt=model.document_prompt, texts=Path(spec["texts"]).name, n=len(corpus_ids), d=int(
-                      corpus_vectors.shape[1]), queries=len(query_pair[0]) if query_pair else 0, cache=str(cache))
+                  document_prompt=model.document_prompt, texts=Path(spec["texts"]).name, n=len(corpus_ids),
+                  d=int(corpus_vectors.shape[1]), queries=len(query_pair[0]) if query_pair else 0, cache=str(cache))
     return written, record

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ import nbformat
 from .. import __version__
 from ..chapters.registry import Chapter, describe_input, discover, select
 from ..io import load_source, save_prepared
-from ..io.model_source import embed_manifest, names_model
+from ..io.model_source import embedded_source
 from ..io.side_data import load_side_data
 from ..metrics.thresholds import SEVERITY
 from ..progress import RunProgress
@@ -29,8 +28,8 @@ from ..settings import ChapterSettings
 from .outdir import OutputFolder
 from .recorder import metrics_document
 from .render import render_report
+from .render.common import strip_ansi
 
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 #: exception names a chapter raises to be skipped rather than failed
 SKIP_ERRORS = ("ChapterSkipped",)
 
@@ -68,7 +67,7 @@ class RunResult:
 def _error_text(exc: BaseException) -> str:
     ename = getattr(exc, "ename", None)
     text = f"{ename}: {getattr(exc, 'evalue', '')}" if ename else f"{type(exc).__name__}: {exc}"
-    return ANSI.sub("", text).strip()
+    return strip_ansi(text).strip()
 
 
 #: arguments of every chapter kernel
@@ -115,7 +114,7 @@ def execute_chapter(ch: Chapter, staging: Path, params: dict, *, timeout: int | 
                             extra_arguments=KERNEL_ARGUMENTS, **({"km": kernel.km} if kernel else {}))
     except Exception as exc:  # a failing chapter must not lose the report
         if getattr(exc, "ename", None) in SKIP_ERRORS:
-            status, reason = "skipped", ANSI.sub("", str(getattr(exc, "evalue", ""))).strip()
+            status, reason = "skipped", strip_ansi(str(getattr(exc, "evalue", ""))).strip()
         else:
             status, reason = "failed", _error_text(exc)
     nb = nbformat.read(target if target.exists() else ch.notebook, as_version=4)
@@ -284,9 +283,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
     try:
         if prepare is not None:
             source = prepare(staging)
-        model_run = None
-        if names_model(source):
-            source, model_run = embed_manifest(source, staging, device=settings.device, cache_dir=embedding_cache)
+        source, model_run = embedded_source(source, staging, device=settings.device, cache_dir=embedding_cache)
         es = load_source(source)
         side = load_side_data(es)
         cache = staging / ".prepared"

@@ -55,7 +55,8 @@ def chapter_status(run: dict) -> pd.DataFrame:
     """Every chapter with its status and, for those not run or failed, why."""
     rows = [{"chapter": Link(c["title"], f"#chapter-{c['name']}") if c["status"] != "skipped" else c["title"],
              "status": STATUS_WORDS[c["status"]],
-             "time (s)": f"{c['seconds']:.1f}" if c["status"] != "skipped" else "—", "detail": (c["reason"] or "").replace("`", "")}  # table cells are plain text
+             "time (s)": f"{c['seconds']:.1f}" if c["status"] != "skipped" else "—",
+             "detail": (c["reason"] or "").replace("`", "")}  # table cells are plain text: no code spans
             for c in run["chapters"] if c["name"] != "summary"]
     return pd.DataFrame(rows, columns=["chapter", "status", "time (s)", "detail"])
 

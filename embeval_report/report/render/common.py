@@ -25,8 +25,8 @@ REMOVE_OUTPUT_TAGS = {"remove-output", "remove_output"}
 MARKDOWN_FORMAT = ("markdown-yaml_metadata_block-pandoc_title_block-citations-blank_before_header"
                    "+lists_without_preceding_blankline")
 PDF_MIME_PRIORITY = ["text/markdown", "image/png", "image/svg+xml", "image/jpeg", "text/latex", "text/plain"]
-HEADER_FIELDS = (("source", "Source"), ("model", "Model"), ("seed", "Seed"), ("device", "Device"), ("version", "Version"),
-                 ("generated", "Generated"))
+HEADER_FIELDS = (("source", "Source"), ("model", "Model"), ("seed", "Seed"), ("device", "Device"),
+                 ("version", "Version"), ("generated", "Generated"))
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
 _CHUNK_BREAK = "<!-- embeval-chunk-break -->"
