@@ -12,7 +12,8 @@ Every interval in a report comes from here, and every function says which method
 * Analytic intervals: :func:`normal_ci`, :func:`t_interval`, :func:`wilson_ci`,
   :func:`cohens_d_ci`, :func:`hanley_mcneil_se`.
 * :func:`mean_ci` — the interval of a mean of per-unit values (BCa, or the CLT for many units).
-* :func:`adjust_pvalues` — Holm / Benjamini–Hochberg through statsmodels ``multipletests``.
+* :func:`adjust_pvalues` — Holm / Benjamini–Hochberg through statsmodels ``multipletests``;
+  :class:`HypothesisTest` — one test a chapter ran, recorded for the report-wide correction.
 * Power of a mean over units (or of paired differences): :func:`minimum_detectable_effect` and
   :func:`required_units`, through statsmodels' ``TTestPower`` (one-sample / paired t-test).
 
@@ -356,6 +357,39 @@ def adjust_pvalues(p_values, method: str = "holm", alpha: float = 0.05) -> tuple
         r, a, _, _ = multipletests(p[ok], alpha=alpha, method=CORRECTIONS[method])
         reject[ok], adjusted[ok] = r, a
     return reject, adjusted
+
+
+@dataclass(frozen=True)
+class HypothesisTest:
+    """One hypothesis test a chapter ran, recorded (``ctx.rec.test(...)``) so the rigor chapter can adjust
+    every p-value of the report together (Holm and Benjamini–Hochberg across all chapters).
+
+    ``name`` is unique within the chapter (``"mmd: snapshot 2"``); ``test`` names the test and its
+    sidedness (``"Mann–Whitney U, one-sided (greater)"``); ``null`` states the null hypothesis in words;
+    ``n`` the sample sizes in words (``"500 + 500 rows"``); ``family`` groups many tests of one question
+    (``"per-dimension KS, snapshot 2"``) so the report can summarise them.
+    """
+
+    name: str
+    test: str
+    p_value: float
+    statistic: float | None = None
+    n: str = ""
+    null: str = ""
+    family: str = ""
+
+    def __post_init__(self):
+        p = float(self.p_value)
+        if not (math.isnan(p) or 0.0 <= p <= 1.0):
+            raise ValueError(f"test {self.name}: p-value must lie in [0, 1], not {p}")
+
+    def to_record(self) -> dict:
+        """The JSON record (``results/<chapter>.json`` under ``"tests"``); NaN becomes ``None``."""
+        def num(x):
+            return None if x is None or not math.isfinite(float(x)) else float(x)
+
+        return dict(name=self.name, test=self.test, p_value=num(self.p_value), statistic=num(self.statistic),
+                    n=self.n, null=self.null, family=self.family)
 
 
 #: the test whose power :func:`minimum_detectable_effect` and :func:`required_units` state

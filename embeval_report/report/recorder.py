@@ -22,11 +22,19 @@ class Recorder:
     results_dir: str | os.PathLike | None = None
     metrics: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    tests: dict = field(default_factory=dict)
 
     def add(self, *metrics: Metric) -> None:
         """Record metrics (a later record of the same name replaces the earlier one)."""
         for m in metrics:
             self.metrics[m.name] = m.to_record()
+        self.save()
+
+    def test(self, *tests) -> None:
+        """Record hypothesis tests (:class:`~embeval_report.stats.HypothesisTest`; a later record of the same
+        name replaces the earlier one). The rigor chapter adjusts every recorded p-value of the report."""
+        for t in tests:
+            self.tests[t.name] = t.to_record()
         self.save()
 
     def note(self, **info) -> None:
@@ -45,7 +53,8 @@ class Recorder:
         path = Path(self.results_dir) / f"{self.chapter}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"chapter": self.chapter, "metrics": self.metrics, "info": self.info},
+        tmp.write_text(json.dumps({"chapter": self.chapter, "metrics": self.metrics, "info": self.info,
+                                   "tests": list(self.tests.values())},
                                   indent=2, default=str))
         tmp.replace(path)
 
