@@ -48,6 +48,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=("exact", "fast"), default="exact",
                    help="exact (default): every k-NN list exact; fast: cosine k-NN graphs from bfloat16 candidates on a "
                         "GPU, re-ranked exactly, their recall against exact lists measured and shown (no effect on the CPU)")
+    p.add_argument("--mde", type=float, default=None, metavar="EFFECT",
+                   help="the smallest change of a metric you care about, in its own units (default 0.01): the "
+                        "statistical-rigor chapter states how many queries/edges/entities detecting it takes")
     p.add_argument("--set", dest="options", action="append", type=_option, default=[], metavar="NAME=VALUE",
                    help="a chapter option, e.g. --set k=20 (repeatable; see `embeval-report options`)")
     p.add_argument("--renderer", choices=("auto", "quarto", "builtin"), default="auto")
@@ -111,8 +114,9 @@ def _settings(args):
     from .settings import ChapterSettings
 
     try:
+        options = dict(args.options, **({"mde": args.mde} if getattr(args, "mde", None) is not None else {}))
         return ChapterSettings.resolve(seed=args.seed, device=args.device, sample_size=args.sample_size,
-                                       options=dict(args.options), precision=args.precision)
+                                       options=options, precision=args.precision)
     except ValueError as exc:
         raise InputError(str(exc)) from None
 

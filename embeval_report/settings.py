@@ -77,6 +77,9 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("mmd_sample", 1000, "rows per side of the MMD permutation test", ("drift",), bounds=(1, _INF)),
     Option("silhouette_sample", 10_000, "rows the cosine silhouette is computed on", ("clustering",),
            bounds=(1, _INF)),
+    Option("mde", 0.01, "the effect a user cares about, in a metric's own units: the statistical-rigor chapter gives "
+           "the units needed to detect it, and `compare` calls a comparison underpowered when its minimum detectable "
+           "effect is larger (also --mde)", ("rigor",), bounds=(0, _INF)),
     # (new options: one Option(...) entry each, above this line)
 )}
 

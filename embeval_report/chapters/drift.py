@@ -62,6 +62,10 @@ def compute(ctx: ChapterContext) -> DriftReport:
     result = dr.measure_drift(es.vectors, snapshots, mmd_sample=ctx.option("mmd_sample"), level=ctx.level,
                               seed=ctx.seed, device=ctx.device)
     ctx.rec.add(*result.metrics.values())
+    units = dr.drift_units(result, es.ids)
+    ctx.rec.units(units, key="entity", unit="entities",
+                  means=[c for c in units.columns[1:] if c in result.metrics])
+    ctx.rec.test(*dr.drift_tests(result))
     ctx.rec.note(**{k: v for k, v in result.info.items() if k != "device"}, pattern=result.pattern,
                  reference_drift=result.reference_drift,
                  snapshots=[{"name": s.name, "slug": s.slug, "timestamp": s.timestamp, "matched": len(s.index),

@@ -5,6 +5,9 @@ Each chapter notebook carries ``metadata["embeval"]``::
     {"name": "isotropy", "title": "Isotropy", "order": 10,
      "requires": ["vectors"], "description": "..."}
 
+``"stage": 1`` (or higher) marks a chapter that reads the other chapters' results: it runs after
+all of them, in stage order (statistical rigor 1, the summary 2).
+
 ``requires`` lists inputs (``"a|b"`` when either will do) as :meth:`embeval_report.io.EmbeddingSet.has`
 understands them (``"metadata.label"``, ``"runs"``, ...). The chapter's code is the module
 ``embeval_report.chapters.<name>`` (``"module"`` in the metadata when it differs); its optional
@@ -35,6 +38,14 @@ INPUT_HELP = {
     "negatives": "`negatives` (src, dst, negative)",
     "vocabularies": "`vocabularies` (named id lists)",
     "qrels": "`qrels` (relevance judgements of queries; `queries` for query vectors)",
+    "training_log": "a `training_log` (CSV/TSV/JSONL of step, loss, ... or a TensorBoard folder)",
+    "monitor_history": "`monitor_history` (the JSONL file `embeval-report monitor --history` writes)",
+    "metadata.is_anomaly": "an `is_anomaly` 0/1 column in `metadata` (1 = anomaly; blank = unlabelled)",
+    "anomaly_scores": "`anomaly_scores` (your detector's scores: id, score)",
+    "fairness": "`fairness: {attributes: [...]}` (protected-attribute columns of `metadata`)",
+    "association_tests": "`association_tests` (WEAT target and attribute word sets)",
+    "annotations": "`annotations` (human ratings: item, rater, label)",
+    "interactions": "`interactions` (user_id, item_id[, timestamp][, rating])",
 }
 
 
@@ -47,6 +58,7 @@ class Chapter:
     description: str
     notebook: Path
     module: str = ""
+    stage: int = 0       # 0: content; 1, 2, ...: run after every content chapter, in stage order (they read results)
 
     @property
     def filename(self) -> str:
@@ -89,16 +101,17 @@ def discover(folder: Path | None = None) -> list[Chapter]:
             continue
         out.append(Chapter(name=meta["name"], title=meta["title"], order=int(meta["order"]),
                            requires=tuple(meta.get("requires", ())), description=meta.get("description", ""),
-                           notebook=path, module=meta.get("module", "")))
+                           notebook=path, module=meta.get("module", ""), stage=int(meta.get("stage", 0))))
     return sorted(out, key=lambda c: c.order)
 
 
 def select(chapters: list[Chapter], names: list[str] | None) -> list[Chapter]:
-    """The chapters named in ``names`` (all when ``None``); the summary is always kept."""
+    """The chapters named in ``names`` (all when ``None``); the chapters that read the others' results
+    (``stage`` > 0: statistical rigor, the summary) are always kept."""
     if not names:
         return chapters
     known = {c.name for c in chapters}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise InputError(f"--chapters: unknown chapter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    return [c for c in chapters if c.name in names or c.name == "summary"]
+    return [c for c in chapters if c.name in names or c.stage > 0]

@@ -63,6 +63,7 @@ def compute(ctx: ChapterContext) -> RetrievalReport:
                                    exclude_self=bool(side.exclude_self), level=ctx.level, seed=ctx.seed,
                                    device=ctx.device, label="qrels")
     ctx.rec.add(*result.metrics.values())
+    ctx.rec.units(result.per_query, key="query_id", unit="queries", means=rt.METRICS)
     ctx.rec.note(protocol=result.protocol, excluded_queries=result.excluded_queries[:50], **result.info)
     groups, column = _query_groups(meta, qids)
     return RetrievalReport(result, rt.cutoff_curves(result), groups, column, source)

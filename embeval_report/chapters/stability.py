@@ -17,7 +17,7 @@ from ..report.display import callout, escape, show_figure, show_markdown, show_t
 from ..report.display import show_metrics as show_metric_table
 from ..report.format import interval
 from ..report.plotting import PALETTE, WIDTH
-from ..stats import BCA_MAX, MEAN_CI_RESAMPLES
+from ..stats import BCA_MAX, MEAN_CI_RESAMPLES, HypothesisTest
 from .setup import ChapterContext
 
 BANDS = st.SPECS["pairwise_similarity_correlation"].bands
@@ -62,6 +62,10 @@ def compute(ctx: ChapterContext) -> StabilityReport:
     subsets = st.subset_stability(result, groupings, level=ctx.level, seed=ctx.seed)
     freq = st.frequency_association(result, es.metadata, inputs.index)
     ctx.rec.add(*result.metrics.values())
+    ctx.rec.units(pd.DataFrame({"entity": np.asarray(es.ids, dtype=object)[inputs.index], "knn_overlap": result.overlap,
+                                "procrustes_aligned_cosine": result.aligned_cosine}),
+                  key="entity", unit="entities", means=("knn_overlap", "procrustes_aligned_cosine"))
+    ctx.rec.test(*subset_tests(subsets, freq))
     ctx.rec.note(k=k, **({"k_requested": k_requested} if k != k_requested else {}), n_compared=result.n,
                  runs=result.labels, chance_knn_overlap=result.chance, resampling=result.plan.method,
                  bootstrap_blocks=result.n_blocks, bootstrap_resamples=result.n_boot,
@@ -70,6 +74,26 @@ def compute(ctx: ChapterContext) -> StabilityReport:
                  subsets=subsets.table.to_dict(orient="records"), subset_tests=subsets.tests.to_dict(orient="records"),
                  frequency_association=freq)
     return StabilityReport(inputs, result, groupings, subsets, freq, k_requested, es.metadata)
+
+
+def subset_tests(subsets: SubsetStability, freq: dict | None) -> list[HypothesisTest]:
+    """The chapter's hypothesis tests, for the report-wide correction: each subset comparison (Kruskal–Wallis
+    across a grouping's subsets, Mann–Whitney between two) and the frequency–stability correlation."""
+    out = []
+    for _, t in subsets.tests.iterrows():
+        kruskal = "Kruskal" in t["comparison"]
+        n = f"{int(t['n₁']):,}" + ("" if t["n₂"] is None or pd.isna(t["n₂"]) else f" + {int(t['n₂']):,}") + " entities"
+        out.append(HypothesisTest(
+            name=f"{t['grouping']}: {t['comparison']}", p_value=float(t["p"]), statistic=float(t["statistic"]), n=n,
+            test="Kruskal–Wallis H" if kruskal else "Mann–Whitney U, two-sided",
+            null=("k-NN overlap has the same distribution in every subset" if kruskal
+                  else "k-NN overlap has the same distribution in both subsets"),
+            family=f"subset comparisons by {t['grouping']}"))
+    if freq:
+        out.append(HypothesisTest(name=f"{freq['column']} vs k-NN overlap", test="Spearman rank correlation, two-sided",
+                                  p_value=freq["p"], statistic=freq["rho"], n=f"{freq['n']:,} entities",
+                                  null=f"no monotone association between {freq['column']} and k-NN overlap"))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

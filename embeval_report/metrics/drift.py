@@ -43,7 +43,7 @@ from ..io.snapshots import MIN_MATCHED, Snapshot
 from ..io.snapshots import load_snapshots as _read_snapshots
 from ..kernels import as_numpy, column_mean, resolve_device, unit_rows
 from ..kernels.moments import resampled_moments
-from ..stats import ResamplingPlan, normal_ci, wilson_ci
+from ..stats import HypothesisTest, ResamplingPlan, normal_ci, wilson_ci
 from .isotropy import cosine_moments, covariance_from_moments, no_variance, spectral_metrics
 from .procrustes import knn_overlap, procrustes_align, row_cosines
 from .spec import MetricSpec, specs
@@ -388,6 +388,37 @@ def _snapshot_drift(X, snapshot: Snapshot, *, k: int = K_OVERLAP, anomaly_k: flo
                          mmd=mmd, ks=ks, classifier=clf, new_ids=np.asarray(snapshot.new_ids, dtype=object),
                          departed_ids=np.asarray(snapshot.departed_ids, dtype=object), ci_methods=methods,
                          bias_corrected=corrected, notes=notes), B
+
+
+def drift_tests(result: "DriftResult") -> list[HypothesisTest]:
+    """Every hypothesis test of the drift measurements, for the report-wide correction: per snapshot the MMD
+    permutation test and the per-dimension KS tests (one family per snapshot)."""
+    out = []
+    for s in result.snapshots:
+        m = s.mmd
+        out.append(HypothesisTest(name=f"MMD: {s.name}", test=f"kernel MMD² permutation test ({m.n_perm} permutations)",
+                                  p_value=m.p_value, statistic=m.mmd2, n=f"{m.n_x:,} + {m.n_y:,} rows",
+                                  null="baseline and snapshot vectors have the same distribution"))
+        for j, (stat, p) in enumerate(zip(s.ks.statistics, s.ks.p_values)):
+            out.append(HypothesisTest(name=f"KS dimension {j}: {s.name}", test="two-sample Kolmogorov–Smirnov, two-sided",
+                                      p_value=float(p), statistic=float(stat),
+                                      null="the dimension has the same distribution in baseline and snapshot",
+                                      family=f"per-dimension KS, {s.name}"))
+    return out
+
+
+def drift_units(result: "DriftResult", ids) -> pd.DataFrame:
+    """One row per baseline entity: its per-snapshot drift, L2 drift and k-NN overlap (columns named as the
+    recorded per-snapshot metrics, ``mean_drift__<slug>``; missing where the entity is not in the snapshot), whose
+    means are those metrics."""
+    ids = np.asarray(ids, dtype=object)
+    out = pd.DataFrame({"entity": ids})
+    for s in result.snapshots:
+        for name, x in (("mean_drift", s.drift), ("mean_l2_drift", s.l2), ("knn_overlap_baseline", s.overlap)):
+            col = np.full(len(ids), np.nan)
+            col[s.index] = x
+            out[f"{name}__{s.slug}"] = col
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

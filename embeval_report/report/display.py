@@ -25,7 +25,8 @@ from typing import Any
 from .format import interval, is_missing, number
 
 __all__ = ["escape", "Link", "Table", "show_table", "show_figure", "show_markdown", "callout", "metrics_table",
-           "definitions_markdown", "show_metrics", "VERDICT_COLORS", "CALLOUT_KINDS"]
+           "definitions_markdown", "show_metrics", "show_tests", "hypothesis_table", "TESTS_CAPTION", "VERDICT_COLORS",
+           "CALLOUT_KINDS"]
 
 # Characters with a meaning in (pandoc / CommonMark) markdown that a plain string must not trigger.
 # ``<>&"'`` are handled by HTML escaping; ``-+.:=`` only matter at the start of a line.
@@ -130,7 +131,7 @@ class Table:
     pandoc pipe table with caption (PDF)."""
 
     def __init__(self, df, caption: str | None = None, label: str | None = None, index: bool = False,
-                 digits: int = 4):
+                 digits: int = 4, meta: dict | None = None):
         import pandas as pd
 
         if not isinstance(df, pd.DataFrame):
@@ -142,6 +143,7 @@ class Table:
         self.label = _label_id(label)
         self.index = index
         self.digits = digits
+        self.meta = dict(meta or {})
 
     # -- cells -------------------------------------------------------------------------------
     def _columns(self) -> list[str]:
@@ -222,7 +224,7 @@ class Table:
     def _repr_mimebundle_(self, include=None, exclude=None):
         data = {"text/html": self._repr_html_(), "text/markdown": self._repr_markdown_(),
                 "text/plain": self.__repr__()}
-        return data, {"embeval": {"role": "table", "label": self.label}}
+        return data, {"embeval": {"role": "table", "label": self.label, **self.meta}}
 
     def __repr__(self) -> str:
         head = f"Table: {self.caption}\n" if self.caption else ""
@@ -233,6 +235,32 @@ def show_table(df, caption=None, label=None, **kw) -> None:
     """Display a :class:`Table` (see its arguments)."""
     from IPython.display import display
     display(Table(df, caption=caption, label=label, **kw))
+
+
+#: caption of every chapter's table of hypothesis tests
+TESTS_CAPTION = ("Hypothesis tests of this chapter: raw p-values, and the p-values adjusted over every test in the "
+                 "report (Holm: family-wise error; Benjamini–Hochberg: false-discovery rate; * rejected at α = 0.05). "
+                 "Families of many tests are summarised in one row; the Statistical rigor chapter lists them all.")
+
+
+def hypothesis_table(tests, chapter: str) -> Table:
+    """The table of a chapter's hypothesis tests (``tests``: :func:`embeval_report.metrics.rigor.collect_tests`
+    rows, adjusted or not). Its output is marked ``{"tests": chapter}``: the runner re-renders it with the
+    report-wide adjusted p-values once every chapter has run."""
+    from ..metrics.rigor import tests_display
+
+    return Table(tests_display(tests), caption=TESTS_CAPTION, label=f"tbl-{chapter}-tests", meta={"tests": chapter})
+
+
+def show_tests(rec) -> None:
+    """Show the hypothesis tests a chapter's recorder holds (nothing when it ran none)."""
+    from IPython.display import display
+
+    from ..metrics.rigor import collect_tests
+
+    frame = collect_tests({rec.chapter: {"tests": list(rec.tests.values())}})
+    if len(frame):
+        display(hypothesis_table(frame, rec.chapter))
 
 
 def _png_size(data: bytes) -> tuple[int, int]:

@@ -37,6 +37,45 @@ class Recorder:
             self.tests[t.name] = t.to_record()
         self.save()
 
+    def units(self, frame, *, key: str, unit: str, means, labels: dict | None = None) -> None:
+        """Record per-unit values (one row per query, test edge, entity, ...; ``key`` the unit id column) to
+        ``results/units/<chapter>.csv`` for the rigor chapter and ``embeval-report compare`` (which pairs
+        two models' units by id), and record ``mde_<metric>`` for each column in ``means`` whose recorded
+        metric is the mean of that column: the minimum detectable effect at α = 0.05 and power 0.8
+        (:func:`~embeval_report.stats.minimum_detectable_effect`, a one-sample/paired t-test)."""
+        import warnings
+
+        import numpy as np
+
+        from ..errors import UndefinedMetricWarning
+        from ..metrics.spec import Metric
+        from ..stats import POWER_TEST, minimum_detectable_effect
+
+        columns = [key, *means]
+        missing = [c for c in columns if c not in frame.columns]
+        if missing:
+            raise ValueError(f"units of {self.chapter}: no column(s) {', '.join(missing)}")
+        stats = {}
+        for name in means:
+            x = np.asarray(frame[name], float)
+            x = x[np.isfinite(x)]
+            sd = float(x.std(ddof=1)) if len(x) > 1 else float("nan")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UndefinedMetricWarning)
+                mde = minimum_detectable_effect(sd, len(x)) if np.isfinite(sd) else float("nan")
+            stats[name] = {"n": len(x), "sd": sd if np.isfinite(sd) else None}
+            label = (labels or {}).get(name) or self.metrics.get(name, {}).get("label") or name
+            direction = self.metrics.get(name, {}).get("direction", "higher")
+            self.add(Metric(name=f"mde_{name}", value=mde, direction="lower", reference=POWER_TEST,
+                            label=f"smallest detectable change of {label}",
+                            formula=r"d_{0.05,\,0.8}(n)\cdot s", ci_method="",
+                            note=f"n = {len(x):,} {unit}, sd = {sd:.4g}; {direction} is better for the metric"))
+        if self.results_dir is not None:
+            folder = Path(self.results_dir) / "units"
+            folder.mkdir(parents=True, exist_ok=True)
+            frame[columns].to_csv(folder / f"{self.chapter}.csv", index=False)
+        self.note(units=dict(key=key, unit=unit, means=list(means), stats=stats))
+
     def note(self, **info) -> None:
         """Record JSON-serialisable context (parameters used, sample sizes, ...)."""
         self.info.update(info)

@@ -27,6 +27,7 @@ from ..progress import RunProgress
 from ..settings import ChapterSettings
 from .outdir import OutputFolder
 from .recorder import metrics_document
+from .rigor import adjust_report
 from .render import render_report
 from .render.common import strip_ansi
 
@@ -263,7 +264,8 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
                embedding_cache=None) -> RunResult:
     """Build a complete report for ``source`` (a manifest or a vectors file) at ``out``.
 
-    ``jobs`` chapters execute at once, each in its own process (the summary last, alone); the
+    ``jobs`` chapters execute at once, each in its own process (statistical rigor and the summary last,
+    alone, after the report-wide adjustment of every recorded test); the
     numbers do not depend on it. The set's cosine k-NN graph is computed once, here, when a
     chapter that reads it will run.
 
@@ -291,8 +293,8 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         side.save(cache / "side")
         for sub in ("chapters", "results"):
             (staging / sub).mkdir()
-        summary = [c for c in chosen if c.name == "summary"]
-        content = [c for c in chosen if c.name != "summary"]
+        final = sorted((c for c in chosen if c.stage > 0), key=lambda c: c.stage)  # rigor, then the summary
+        content = [c for c in chosen if c.stage == 0]
         base = dict(source=_notebook_path(Path(source), staging), prepared=str(cache), results_dir="../results",
                     settings=settings.to_params())
         ready, outcomes = [], {}
@@ -305,7 +307,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
             else:
                 ready.append(ch)
         graph = _shared_graph(es, settings, cache, ready)
-        with RunProgress(len(content) + len(summary), staging / ".progress") as shown:
+        with RunProgress(len(content) + len(final), staging / ".progress") as shown:
             for o in outcomes.values():
                 shown.end(o.chapter.name, o.status, 0.0, o.reason)
             outcomes.update(_execute(ready, staging, base, timeout, shown, jobs))
@@ -323,10 +325,12 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
                             **({"model": model_run} if model_run else {}),
                             generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
             _write_run(staging, outcomes, run_info)
-            for ch in summary:
+            adjust_report(staging, [c.name for c in content])  # every recorded test, adjusted together
+            for ch in final:  # each reads what ran before it (run.json, results/)
                 shown.start(ch.name)
-                outcomes.insert(0, execute_chapter(ch, staging, base, timeout=timeout))
-                shown.end(ch.name, outcomes[0].status, outcomes[0].seconds, outcomes[0].reason)
+                outcomes.append(o := execute_chapter(ch, staging, base, timeout=timeout))
+                shown.end(ch.name, o.status, o.seconds, o.reason)
+                _write_run(staging, outcomes, run_info)
         _write_run(staging, outcomes, run_info)
         _write_metrics(staging, outcomes, run_info)
         shutil.rmtree(cache, ignore_errors=True)

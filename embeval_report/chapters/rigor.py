@@ -1,0 +1,164 @@
+"""The Statistical rigor chapter: how many tests the report ran and what survives their adjustment, and
+how large a change each headline mean could detect (computed in :mod:`embeval_report.metrics.rigor`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from ..metrics import rigor as rg
+from ..report.display import Table, show_figure, show_markdown, show_table
+from ..report.display import show_metrics as show_metric_table
+from ..report.plotting import PALETTE, WIDTH
+from ..report.recorder import read_results
+from ..report.rigor import read_adjusted
+from .setup import ChapterContext
+
+__all__ = ["RigorReport", "compute", "narrative", "power_display", "pvalue_figure", "show_power", "show_pvalues",
+           "show_summary", "show_tests"]
+
+#: chapters whose records are not the report's own measurements
+NOT_MEASURED = ("rigor", "summary")
+
+
+@dataclass(frozen=True)
+class RigorReport:
+    """Everything the chapter shows."""
+
+    tests: pd.DataFrame     # every recorded test, adjusted over the whole report
+    power: pd.DataFrame     # one row per headline mean: n, sd, MDE, units needed for `effect`
+    counts: dict
+    effect: float
+    metrics: dict
+
+
+def compute(ctx: ChapterContext) -> RigorReport:
+    """Collect the other chapters' tests and per-unit statistics, adjust, and record the counts."""
+    results_dir = ctx.rec.results_dir
+    records = {k: v for k, v in read_results(results_dir).items() if k not in NOT_MEASURED} if results_dir else {}
+    tests = read_adjusted(results_dir) if results_dir else None
+    if tests is None:  # re-run by hand outside a report run: adjust here
+        tests = rg.adjust_tests(rg.collect_tests(records))
+    effect = float(ctx.option("mde"))
+    power = rg.power_table(rg.unit_statistics(records), effect)
+    counts = rg.rejection_counts(tests)
+    metrics = {name: rg.SPECS[name].record(value, verdict=False) for name, value in counts.items()}
+    ctx.rec.add(*metrics.values())
+    ctx.rec.note(effect=effect, alpha=rg.ALPHA, power=rg.POWER, power_test=rg.POWER_TEST,
+                 power_table=power.replace({np.nan: None}).to_dict(orient="records"))
+    return RigorReport(tests, power, counts, effect, metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# Narrative, tables, figures
+# ---------------------------------------------------------------------------------------------
+
+def _fmt(x: float) -> str:
+    return "—" if x is None or not np.isfinite(x) else f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+
+
+def narrative(rep: RigorReport) -> str:
+    """What the counts and the power table say."""
+    c, parts = rep.counts, []
+    if c["tests_total"]:
+        chapters = rep.tests.loc[rep.tests["p_value"].notna(), "chapter"].nunique()
+        parts.append(
+            f"The report ran **{c['tests_total']:,} hypothesis tests** in {chapters} chapter(s). At α = 0.05, "
+            f"**{c['tests_rejected_holm']:,}** stay significant after Holm's correction over all of them (the chance "
+            f"of even one false alarm held at 5 %) and **{c['tests_rejected_bh']:,}** after Benjamini–Hochberg (at "
+            "most 5 % of the rejections expected false). A raw p-value below 0.05 in a chapter is not a finding "
+            "unless it survives here: with this many tests, about "
+            f"{0.05 * c['tests_total']:.1f} raw rejections are expected by chance alone.")
+    else:
+        parts.append("No chapter of this report ran a hypothesis test, so there is nothing to correct for multiplicity.")
+    p = rep.power
+    if len(p):
+        weak = p[~p["detects_effect"]]
+        parts.append(
+            f"**{len(p)} headline numbers are means over units** (queries, test edges, entities): for each, the table "
+            "below gives the smallest change a paired comparison on the same units would detect (α = 0.05, power "
+            f"0.8), and how many units detecting a change of **{rep.effect:g}** would take. "
+            + (f"{len(weak)} of them cannot detect a change of {rep.effect:g} with the units this report has "
+               f"(e.g. {weak.iloc[0]['label']}: MDE {_fmt(weak.iloc[0]['mde'])} over {int(weak.iloc[0]['n']):,} "
+               f"{weak.iloc[0]['unit']}, {_fmt(weak.iloc[0]['required_n'])} needed): a comparison of two models "
+               "on these numbers would call smaller differences noise." if len(weak) else
+               f"All of them can detect a change of {rep.effect:g}."))
+    else:
+        parts.append("No chapter in this report recorded a mean over units, so there is no power table.")
+    return "\n\n".join(parts)
+
+
+def power_display(power: pd.DataFrame, effect: float) -> pd.DataFrame:
+    """The power table as shown: chapter, metric, value, n, sd, MDE, units needed for ``effect``."""
+    return pd.DataFrame({
+        "chapter": power["chapter"], "metric": power["label"],
+        "value": [_fmt(v) for v in power["value"]],
+        "units": [f"{int(n):,} {u}" for n, u in zip(power["n"], power["unit"])],
+        "sd over units": [_fmt(s) for s in power["sd"]],
+        "MDE (α 0.05, power 0.8)": [_fmt(m) for m in power["mde"]],
+        f"units to detect {effect:g}": ["—" if r is None or (isinstance(r, float) and not np.isfinite(r))
+                                         else f"{int(r):,}" for r in power["required_n"]],
+        "detects it": ["yes" if d else "no" for d in power["detects_effect"]],
+    })
+
+
+def pvalue_figure(tests: pd.DataFrame, alpha: float = rg.ALPHA) -> plt.Figure:
+    """Sorted p-values (log scale) against the Holm and Benjamini–Hochberg rejection lines."""
+    p = np.sort(tests["p_value"].dropna().to_numpy(float))
+    m = len(p)
+    i = np.arange(1, m + 1)
+    fig, ax = plt.subplots(figsize=(WIDTH * 0.62, 3.0))
+    ax.plot(i, np.maximum(p, 1e-300), "o", ms=3, color=PALETTE["data"], label="p-values, sorted")
+    ax.plot(i, alpha * i / m, color=PALETTE["accent"], lw=1.2, label="Benjamini–Hochberg: α·i/m")
+    ax.plot(i, alpha / (m - i + 1), color=PALETTE["reference"], lw=1.2, ls="--", label="Holm: α/(m − i + 1)")
+    ax.axhline(alpha, color=PALETTE["muted"], lw=0.8, ls=":", label="α = 0.05 (no correction)")
+    ax.set_yscale("log")
+    ax.set_ylim(max(min(p.min(), alpha / m) / 5, 1e-300), 1.5)
+    ax.set_xlabel("rank i of the p-value")
+    ax.set_ylabel("p-value")
+    ax.legend(frameon=False, fontsize=7, loc="lower right")
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# What the notebook shows
+# ---------------------------------------------------------------------------------------------
+
+def show_summary(rep: RigorReport) -> None:
+    show_markdown(narrative(rep))
+    show_metric_table(rep.metrics, caption="Hypothesis tests of the whole report, and how many survive the "
+                                           "report-wide corrections at α = 0.05.", label="tbl-rigor-counts")
+
+
+def show_power(rep: RigorReport) -> None:
+    if not len(rep.power):
+        show_markdown("No headline mean over units in this report.")
+        return
+    show_table(power_display(rep.power, rep.effect),
+               caption=f"Power of every headline mean over units: the smallest true change a two-sided paired t-test "
+                       f"on the same units detects with probability 0.8 at α = 0.05 (MDE = d·sd, statsmodels "
+                       f"TTestPower), and the units needed to detect a change of {rep.effect:g} (--mde).",
+               label="tbl-rigor-power")
+
+
+def show_pvalues(rep: RigorReport) -> None:
+    if rep.tests["p_value"].notna().sum() < 2:
+        return
+    show_figure(pvalue_figure(rep.tests),
+                caption="Every p-value of the report, smallest first, against the rejection lines: a test is rejected "
+                        "by Benjamini–Hochberg up to the last p-value under the solid line, by Holm up to the first "
+                        "p-value above the dashed line.", label="fig-rigor-pvalues")
+
+
+def show_tests(rep: RigorReport) -> None:
+    if not len(rep.tests):
+        show_markdown("No tests were recorded.")
+        return
+    from IPython.display import display
+
+    display(Table(rg.tests_display(rep.tests, chapter_column=True),
+                  caption="Every hypothesis test in the report: raw p, and p adjusted over all of them (Holm; "
+                          "Benjamini–Hochberg); * rejected at α = 0.05. Families of many tests (one per dimension) "
+                          "are one row here; results/rigor_tests.csv lists every test.", label="tbl-rigor-tests"))
