@@ -92,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
                          epilog=EXIT_STATUS_HELP, formatter_class=fmt)
     run.add_argument("source", type=Path)
     _common(run)
+    cmp = sub.add_parser("compare", help="run (or reuse) the same chapters on two or more models and test their "
+                                         "differences unit by unit", epilog=EXIT_STATUS_HELP, formatter_class=fmt)
+    cmp.add_argument("sources", nargs="+", type=Path,
+                     help="manifests or vectors files (run here), or earlier report folders (reused); A first")
+    cmp.add_argument("--names", type=lambda s: list(_csv(s)), default=None, help="comma-separated model names")
+    cmp.add_argument("--correction", choices=("holm", "bh", "none"), default="holm",
+                     help="multiple-testing correction over every model pair x metric (default holm)")
+    _common(cmp)
     ch = sub.add_parser("chapters", help="list the chapters and the inputs each needs")
     ch.add_argument("source", nargs="?", type=Path, help="a manifest or vectors file to check against")
     sub.add_parser("options", help="list the chapter options that --set accepts")
@@ -202,6 +210,25 @@ def _render(args) -> int:
     return ExitCode.OK if written else ExitCode.RENDER
 
 
+def _compare(args) -> int:
+    from .report.compare import run_compare
+
+    _check_formats(args.formats)
+    settings = _settings(args)
+    out, table, files = run_compare(
+        args.sources, args.out, names=args.names, settings=settings, chapters=args.chapters,
+        correction=args.correction, renderer=args.renderer, pdf_engine=args.pdf_engine, formats=args.formats,
+        title=args.title, timeout=args.timeout, force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache,
+        progress=lambda line: print(f"embeval-report: {line}", file=sys.stderr))
+    for row in table.itertuples():
+        print(f"  {row.b} vs {row.a}  {row.chapter}.{row.metric}: {row.diff:+.4f} "
+              f"({row.ci_low:+.4f} to {row.ci_high:+.4f}), p adj {row.p_adjusted:.3g}: {row.verdict}", file=sys.stderr)
+    for f in files.values():
+        print(f)
+    print(out / "comparison.json")
+    return ExitCode.OK if files else ExitCode.RENDER
+
+
 def _terminate(signum, frame):
     raise Interrupted()
 
@@ -219,6 +246,8 @@ def main(argv=None) -> int:
             return int(_run(args, None, prepare=lambda staging: write(staging / "demo-data", seed=args.seed)))
         if args.command == "run":
             return int(_run(args, args.source))
+        if args.command == "compare":
+            return int(_compare(args))
         if args.command == "chapters":
             return int(_chapters(args))
         if args.command == "options":

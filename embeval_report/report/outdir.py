@@ -25,7 +25,8 @@ from ..errors import InputError
 
 #: the top-level entries a report folder may hold (everything the runner and renderers write)
 REPORT_ENTRIES = frozenset({"report.html", "report.pdf", "metrics.json", "run.json", "chapters", "results",
-                            "demo-data", "embeddings", "report.typ.failed"})
+                            "demo-data", "embeddings", "report.typ.failed", "models", "comparison.json",
+                            "comparison.csv"})
 
 
 def _listing(folder: Path) -> list[str]:

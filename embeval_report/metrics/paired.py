@@ -1,0 +1,171 @@
+r"""Paired comparison of two models on the same units (queries, test edges, entities, users).
+
+For per-unit values :math:`a_i, b_i` of one metric and their differences :math:`d_i = b_i - a_i`
+(i = 1..n units both models were evaluated on):
+
+* the mean difference :math:`\bar d` with a paired bootstrap interval (units resampled, BCa;
+  :func:`embeval_report.stats.mean_ci`);
+* the paired t-test (:func:`scipy.stats.ttest_1samp` on :math:`d`), the Wilcoxon signed-rank test
+  (:func:`scipy.stats.wilcoxon`, zero differences dropped, Wilcoxon 1945) and the paired randomisation
+  test (:func:`scipy.stats.permutation_test` flipping the sign of each difference; Fisher 1935,
+  recommended for IR evaluation by Smucker, Allan & Carterette 2007), all two-sided;
+* the effect size :math:`d_z = \bar d / s_d` (Cohen 1988; Lakens 2013), wins / ties / losses over units
+  (a win: B better on that unit, in the metric's direction);
+* the minimum detectable effect from the observed spread, :math:`\mathrm{MDE} = d_{0.05,0.8}(n)\,s_d`
+  (:func:`embeval_report.stats.minimum_detectable_effect`).
+
+The verdict uses the randomisation test's p-value after Holm's correction over every metric compared
+(``--correction``): "B better" / "A better" when it rejects; otherwise "no difference larger than the
+MDE" when the MDE is at most the effect the user cares about (``--mde``), else "underpowered".
+
+With more than two models, :func:`rank_intervals` bootstraps the units jointly and reports each model's
+rank interval (as in the MTEB leaderboard-stability analysis: most adjacent pairs are not separable).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from ..errors import UndefinedMetricWarning
+from ..stats import DEFAULT_LEVEL, adjust_pvalues, mean_ci, minimum_detectable_effect
+
+#: sign flips of the paired randomisation test
+RANDOMISATION_RESAMPLES = 4999
+#: values per batch of sign flips (bounds the memory of the randomisation test on many units)
+BATCH_VALUES = 20_000_000
+#: bootstrap resamples of the rank intervals
+RANK_RESAMPLES = 1000
+VERDICTS = ("B better", "A better", "no difference larger than the MDE", "underpowered")
+CORRECTIONS = ("holm", "bh", "none")
+#: |difference| below this counts as a tie on a unit
+TIE = 1e-12
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """One metric compared on ``n`` shared units; ``diff`` = mean of B − A."""
+
+    n: int
+    mean_a: float
+    mean_b: float
+    diff: float
+    ci_low: float
+    ci_high: float
+    ci_method: str
+    sd_diff: float
+    d_z: float
+    wins: int
+    ties: int
+    losses: int
+    p_t: float
+    p_wilcoxon: float
+    p_randomisation: float
+    mde: float
+
+
+def paired_comparison(a, b, *, direction: str = "higher", level: float = DEFAULT_LEVEL, seed: int = 0,
+                      n_resamples: int = RANDOMISATION_RESAMPLES, units: str = "units") -> PairedComparison:
+    """Compare per-unit values ``a`` (model A) and ``b`` (model B) of the same units (see the module docstring).
+
+    ``direction``: which way the metric is better (``"higher"``/``"lower"``), for wins and losses.
+    Units where either value is missing are dropped.
+    """
+    if direction not in ("higher", "lower"):
+        raise ValueError(f"direction must be 'higher' or 'lower', not {direction!r}")
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired values need the same units: {a.shape} vs {b.shape}")
+    ok = np.isfinite(a) & np.isfinite(b)
+    a, b = a[ok], b[ok]
+    d = b - a
+    n = len(d)
+    sign = 1.0 if direction == "higher" else -1.0
+    wins, losses = int((sign * d > TIE).sum()), int((sign * d < -TIE).sum())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        lo, hi, how = mean_ci(d, level, seed=seed, units=f"{units} (paired)") if n >= 2 else (math.nan, math.nan, "")
+    sd = float(d.std(ddof=1)) if n >= 2 else math.nan
+    if n < 2 or not np.isfinite(sd):
+        p_t = p_w = p_r = math.nan
+    elif sd == 0:  # every unit moved by the same amount (or none did): no spread to test against
+        p_t = p_w = p_r = 1.0 if abs(d[0]) <= TIE else 0.0
+    else:
+        p_t = float(sps.ttest_1samp(d, 0.0).pvalue)
+        nonzero = d[np.abs(d) > TIE]
+        p_w = float(sps.wilcoxon(nonzero).pvalue) if len(nonzero) else 1.0
+        p_r = randomisation_pvalue(d, n_resamples=n_resamples, seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        mde = minimum_detectable_effect(sd, n) if np.isfinite(sd) else math.nan
+    return PairedComparison(n=n, mean_a=float(a.mean()) if n else math.nan, mean_b=float(b.mean()) if n else math.nan,
+                            diff=float(d.mean()) if n else math.nan, ci_low=lo, ci_high=hi, ci_method=how, sd_diff=sd,
+                            d_z=float(d.mean() / sd) if n >= 2 and sd > 0 else math.nan, wins=wins,
+                            ties=n - wins - losses, losses=losses, p_t=p_t, p_wilcoxon=p_w, p_randomisation=p_r,
+                            mde=mde)
+
+
+def randomisation_pvalue(d, *, n_resamples: int = RANDOMISATION_RESAMPLES, seed: int = 0) -> float:
+    """Two-sided paired randomisation test of mean(d) = 0: each difference's sign flipped at random
+    (:func:`scipy.stats.permutation_test`, ``permutation_type="samples"``; exact when 2^n ≤ ``n_resamples``)."""
+    d = np.asarray(d, float)
+    res = sps.permutation_test((d, np.zeros_like(d)), lambda x, y, axis: np.mean(x - y, axis=axis),
+                               permutation_type="samples", alternative="two-sided", n_resamples=n_resamples,
+                               vectorized=True, batch=max(1, int(BATCH_VALUES // max(len(d), 1))),
+                               random_state=np.random.default_rng(seed))
+    return float(res.pvalue)
+
+
+def verdict(direction: str, diff: float, p_adjusted: float, mde: float, effect: float,
+            alpha: float = 0.05) -> str:
+    """One of :data:`VERDICTS` (see the module docstring)."""
+    if np.isfinite(p_adjusted) and p_adjusted <= alpha and diff != 0:
+        better_b = diff > 0 if direction == "higher" else diff < 0
+        return "B better" if better_b else "A better"
+    if np.isfinite(mde) and mde <= effect:
+        return "no difference larger than the MDE"
+    return "underpowered"
+
+
+def compare_table(rows: list[dict], *, correction: str = "holm", effect: float = 0.01, alpha: float = 0.05
+                  ) -> pd.DataFrame:
+    """The comparison table: ``rows`` (one per model pair × metric: ``a``, ``b``, ``chapter``, ``metric``,
+    ``label``, ``direction`` and a :class:`PairedComparison` under ``"result"``) with every field, the
+    randomisation p-value adjusted over all rows (``correction``: holm, bh or none) and the verdict."""
+    if correction not in CORRECTIONS:
+        raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
+    table = pd.DataFrame([{k: v for k, v in r.items() if k != "result"} | r["result"].__dict__ for r in rows])
+    if not len(table):
+        return table
+    p = table["p_randomisation"].to_numpy(float)
+    table["p_adjusted"] = p if correction == "none" else adjust_pvalues(p, correction, alpha)[1]
+    table["verdict"] = [verdict(r.direction, r.diff, r.p_adjusted, r.mde, effect, alpha) for r in table.itertuples()]
+    return table
+
+
+def rank_intervals(values: dict[str, np.ndarray], *, direction: str = "higher", level: float = DEFAULT_LEVEL,
+                   n_boot: int = RANK_RESAMPLES, seed: int = 0) -> pd.DataFrame:
+    """Each model's rank (1 = best) by the mean over units, and its bootstrap interval: units resampled
+    jointly for every model (``values[model]`` per-unit values over the same units, aligned)."""
+    names = list(values)
+    M = np.column_stack([np.asarray(values[m], float) for m in names])
+    M = M[np.isfinite(M).all(1)]
+    sign = -1.0 if direction == "higher" else 1.0
+    rng = np.random.default_rng(seed)
+    n = len(M)
+
+    def ranks(means):
+        return sps.rankdata(sign * means, method="min", axis=-1)
+
+    reps = np.empty((n_boot, len(names)))
+    for i in range(n_boot):
+        reps[i] = ranks(M[rng.integers(0, n, n)].mean(0))
+    q = (1 - level) / 2
+    return pd.DataFrame({"model": names, "mean": M.mean(0), "rank": ranks(M.mean(0)).astype(int),
+                         "rank_low": np.quantile(reps, q, axis=0, method="lower").astype(int),
+                         "rank_high": np.quantile(reps, 1 - q, axis=0, method="higher").astype(int),
+                         "units": n}).sort_values("rank", kind="stable").reset_index(drop=True)
