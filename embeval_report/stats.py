@@ -424,7 +424,7 @@ def minimum_detectable_effect(sd: float, n: int, *, alpha: float = 0.05, power: 
     if sd == 0:
         return 0.0
     d = TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha, power=power, alternative="two-sided")
-    return float(d) * sd
+    return float(np.ravel(d)[0]) * sd  # statsmodels returns a scalar or a 1-element array, by solver path
 
 
 def required_units(effect: float, sd: float, *, alpha: float = 0.05, power: float = 0.8) -> int:
@@ -440,5 +440,5 @@ def required_units(effect: float, sd: float, *, alpha: float = 0.05, power: floa
         return 2
     test, d = TTestPower(), abs(effect) / sd
     n = test.solve_power(effect_size=d, nobs=None, alpha=alpha, power=power, alternative="two-sided")
-    low = max(2, math.floor(float(n)))  # the root is found to a tolerance: the smallest whole n that has the power
+    low = max(2, math.floor(float(np.ravel(n)[0])))  # the root is found to a tolerance: the smallest whole n that has the power
     return low if test.power(d, low, alpha, alternative="two-sided") >= power - 1e-9 else low + 1

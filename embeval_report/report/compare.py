@@ -157,7 +157,10 @@ def _json_safe(v):
 def write_comparison(folder: Path, reports: list[ModelReport], table: pd.DataFrame, ranks: dict, *,
                      correction: str, effect: float, level: float, seed: int) -> dict:
     """``comparison.json`` and ``comparison.csv`` in ``folder``; returns the JSON document."""
-    doc = dict(version=__version__, models=[dict(name=r.name, report=str(r.folder), source=r.run.get("source"),
+    def where(path: Path) -> str:  # a report run here, inside the comparison folder: relative to it
+        return str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path)
+
+    doc = dict(version=__version__, models=[dict(name=r.name, report=where(r.folder), source=r.run.get("source"),
                                                  n=r.run.get("n"), d=r.run.get("d")) for r in reports],
                correction=correction, effect=effect, level=level, seed=seed, alpha=0.05,
                primary_test="paired randomisation (sign-flip) test, two-sided",

@@ -125,7 +125,7 @@ def execute_chapter(ch: Chapter, staging: Path, params: dict, *, timeout: int | 
 
 
 #: chapters that read the set's cosine k-NN graph (computed once by the runner, before them)
-GRAPH_CHAPTERS = ("hubness", "correction")
+GRAPH_CHAPTERS = ("hubness", "correction", "anomaly")
 
 
 def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapter]) -> dict | None:
@@ -164,32 +164,56 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
             | ({"recall": recall[0], "recall_queries": recall[1]} if recall else {}) if cosine else None)
 
 
-def _execute(ready: list[Chapter], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
-             jobs: int) -> dict[str, ChapterOutcome]:
-    """Execute the chapters, ``jobs`` at a time (each in its own worker process when ``jobs`` > 1)."""
-    done = {}
-    if jobs <= 1 or len(ready) <= 1:
-        kernels: list[WarmKernel] = []
-        try:
-            for i, ch in enumerate(ready):
-                if not kernels:
-                    kernels.append(WarmKernel(staging / "chapters"))
-                if i + 1 < len(ready):  # the next chapter's kernel starts while this one runs
-                    kernels.append(WarmKernel(staging / "chapters"))
-                shown.start(ch.name)
-                kernel = kernels.pop(0)
-                try:
-                    done[ch.name] = o = execute_chapter(ch, staging, params, timeout=timeout, kernel=kernel)
-                finally:
-                    kernel.release()
-                shown.end(ch.name, o.status, o.seconds, o.reason)
-        except BaseException:  # interrupted: no kernel may outlive the staging folder it runs in
-            _kill_processes(_children())
-            raise
-        finally:
-            for kernel in kernels:
+def _sequential(chapters: list[Chapter], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
+                before=None, done: dict | None = None) -> dict[str, ChapterOutcome]:
+    """Execute ``chapters`` one at a time, each in a fresh kernel started while the previous one runs;
+    ``before(ch)`` is called just before ``ch`` executes; outcomes are added to ``done`` as they come."""
+    done = {} if done is None else done
+    kernels: list[WarmKernel] = []
+    try:
+        for i, ch in enumerate(chapters):
+            if not kernels:
+                kernels.append(WarmKernel(staging / "chapters"))
+            if i + 1 < len(chapters):  # the next chapter's kernel starts while this one runs
+                kernels.append(WarmKernel(staging / "chapters"))
+            if before is not None:
+                before(ch)
+            shown.start(ch.name)
+            kernel = kernels.pop(0)
+            try:
+                done[ch.name] = o = execute_chapter(ch, staging, params, timeout=timeout, kernel=kernel)
+            finally:
                 kernel.release()
-        return done
+            shown.end(ch.name, o.status, o.seconds, o.reason)
+    except BaseException:  # interrupted: no kernel may outlive the staging folder it runs in
+        _kill_processes(_children())
+        raise
+    finally:
+        for kernel in kernels:
+            kernel.release()
+    return done
+
+
+def _execute(ready: list[Chapter], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
+             jobs: int, final: list[Chapter] = (), before_final=None) -> dict[str, ChapterOutcome]:
+    """Execute the content chapters, ``jobs`` at a time (each in its own worker process when ``jobs`` > 1),
+    then the ``final`` ones in order, ``before_final(ch, done)`` called before each of those."""
+    done: dict[str, ChapterOutcome] = {}
+
+    def before(ch):
+        if ch.stage > 0 and before_final is not None:
+            before_final(ch, done)
+
+    if jobs <= 1 or len(ready) <= 1:
+        return _sequential(list(ready) + list(final), staging, params, timeout, shown, before=before, done=done)
+    done.update(_parallel(ready, staging, params, timeout, shown, jobs))
+    return _sequential(list(final), staging, params, timeout, shown, before=before, done=done)
+
+
+def _parallel(ready: list[Chapter], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
+              jobs: int) -> dict[str, ChapterOutcome]:
+    """Execute the chapters ``jobs`` at a time, each in its own worker process."""
+    done = {}
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -307,30 +331,37 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
             else:
                 ready.append(ch)
         graph = _shared_graph(es, settings, cache, ready)
+        final_source = Path(source).resolve()
+        if final_source.is_relative_to(staging):  # input created inside the report (the demo)
+            final_source = out / final_source.relative_to(staging)
+        run_info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name, source=str(final_source),
+                        seed=settings.seed, device=settings.device, sample_size=settings.sample_size,
+                        options=settings.options, precision=settings.precision, version=__version__, n=es.n,
+                        d=es.d, jobs=jobs,
+                        **({"neighbour_graph": graph} if graph else {}),
+                        **({"model": model_run} if model_run else {}),
+                        generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
+        unselected = [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in all_chapters if c not in chosen]
+
+        skipped = dict(outcomes)
+
+        def in_order(done: dict) -> list[ChapterOutcome]:
+            known = skipped | done
+            return ([known[ch.name] for ch in content] + unselected
+                    + [done[ch.name] for ch in final if ch.name in done])
+
+        def before_final(ch: Chapter, done: dict) -> None:
+            """Rigor and the summary read run.json and results/: write what ran so far; adjust every test first."""
+            _write_run(staging, in_order(done), run_info)
+            if ch is final[0]:
+                adjust_report(staging, [c.name for c in content])
+
         with RunProgress(len(content) + len(final), staging / ".progress") as shown:
             for o in outcomes.values():
                 shown.end(o.chapter.name, o.status, 0.0, o.reason)
-            outcomes.update(_execute(ready, staging, base, timeout, shown, jobs))
-            outcomes = [outcomes[ch.name] for ch in content]
-            outcomes += [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in all_chapters
-                         if c not in chosen]
-            final_source = Path(source).resolve()
-            if final_source.is_relative_to(staging):  # input created inside the report (the demo)
-                final_source = out / final_source.relative_to(staging)
-            run_info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name, source=str(final_source),
-                            seed=settings.seed, device=settings.device, sample_size=settings.sample_size,
-                            options=settings.options, precision=settings.precision, version=__version__, n=es.n,
-                            d=es.d, jobs=jobs,
-                            **({"neighbour_graph": graph} if graph else {}),
-                            **({"model": model_run} if model_run else {}),
-                            generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
-            _write_run(staging, outcomes, run_info)
-            adjust_report(staging, [c.name for c in content])  # every recorded test, adjusted together
-            for ch in final:  # each reads what ran before it (run.json, results/)
-                shown.start(ch.name)
-                outcomes.append(o := execute_chapter(ch, staging, base, timeout=timeout))
-                shown.end(ch.name, o.status, o.seconds, o.reason)
-                _write_run(staging, outcomes, run_info)
+            if not final:
+                before_final = None
+            outcomes = in_order(_execute(ready, staging, base, timeout, shown, jobs, final, before_final))
         _write_run(staging, outcomes, run_info)
         _write_metrics(staging, outcomes, run_info)
         shutil.rmtree(cache, ignore_errors=True)
