@@ -16,6 +16,7 @@ from ..metrics import linkpred as lp
 from ..metrics.edge_probes import (
     FALSE_NEGATIVE_RATE_LIMIT,
     OPERATOR_LABELS,
+    SUSPECTS_LISTED,
     OPERATORS,
     TEST_SAMPLE,
     NegativeQuality,
@@ -32,7 +33,8 @@ from .setup import ChapterContext
 __all__ = ["LinkPredictionReport", "baseline_display_table", "compute", "heuristic_definitions", "narrative",
            "precheck", "probe_curves_figure", "probe_display_table", "protocol_markdown", "quality_table", "rank_figure",
            "recommendations", "separation_figure", "show_heuristics", "show_metrics", "show_probes", "show_protocol",
-           "show_quality", "show_ranks", "show_relations", "show_summary", "show_ties"]
+           "show_hardness", "show_quality", "show_ranks", "show_relations", "show_summary", "show_ties",
+           "suspects_table"]
 
 AUC_BANDS = lp.SPECS["auc"].bands
 AP_BANDS = lp.SPECS["probe_average_precision"].bands
@@ -50,6 +52,7 @@ class LinkPredictionReport:
     recommendations: list
     seed: int = 0
     notes: list = field(default_factory=list)  # how the protocol adapted to this input, in words
+    ids: object = None                          # the set's ids (suspected false negatives are listed by id)
 
 
 def precheck(es, side, settings) -> str | None:
@@ -91,6 +94,9 @@ def compute(ctx: ChapterContext) -> LinkPredictionReport:
                                          seed=ctx.seed, device=ctx.device)
     recs = recommendations(result.quality)
     ctx.rec.add(*result.metrics.values())
+    ctx.rec.units(lp.per_edge_ranks(result, ctx.es.ids), key="edge", unit="test edges",
+                  means=("mean_rank", "mrr", *(f"hits_at_{k}" for k in KS)))
+    ctx.rec.test(*lp.negative_quality_tests(result.quality))
     ctx.rec.note(protocol=result.protocol, protocol_tag=result.tag, expected_under_chance=result.expected,
                  tie_and_filter=result.tie_table.to_dict(orient="records"),
                  by_relation=result.relation_table.to_dict(orient="records"),
@@ -100,7 +106,10 @@ def compute(ctx: ChapterContext) -> LinkPredictionReport:
                  probes=None if result.probes is None else probe_display_table(result.probes).to_dict(orient="records"),
                  negative_quality=quality_table(result.quality).to_dict(orient="records"),
                  recommendations=recs, **({"adapted": notes} if notes else {}))
-    return LinkPredictionReport(result, score, recs, ctx.seed, notes)
+    if result.suspects is not None:
+        ctx.rec.note(negative_hardness=result.hardness.to_dict(orient="records"),
+                     suspected_false_negatives=suspects_table(result, ctx.es.ids).to_dict(orient="records"))
+    return LinkPredictionReport(result, score, recs, ctx.seed, notes, ctx.es.ids)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,4 +488,41 @@ def show_quality(rep: LinkPredictionReport) -> None:
                         "CDFs whose largest vertical gap is the KS statistic.", label="fig-linkpred-separation")
     callout("note" if r.metrics["negative_score_cohens_d"].verdict == "healthy" else "warning",
             "\n".join(f"- {x}" for x in rep.recommendations), title="Recommendations (seed 000 §219.2)")
+    show_hardness(rep)
+
+
+def suspects_table(r: lp.LinkPredictionResult, ids, n: int = SUSPECTS_LISTED) -> pd.DataFrame:
+    """The highest-scoring suspected false negatives by id: the test edge, the negative destination, its score,
+    the share of positive scores it beats, and whether it is a known edge of the graph."""
+    sp, test = r.suspects, r.data.test
+    ids = np.asarray(ids, dtype=object)
+    rows, cols = sp.rows[:n], sp.cols[:n]
+    neg = r.data.candidates[rows, 1 + cols]
+    return pd.DataFrame({"source": [str(ids[u]) for u in test.src[rows]],
+                         "true destination": [str(ids[v]) for v in test.dst[rows]],
+                         "negative": [str(ids[v]) for v in neg], "score": sp.scores[:n],
+                         "beats positives": [f"{b:.1%}" for b in sp.beats[:n]],
+                         "known edge": ["yes" if k else "" for k in sp.known[:n]]})
+
+
+def show_hardness(rep: LinkPredictionReport) -> None:
+    """Negative hardness by rank range and the suspected false negatives by id."""
+    r = rep.result
+    if r.hardness is None or r.suspects is None or not len(r.hardness):
+        return
+    show_table(r.hardness, caption="Hardness of the negatives by their rank among their own test edge's negatives "
+                                   "(1 = the highest-scoring negative of that edge; raw negatives). 'above their "
+                                   "positive': share that outscore the true destination; 'known edges': share that "
+                                   "are edges of the graph (false negatives).", label="tbl-linkpred-hardness")
+    sp = r.suspects
+    m = r.metrics.get("negatives_above_most_positives")
+    head = (f"**{sp.n:,} of {sp.n_negatives:,} negatives ({_text(m, '.1%') if m else f'{sp.rate:.1%}'}) score above "
+            f"{sp.quantile:.0%} of the positives** (score > {sp.threshold:.3g}); with scores unrelated to edges "
+            f"{1 - sp.quantile:.0%} would. Negatives that beat most true edges are either true edges missing from the "
+            "graph (false negatives) or entities the score ranks high for every source (hubs).")
+    show_markdown(head)
+    if sp.n:
+        show_table(suspects_table(r, rep.ids), caption=f"The {min(sp.n, SUSPECTS_LISTED)} highest-scoring suspected "
+                   "false negatives ('beats positives': the share of all positive scores below it).",
+                   label="tbl-linkpred-suspects")
 

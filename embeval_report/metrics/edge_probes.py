@@ -5,6 +5,10 @@ seed's quality bands, KS and Mann–Whitney tests (SciPy), and the false-negativ
 negatives that are edges of the graph; :func:`negative_quality` also lists which of the seed's
 rules the numbers trigger (:data:`RULES`).
 
+**Hardness and suspected false negatives**: :func:`negative_hardness` tabulates the negatives by their rank
+among their test edge's negatives; :func:`suspected_false_negatives` lists the negatives that score above most
+positives (the 90th percentile of the positive scores).
+
 **Classification view** (EvalNE): logistic regression on edge features from the operators
 Hadamard :math:`e_u \odot e_v`, average :math:`(e_u + e_v)/2`, weighted-L1 :math:`|e_u - e_v|`,
 weighted-L2 :math:`(e_u - e_v)^2` (Grover & Leskovec 2016), trained on training edges against
@@ -132,6 +136,87 @@ def negative_quality(pos, neg, *, n_false: int, n_negatives: int, auc: float, sa
         false_negative_rate=fnr, fnr_ci=(flo, fhi), n_negatives=int(n_negatives), n_false=int(n_false),
         potential_false_negatives=float((neg > np.percentile(pos, 25)).mean()), auc=float(auc),
         rules=tuple(r for r, hit in zip(RULES, triggered) if hit))
+
+
+#: ranges of a negative's rank among its test edge's negatives (1 = the hardest) in the hardness table
+HARDNESS_RANGES = ((1, 1), (2, 5), (6, 10), (11, 50), (51, None))
+#: a negative scoring above this quantile of all positive scores ("above most positives") is a suspected
+#: false negative; under random scores this share of the negatives is expected there by chance
+SUSPECT_QUANTILE = 0.9
+#: suspected false negatives listed by id
+SUSPECTS_LISTED = 20
+
+
+def negative_hardness(scores, removed=None, ranges=HARDNESS_RANGES) -> pd.DataFrame:
+    r"""How hard the negatives are, by their rank among their own test edge's negatives (rank 1 = the
+    highest-scoring, hardest negative of that edge): per rank range, the number of negatives, their mean
+    score, the mean margin :math:`s_+ - s_-` to their positive, the share that outscore their positive
+    (each one costs the positive a rank), and the share that are known edges of the graph (false
+    negatives). ``scores`` (B, 1 + m), column 0 the positive, NaN padding; ``removed`` (B, m) known edges."""
+    from scipy.stats import rankdata
+
+    S = np.asarray(scores, np.float64)
+    pos, neg = S[:, :1], S[:, 1:]
+    valid = ~np.isnan(neg)
+    rank = rankdata(np.where(valid, -neg, np.inf), axis=1, method="min")
+    known = np.zeros(neg.shape, bool) if removed is None else np.asarray(removed, bool)
+    rows = []
+    top = int(rank[valid].max()) if valid.any() else 0
+    for lo, hi in ranges:
+        if lo > top:
+            break
+        m = valid & (rank >= lo) & (rank <= (hi if hi is not None else np.inf))
+        k = int(m.sum())
+        if not k:
+            continue
+        margin = np.broadcast_to(pos, neg.shape)[m] - neg[m]
+        rows.append({"rank among negatives": f"{lo}" if lo == hi else f"{lo}–{hi}" if hi else f"≥ {lo}",
+                     "negatives": k, "mean score": float(neg[m].mean()), "mean margin s₊ − s₋": float(margin.mean()),
+                     "above their positive": float((margin < 0).mean()), "known edges": float(known[m].mean())})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class SuspectedNegatives:
+    """Negatives scoring above the :data:`SUSPECT_QUANTILE` quantile of all positive scores.
+
+    ``rows``: the test-edge row and negative column (into ``scores[:, 1:]``) of each, highest score first;
+    ``beats`` the share of positive scores each exceeds; ``threshold`` the positive-score quantile;
+    ``ci`` the Wilson interval of ``rate``.
+    """
+
+    threshold: float
+    quantile: float
+    n: int
+    n_negatives: int
+    rate: float
+    ci: tuple
+    rows: np.ndarray
+    cols: np.ndarray
+    scores: np.ndarray
+    beats: np.ndarray
+    known: np.ndarray
+
+
+def suspected_false_negatives(scores, removed=None, *, quantile: float = SUSPECT_QUANTILE,
+                              level: float = DEFAULT_LEVEL) -> SuspectedNegatives:
+    """The negatives that score above ``quantile`` of the positive scores: candidates for unlabelled true edges
+    (or, when many, a score that ranks these entities high for every source)."""
+    S = np.asarray(scores, np.float64)
+    pos, neg = S[:, 0], S[:, 1:]
+    valid = ~np.isnan(neg)
+    thr = float(np.quantile(pos, quantile))
+    hit = valid & (neg > thr)
+    r, c = np.nonzero(hit)
+    sc = neg[r, c]
+    order = np.argsort(-sc, kind="stable")
+    r, c, sc = r[order], c[order], sc[order]
+    ps = np.sort(pos)
+    n_neg = int(valid.sum())
+    lo, hi = wilson_ci(len(sc), n_neg, level)
+    known = (np.zeros(len(r), bool) if removed is None else np.asarray(removed, bool)[r, c])
+    return SuspectedNegatives(thr, quantile, int(len(sc)), n_neg, len(sc) / n_neg if n_neg else float("nan"), (lo, hi),
+                              r, c, sc, np.searchsorted(ps, sc, side="left") / len(ps), known)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,8 +29,18 @@ import pandas as pd
 
 from ..io.graph import EdgeList
 from ..kernels import as_numpy, resolve_device
-from ..stats import DEFAULT_LEVEL, mean_ci
-from .edge_probes import OPERATOR_LABELS, NegativeQuality, ProbeResult, negative_quality, operator_probes
+from ..stats import DEFAULT_LEVEL, HypothesisTest, mean_ci
+from .edge_probes import (
+    OPERATOR_LABELS,
+    SUSPECT_QUANTILE,
+    NegativeQuality,
+    ProbeResult,
+    SuspectedNegatives,
+    negative_hardness,
+    negative_quality,
+    operator_probes,
+    suspected_false_negatives,
+)
 from .graph import HEURISTIC_SHORT, HEURISTICS, LinkData, adjacency, heuristic_scores, sample_non_edges
 from .ranks import (
     KS,
@@ -79,6 +89,10 @@ SPECS = specs(
     MetricSpec("false_negative_rate", "False-negative rate of the negatives", "lower",
                r"\#\{(u, v') \in \text{negatives} : (u, v') \in E\} / \#\text{negatives}",
                "seed 000 §219.2 (share of negatives that are edges of the graph)", range=(0, 1)),
+    MetricSpec("negatives_above_most_positives", "Negatives scoring above most positives (suspected false negatives)", "lower",
+               r"\#\{(u, v') : s(u, v') > Q_{0.9}(s_+)\} / \#\text{negatives}",
+               "seed 000 §219.2 (suspected false negatives: above the 90th percentile of positive scores)",
+               range=(0, 1), chance=1 - SUSPECT_QUANTILE),
 )
 #: the old name of :data:`SPECS` (iterates over the metric names)
 METRICS = SPECS
@@ -153,6 +167,35 @@ class LinkPredictionResult:
     baseline_queries: int
     data: LinkData
     info: dict = field(default_factory=dict)
+    hardness: pd.DataFrame | None = None        # negatives by rank among their edge's negatives (raw)
+    suspects: SuspectedNegatives | None = None  # negatives above most positives (raw)
+
+
+def negative_quality_tests(q) -> list[HypothesisTest]:
+    """The negative-quality tests (positive vs negative edge scores), for the report-wide correction."""
+    n = f"{q.test_sample:,} per side"
+    return [HypothesisTest(name="positive vs negative scores: KS", test="two-sample Kolmogorov–Smirnov, two-sided",
+                           p_value=q.ks_pvalue, statistic=q.ks_statistic, n=n,
+                           null="positive and negative edge scores have the same distribution"),
+            HypothesisTest(name="positive vs negative scores: Mann–Whitney",
+                           test="Mann–Whitney U, one-sided (positives score higher); statistic U/(n₊n₋)",
+                           p_value=q.mw_pvalue, statistic=q.mw_auc, n=n,
+                           null="a positive edge scores no higher than a negative one")]
+
+
+def per_edge_ranks(result: LinkPredictionResult, ids) -> pd.DataFrame:
+    """One row per test edge: its id (``src→dst``, with the relation and an occurrence number when needed),
+    the headline rank and the per-edge terms whose means are ``mean_rank``, ``mrr`` and ``hits_at_k``."""
+    test, r = result.data.test, np.asarray(result.ranks, float)
+    ids = np.asarray(ids, dtype=object)
+    rel = test.relation if test.relation is not None else np.full(len(test.src), "", dtype=object)
+    edge = [f"{ids[a]}→{ids[b]}" + (f" [{c}]" if c not in ("", None) else "") for a, b, c in zip(test.src, test.dst, rel)]
+    edge = pd.Series(edge, dtype=object)
+    edge = edge + edge.groupby(edge).cumcount().map(lambda i: "" if i == 0 else f" #{i + 1}")
+    out = pd.DataFrame({"edge": edge, "mean_rank": r, "mrr": 1.0 / r})
+    for k in KS:
+        out[f"hits_at_{k}"] = (r <= k).astype(float)
+    return out
 
 
 def protocol_tag(score: str, ties: str, filtered: bool, data: LinkData) -> str:
@@ -226,6 +269,10 @@ def evaluate_link_prediction(X, data: LinkData, *, score: str = "dot", ties: str
     values["false_negative_rate"] = quality.false_negative_rate
     cis["negative_score_cohens_d"] = (*quality.d_ci, f"{level:.0%} normal interval, Hedges & Olkin standard error")
     cis["false_negative_rate"] = (*quality.fnr_ci, f"{level:.0%} Wilson interval over the {n_neg:,} negatives")
+    hardness = negative_hardness(cs.scores, cs.removed)
+    suspects = suspected_false_negatives(cs.scores, cs.removed, level=level)
+    values["negatives_above_most_positives"] = suspects.rate
+    cis["negatives_above_most_positives"] = (*suspects.ci, f"{level:.0%} Wilson interval over the {n_neg:,} negatives")
     probes = _run_probes(X, data, score=score, max_edges=max_probe_edges, level=level, seed=seed) if probe else None
     if probes is not None:
         b = probes.table.set_index("name").loc[probes.best]
@@ -236,7 +283,8 @@ def evaluate_link_prediction(X, data: LinkData, *, score: str = "dot", ties: str
                                       seed=seed, level=level) if heuristics else (None, 0))
     tag = protocol_tag(score, ties, filtered, data)
     settings = {"negative_score_cohens_d": f"{score} score, raw negatives",
-                "false_negative_rate": f"{score} score, raw negatives"}
+                "false_negative_rate": f"{score} score, raw negatives",
+                "negatives_above_most_positives": f"{score} score, raw negatives"}
     if probes is not None:
         settings.update(dict.fromkeys(("probe_roc_auc", "probe_average_precision"),
                                       f"{OPERATOR_LABELS[probes.best]}, 1:1"))
@@ -248,7 +296,7 @@ def evaluate_link_prediction(X, data: LinkData, *, score: str = "dot", ties: str
         values=values, metrics=metrics, protocol=protocol, tag=tag, expected=expected, cs=cs, ranks=r,
         n_candidates=rk.n_candidates, tie_table=tie_policy_table(cs), relation_table=relation_table(
             cs, data, ties=ties, filtered=filtered), quality=quality, probes=probes, baselines=baselines,
-        baseline_queries=n_bq, data=data, info=dict(device=str(dev)))
+        baseline_queries=n_bq, data=data, info=dict(device=str(dev)), hardness=hardness, suspects=suspects)
 
 
 #: training and test edges the edge-operator probes need at least
