@@ -12,6 +12,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import ExitCode, InputError, Interrupted
+from .monitoring import cli as monitoring_cli
 from .settings import OPTIONS
 
 EXIT_STATUS_HELP = """exit status:
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pdf_engine(rd)
     rd.add_argument("--formats", default=("html", "pdf"), type=_csv)
     rd.add_argument("--title", default=None)
+    monitoring_cli.register(sub)  # profile, monitor
     return ap
 
 
@@ -252,6 +254,8 @@ def main(argv=None) -> int:
             return int(_chapters(args))
         if args.command == "options":
             return int(_options())
+        if args.command in monitoring_cli.COMMANDS:
+            return int(monitoring_cli.run(args))
         return int(_render(args))
     except InputError as exc:
         print(f"embeval-report: error: {' '.join(str(exc).split())}", file=sys.stderr)

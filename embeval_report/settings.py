@@ -58,11 +58,13 @@ class Option:
 
 _LINK = ("link_prediction", "temporal_link_prediction")
 _INF = float("inf")
+_TD = ("training_diagnostics",)
 
 #: every chapter-specific option (name -> Option); defaults live here and nowhere else
 OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("k", 10, "neighbours per point for neighbour-based metrics",
-           ("hubness", "correction", "stability", "training_stability"), bounds=(0, _INF)),
+           ("hubness", "correction", "stability", "training_stability", "fairness", "anomaly"),
+           bounds=(0, _INF)),
     Option("n_negatives", 100, "sampled negatives per test edge (ignored when a negatives file is given)", _LINK,
            bounds=(0, _INF)),
     Option("negative_strategy", "uniform", "how negatives are sampled: uniform, or batch (PyTorch-BigGraph's "
@@ -80,6 +82,46 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("mde", 0.01, "the effect a user cares about, in a metric's own units: the statistical-rigor chapter gives "
            "the units needed to detect it, and `compare` calls a comparison underpowered when its minimum detectable "
            "effect is larger (also --mde)", ("rigor",), bounds=(0, _INF)),
+    Option("rec_holdout", 2, "recommendation: interactions held out per user when no test_interactions are given "
+           "(the latest when timestamped, else a seeded draw)", ("recommendation",), bounds=(0, _INF)),
+    Option("rec_sampled_negatives", 0, "recommendation: also rank each test item among this many sampled negatives "
+           "(0 = off; sampled metrics disagree with full ranking)", ("recommendation",), bounds=(-1, _INF)),
+    Option("rec_min_rating", -_INF, "recommendation: held-out interactions rated below this are not relevant",
+           ("recommendation",)),
+    Option("min_rater_accuracy", 0.7, "a rater is flagged below this gold accuracy or agreement with the other raters "
+           "(seed 001 §21.3.2)", ("human_evaluation",), bounds=(0, 1)),
+    Option("min_rater_tasks", 10, "gold (or shared) items a rater needs before being judged on them (seed 001 §21.3.2)",
+           ("human_evaluation",), bounds=(0, _INF)),
+    Option("min_seconds", 10.0, "a rater whose median time per rating is below this is flagged (seed 001 §21.3.2)",
+           ("human_evaluation",), bounds=(0, _INF)),
+    Option("min_group_size", 30, "fairness: groups with fewer members are reported as too small to compare",
+           ("fairness",), bounds=(1, _INF)),
+    Option("weat_permutations", 10_000, "fairness: sampled partitions of a WEAT permutation test (exact when the "
+           "partitions are fewer)", ("fairness",), bounds=(99, _INF)),
+    Option("cost_fn", 10_000.0, "anomaly: cost of a missed anomaly (false negative), e.g. the fraud loss",
+           ("anomaly",), bounds=(0, _INF)),
+    Option("cost_fp", 100.0, "anomaly: cost of a false alarm (false positive), e.g. the investigation",
+           ("anomaly",), bounds=(0, _INF)),
+    Option("min_delta", 0.001, "training diagnostics: smallest improvement early stopping counts (relative to the best "
+           "value with min_delta_mode=rel, absolute with abs as in Lightning)", _TD, bounds=(-1e-300, _INF)),
+    Option("min_delta_mode", "rel", "training diagnostics: min_delta relative to the best value (rel) or absolute (abs)",
+           _TD, ("rel", "abs")),
+    Option("patience", 5, "training diagnostics: checks without improvement before early stopping fires", _TD,
+           bounds=(0, _INF)),
+    Option("monitor", "auto", "training diagnostics: the log column early stopping watches (auto: val_loss when "
+           "logged, else the smoothed training loss)", _TD),
+    Option("monitor_mode", "min", "training diagnostics: whether the monitored value should fall (min) or rise (max)",
+           _TD, ("min", "max")),
+    Option("smoothing", 0.1, "training diagnostics: weight of the exponential moving average (seed's smoothing_alpha)",
+           _TD, bounds=(0, 1)),
+    Option("tail_window", 50, "training diagnostics: final checks of the tail tests (seed's window_size)", _TD,
+           bounds=(4, _INF)),
+    Option("convergence_tol", 0.01, "training diagnostics: converged when within this share of the total change of "
+           "the final level", _TD, bounds=(0, 1)),
+    Option("cp_penalty", 3.0, "training diagnostics: PELT penalty of the change-point search (seed: 3)", _TD,
+           bounds=(0, _INF)),
+    Option("log_scale", "auto", "training diagnostics: loss axis on a log scale (auto: when the loss spans a decade)",
+           _TD, ("auto", "true", "false")),
     # (new options: one Option(...) entry each, above this line)
 )}
 

@@ -12,9 +12,15 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from .anomaly import demo_side_data as anomaly_side_data
 from .drift import demo_side_data as drift_side_data
+from .fairness import demo_side_data as fairness_side_data
 from .graph import demo_side_data as graph_side_data
+from .human_evaluation import demo_side_data as human_evaluation_side_data
+from .monitoring import demo_side_data as monitoring_side_data
+from .recommendation import demo_side_data as recommendation_side_data
 from .retrieval import demo_side_data as retrieval_side_data
+from .training_log import demo_side_data as training_log_side_data
 from .stability import demo_side_data as stability_side_data
 from .text import write_text_demo
 from .world import (
@@ -57,7 +63,9 @@ def write_demo(folder, *, seed: int = 0) -> Path:
         "analogies": "analogies.txt",
     }
     for write_side_data in (stability_side_data, drift_side_data, graph_side_data,
-                            retrieval_side_data):  # runs, snapshots, edges, queries, ...
+                            retrieval_side_data, recommendation_side_data, anomaly_side_data,
+                            human_evaluation_side_data, monitoring_side_data,
+                            fairness_side_data, training_log_side_data):  # runs, snapshots, edges, queries, interactions, ...
         manifest.update(write_side_data(folder, seed=seed))
     path = folder / "manifest.yaml"
     path.write_text("# embeval-report demo: a streaming platform's user and item embeddings\n"

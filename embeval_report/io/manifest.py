@@ -14,7 +14,7 @@ from .files import describe, existing_file, one_line, read_text, resolve_path
 # --------------------------------------------------------------------------- schema
 
 FIELD_KINDS = ("str", "bool", "path", "vectors_path", "path_or_column", "path_list", "mapping", "mapping_list",
-               "timestamp", "model")
+               "timestamp", "model", "str_list", "path_or_folder")
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,12 @@ _VOCABULARY_KEYS = {
     "ids": ManifestField("path", "file with one id per line", required=True),
 }
 
+_FAIRNESS_KEYS = {
+    "attributes": ManifestField("str_list", "metadata columns holding protected attributes (e.g. [gender, region])",
+                                required=True),
+    "label": ManifestField("str", "metadata column the probe and the neighbourhood agreement use (default: label)"),
+}
+
 _QUERY_KEYS = {
     "vectors": ManifestField("path", "vectors file of the queries (same model as the corpus)"),
     "texts": ManifestField("path", "query texts (.jsonl/.csv/.tsv/.parquet with id and text), embedded with `model`"),
@@ -94,7 +100,20 @@ MANIFEST_FIELDS: dict[str, ManifestField] = {
     "score": ManifestField("str", "how link prediction scores an edge from two vectors: dot, cosine or neg_l2"),
     "queries": ManifestField("mapping", "the retrieval queries: vectors, ids, metadata", keys=_QUERY_KEYS),
     "qrels": ManifestField("path", "relevance judgements: TREC qrels or a table query_id,doc_id,relevance"),
+    "annotations": ManifestField("path", "human ratings: a table item (or query_id, doc_id), rater, label "
+                                 "[, seconds, gold, position]"),
+    "annotation_level": ManifestField("str", "level of measurement of the annotations: nominal, ordinal or interval"),
     "exclude_self": ManifestField("bool", "retrieval: a document whose id equals the query id is not ranked"),
+    "monitor_history": ManifestField("path", "JSONL history written by `embeval-report monitor --history`"),
+    "anomaly_scores": ManifestField("path", "anomaly: your detector's scores, a table id,score[,more score columns]"),
+    "fairness": ManifestField("mapping", "fairness: protected-attribute columns of `metadata`", keys=_FAIRNESS_KEYS),
+    "association_tests": ManifestField("path", "fairness: WEAT tests (YAML or CSV: two target and two attribute sets)"),
+    "interactions": ManifestField("path", "recommendation: table user_id, item_id[, timestamp][, rating]"),
+    "test_interactions": ManifestField("path", "recommendation: held-out interactions (else a split is made)"),
+    "users": ManifestField("path", "recommendation: one user id per line (else the metadata `kind` column)"),
+    "items": ManifestField("path", "recommendation: one item id per line, the catalogue (else metadata `kind`)"),
+    "training_log": ManifestField("path_or_folder", "training log: CSV/TSV/JSONL with step or epoch, loss[, val_loss, "
+                                  "lr, grad_norm, run, metrics], or a TensorBoard event folder"),
     "entity": ManifestField("str", "the entity type to read from a PyTorch-BigGraph checkpoint folder"),
     "model": ManifestField("model", "a sentence-transformers model folder (or mapping) that embeds `texts`"),
     "texts": ManifestField("path", "the corpus texts (.jsonl/.csv/.tsv/.parquet with id and text), embedded with `model`"),
@@ -208,6 +227,14 @@ def _check_vectors_path(value: Any, where: str, base: Path, spec: ManifestField)
     return str(existing_file(path, where))
 
 
+def _check_path_or_folder(value: Any, where: str, base: Path, spec: ManifestField) -> str:
+    _require_text(value, where, "a file or folder path (string)")
+    path = resolve_path(value, base)
+    if path.is_dir():
+        return str(path.resolve())
+    return str(existing_file(path, where))
+
+
 def _check_path_or_column(value: Any, where: str, base: Path, spec: ManifestField) -> dict[str, str]:
     _require_text(value, where, "a file path or a column name (string)")
     candidate = resolve_path(value, base)
@@ -240,6 +267,14 @@ def _check_mapping_list(value: Any, where: str, base: Path, spec: ManifestField)
     return [_check_mapping(item, spec.keys, f"{where}, item {i}", base, "key") for i, item in enumerate(value, 1)]
 
 
+def _check_str_list(value: Any, where: str, base: Path, spec: ManifestField) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise InputError(f"{where}: expected a non-empty list of names, found {describe(value)}")
+    return [_require_text(item, f"{where}, item {i}", "a non-empty string").strip() for i, item in enumerate(value, 1)]
+
+
 def _check_model(value: Any, where: str, base: Path, spec: ManifestField):
     from .model import parse_model_spec
 
@@ -265,4 +300,6 @@ _CHECKERS: dict[str, Callable[[Any, str, Path, ManifestField], Any]] = {
     "mapping_list": _check_mapping_list,
     "timestamp": _check_timestamp,
     "model": _check_model,
+    "path_or_folder": _check_path_or_folder,
+    "str_list": _check_str_list,
 }

@@ -16,13 +16,18 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .annotations import read_annotations, read_level
+from .anomaly_scores import load_anomaly_scores
+from .association_tests import read_association_tests, read_fairness_spec
 from .embedding_set import EmbeddingSet
 from .graph import EdgeList, field_label, read_edges, read_negatives, read_score
+from .interactions import load_interactions, read_id_list
 from .pairs import read_positive_pairs
 from .qrels import read_qrels
 from .queries import load_queries
 from .runs import load_runs, load_tranches, read_vocabularies
 from .snapshots import load_snapshots
+from .training_log import read_training_log
 from .words import read_analogies, read_word_pairs
 
 
@@ -57,7 +62,21 @@ LOADERS: dict[str, Callable[[EmbeddingSet, Any, dict], Any]] = {
     "queries": lambda es, v, _: load_queries(v, es.d),
     "qrels": lambda es, v, side: read_qrels(v, query_ids=side["queries"].ids if "queries" in side else es.ids,
                                             doc_ids=es.ids, label=f"qrels: {Path(v).name}"),
+    "annotation_level": lambda es, v, _: read_level(v),
+    "annotations": lambda es, v, side: read_annotations(
+        v, level=side.get("annotation_level"), ids=es.ids, query_ids=side["queries"].ids if "queries" in side else None,
+        label=f"annotations: {Path(v).name}"),
     "exclude_self": lambda es, v, _: bool(v),
+    "training_log": lambda es, v, _: read_training_log(v, label=f"training_log: {Path(v).name}"),
+    "monitor_history": lambda es, v, _: __import__("embeval_report.monitoring.history",
+                                                   fromlist=["*"]).read_history(v),  # lazy: no import cycle
+    "anomaly_scores": lambda es, v, _: load_anomaly_scores(es, v),
+    "fairness": lambda es, v, _: read_fairness_spec(es, v),
+    "association_tests": lambda es, v, _: read_association_tests(v, label=field_label(v, "association_tests")),
+    "users": lambda es, v, _: read_id_list(v, es.ids, label=field_label(v, "users")),
+    "items": lambda es, v, _: read_id_list(v, es.ids, label=field_label(v, "items")),
+    "interactions": lambda es, v, side: load_interactions(es, v, side, "interactions"),
+    "test_interactions": lambda es, v, side: load_interactions(es, v, side, "test_interactions"),
 }
 
 
