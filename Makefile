@@ -26,7 +26,7 @@ demo-text: $(BIN)/.installed
 	$(BIN)/embeval-report demo --text --out $(TEXT_OUT)
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 bench: $(BIN)/.installed
 	$(BIN)/python benchmarks/bench_knn.py

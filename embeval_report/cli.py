@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--names", type=lambda s: list(_csv(s)), default=None, help="comma-separated model names")
     cmp.add_argument("--correction", choices=("holm", "bh", "none"), default="holm",
                      help="multiple-testing correction over every model pair x metric (default holm)")
+    cmp.add_argument("--fail-on-regression", action="store_true",
+                     help="exit with status 3 when another model is significantly worse than the first on any metric "
+                          "(CI gating of a new model)")
     _common(cmp)
     ch = sub.add_parser("chapters", help="list the chapters and the inputs each needs")
     ch.add_argument("source", nargs="?", type=Path, help="a manifest or vectors file to check against")
@@ -213,10 +216,11 @@ def _render(args) -> int:
 
 
 def _compare(args) -> int:
-    from .report.compare import run_compare
+    from .report.compare import model_names, regressions, run_compare
 
     _check_formats(args.formats)
     settings = _settings(args)
+    out_names = model_names(args.sources, args.names)
     out, table, files = run_compare(
         args.sources, args.out, names=args.names, settings=settings, chapters=args.chapters,
         correction=args.correction, renderer=args.renderer, pdf_engine=args.pdf_engine, formats=args.formats,
@@ -227,7 +231,12 @@ def _compare(args) -> int:
               f"({row.ci_low:+.4f} to {row.ci_high:+.4f}), p adj {row.p_adjusted:.3g}: {row.verdict}", file=sys.stderr)
     for f in files.values():
         print(f)
-    print(out / "comparison.json")
+    print(out / "metrics.json")
+    worse = regressions(table, out_names[0]) if len(table) else table
+    if args.fail_on_regression and len(worse):
+        print(f"embeval-report: {len(worse)} significant regression(s) against {out_names[0]} "
+              f"({', '.join(sorted(set(worse['metric'])))}) (--fail-on-regression)", file=sys.stderr)
+        return ExitCode.GATE
     return ExitCode.OK if files else ExitCode.RENDER
 
 

@@ -490,7 +490,7 @@ def test_chapters_run_end_to_end(tmp_path):
     doc = json.loads((out / "metrics.json").read_text())
     ch = doc["chapters"]
     assert ch["stability"]["status"] == "ok" and ch["training_stability"]["status"] == "ok"
-    assert set(ch["stability"]["metrics"]) == set(st.METRICS)
+    assert set(ch["stability"]["metrics"]) == set(st.METRICS) | {"mde_knn_overlap", "mde_procrustes_aligned_cosine"}
     assert ch["stability"]["metrics"]["pairwise_similarity_correlation"]["verdict"] in ("healthy", "concerning",
                                                                                        "problematic")
     assert {"tranche_knn_overlap_last", "tranche_movement_last"} <= set(ch["training_stability"]["metrics"])

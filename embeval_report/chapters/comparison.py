@@ -13,8 +13,9 @@ import pandas as pd
 from ..report.display import show_figure, show_markdown, show_table
 from ..report.plotting import PALETTE, WIDTH, use_style
 
-__all__ = ["ComparisonReport", "difference_figure", "load", "narrative", "show_differences", "show_models",
-           "show_ranks", "show_summary", "show_table_of_differences", "verdict_table"]
+__all__ = ["ComparisonReport", "difference_figure", "load", "narrative", "ship_sentence", "show_differences",
+           "show_models", "show_ranks", "show_summary", "show_table_of_differences", "show_wins", "verdict_table",
+           "wins_figure"]
 
 VERDICT_WORDS = {"B better": "{b} better", "A better": "{a} better",
                  "no difference larger than the MDE": "no difference > MDE", "underpowered": "underpowered"}
@@ -59,7 +60,7 @@ def narrative(rep: ComparisonReport) -> str:
                 "tested. Run the same chapters with the same side data on each model.")
     corr = {"holm": "Holm's correction", "bh": "the Benjamini–Hochberg correction", "none": "no correction"}[
         doc["correction"]]
-    parts = [f"**{len(t)} comparisons** ({t[['chapter', 'metric']].drop_duplicates().shape[0]} metrics × "
+    parts = [ship_sentence(rep), f"**{len(t)} comparisons** ({t[['chapter', 'metric']].drop_duplicates().shape[0]} metrics × "
              f"{t[['a', 'b']].drop_duplicates().shape[0]} pair(s) of models), each on the units both models were "
              f"evaluated on, with {corr} over all of them at α = 0.05. The effect that matters (`--mde`) is "
              f"**{doc['effect']:g}** in each metric's own units."]
@@ -78,6 +79,35 @@ def narrative(rep: ComparisonReport) -> str:
                      f"effect (up to {_num(under['mde'].max(), '.3g')}) exceeds {doc['effect']:g}, so a difference "
                      "that matters could still hide in them; more units (queries, edges) would settle them.")
     return "\n\n".join(parts)
+
+
+def ship_sentence(rep: ComparisonReport) -> str:
+    """Which model to ship, against the first (the one in production), and how sure that is."""
+    t, doc = rep.table, rep.doc
+    base = doc["models"][0]["name"]
+    lines = []
+    for b, part in t[t["a"] == base].groupby("b", sort=False):
+        better = part[part["verdict"] == "B better"]
+        worse = part[part["verdict"] == "A better"]
+        weak = part[part["verdict"] == "underpowered"]
+        names = lambda rows: ", ".join(f"{r.label} ({r.chapter})" for r in rows.head(4).itertuples()) + (
+            f" and {len(rows) - 4} more" if len(rows) > 4 else "")
+        if len(worse):
+            lines.append(f"**Do not ship {b} in place of {base}:** it is significantly worse on {len(worse)} metric(s) "
+                         f"({names(worse)})" + (f", although better on {len(better)}" if len(better) else "") + ".")
+        elif len(better):
+            lines.append(f"**Ship {b}:** it is better than {base} on {len(better)} metric(s) ({names(better)}) and "
+                         f"significantly worse on none, after correcting for the {len(t)} comparisons"
+                         + (f"; {len(weak)} other metric(s) are underpowered and could still hide a change of "
+                            f"{doc['effect']:g}." if len(weak) else "."))
+        elif len(weak):
+            lines.append(f"**No evidence either way between {b} and {base}:** no metric differs significantly, and on "
+                         f"{len(weak)} of them these units could miss a change of {doc['effect']:g}; more queries, "
+                         "edges or entities would settle it.")
+        else:
+            lines.append(f"**{b} and {base} are equivalent** within {doc['effect']:g} on every metric compared: "
+                         "choose on cost or latency.")
+    return "\n\n".join(lines)
 
 
 def verdict_table(rep: ComparisonReport) -> pd.DataFrame:
@@ -113,6 +143,34 @@ def difference_figure(t: pd.DataFrame) -> plt.Figure:
     ax.set_yticks(y, labels, fontsize=7)
     ax.set_xlabel("B − A in standard deviations of the per-unit differences (d_z), with its 95 % interval")
     return fig
+
+
+def wins_figure(t: pd.DataFrame) -> plt.Figure:
+    """Per comparison: the share of units on which B is better, tied, or worse than A."""
+    labels = [f"{b} vs {a}: {lab}" for a, b, lab in zip(t["a"], t["b"], t["label"])]
+    n = t["n"].to_numpy(float)
+    shares = np.column_stack([t["wins"], t["ties"], t["losses"]]) / n[:, None]
+    fig, ax = plt.subplots(figsize=(WIDTH, 0.6 + 0.28 * len(t)))
+    y = np.arange(len(t))[::-1]
+    left = np.zeros(len(t))
+    for j, (name, color) in enumerate((("B better", PALETTE["data"]), ("tie", PALETTE["muted"]),
+                                       ("A better", PALETTE["accent"]))):
+        ax.barh(y, shares[:, j], left=left, color=color, label=name, height=0.7)
+        left += shares[:, j]
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of the shared units")
+    ax.legend(frameon=False, fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    return fig
+
+
+def show_wins(rep: ComparisonReport) -> None:
+    if not len(rep.table):
+        return
+    show_figure(wins_figure(rep.table), caption="Wins, ties and losses over units: the share of queries, test edges "
+                                                "or entities on which B is better than A, equal, or worse (in the "
+                                                "metric's direction). A mean can move on a few units; this shows how "
+                                                "broad the change is.", label="fig-compare-wins")
 
 
 def show_summary(rep: ComparisonReport) -> None:

@@ -19,6 +19,8 @@ from .setup import ChapterContext
 __all__ = ["RigorReport", "compute", "narrative", "power_display", "pvalue_figure", "show_power", "show_pvalues",
            "show_summary", "show_tests"]
 
+#: p-values below this are drawn at it (the figure's floor)
+P_FLOOR = 1e-12
 #: chapters whose records are not the report's own measurements
 NOT_MEASURED = ("rigor", "summary")
 
@@ -106,16 +108,16 @@ def power_display(power: pd.DataFrame, effect: float) -> pd.DataFrame:
 
 def pvalue_figure(tests: pd.DataFrame, alpha: float = rg.ALPHA) -> plt.Figure:
     """Sorted p-values (log scale) against the Holm and Benjamini–Hochberg rejection lines."""
-    p = np.sort(tests["p_value"].dropna().to_numpy(float))
+    p = np.maximum(np.sort(tests["p_value"].dropna().to_numpy(float)), P_FLOOR)
     m = len(p)
     i = np.arange(1, m + 1)
     fig, ax = plt.subplots(figsize=(WIDTH * 0.62, 3.0))
-    ax.plot(i, np.maximum(p, 1e-300), "o", ms=3, color=PALETTE["data"], label="p-values, sorted")
+    ax.plot(i, p, "o", ms=3, color=PALETTE["data"], label=f"p-values, sorted (below {P_FLOOR:g} drawn at it)")
     ax.plot(i, alpha * i / m, color=PALETTE["accent"], lw=1.2, label="Benjamini–Hochberg: α·i/m")
     ax.plot(i, alpha / (m - i + 1), color=PALETTE["reference"], lw=1.2, ls="--", label="Holm: α/(m − i + 1)")
     ax.axhline(alpha, color=PALETTE["muted"], lw=0.8, ls=":", label="α = 0.05 (no correction)")
     ax.set_yscale("log")
-    ax.set_ylim(max(min(p.min(), alpha / m) / 5, 1e-300), 1.5)
+    ax.set_ylim(min(p.min(), alpha / m) / 5, 1.5)
     ax.set_xlabel("rank i of the p-value")
     ax.set_ylabel("p-value")
     ax.legend(frameon=False, fontsize=7, loc="lower right")
@@ -158,7 +160,8 @@ def show_tests(rep: RigorReport) -> None:
         return
     from IPython.display import display
 
-    display(Table(rg.tests_display(rep.tests, chapter_column=True),
+    display(Table(rg.tests_display(rep.tests, chapter_column=True).drop(columns="null hypothesis"),
                   caption="Every hypothesis test in the report: raw p, and p adjusted over all of them (Holm; "
                           "Benjamini–Hochberg); * rejected at α = 0.05. Families of many tests (one per dimension) "
-                          "are one row here; results/rigor_tests.csv lists every test.", label="tbl-rigor-tests"))
+                          "are one row here; each chapter's own table states the null hypotheses, and results/rigor_tests.csv lists "
+                          "every test.", label="tbl-rigor-tests"))

@@ -99,6 +99,11 @@ def paired_rows(reports: list[ModelReport], *, level: float = 0.95, seed: int = 
             key = ia["key"]
             ua, ub = A.units[chapter].drop_duplicates(key), B.units[chapter].drop_duplicates(key)
             joined = ua.merge(ub, on=key, suffixes=("_a", "_b"))
+            if not len(joined):
+                raise InputError(
+                    f"compare: {A.name} and {B.name} share no {ia['unit']} in chapter {chapter} (e.g. {A.name}: "
+                    f"{', '.join(map(str, ua[key].head(3)))}; {B.name}: {', '.join(map(str, ub[key].head(3)))}); "
+                    "give both models the same side data (the same ids)")
             for metric in [m for m in ia["means"] if m in ib["means"]]:
                 spec = A.records[chapter]["metrics"].get(metric, {})
                 direction = spec.get("direction", "higher")
@@ -146,6 +151,31 @@ def compare_reports(reports: list[ModelReport], *, correction: str = "holm", eff
     return table, rank_tables(reports, table, level=level, seed=seed)
 
 
+def comparisons_document(table: pd.DataFrame, n_models: int) -> dict:
+    """``metrics.json``'s ``comparisons``: per metric (its name, or ``chapter.metric`` where two chapters share
+    a name; prefixed ``"B vs A: "`` with three or more models) ``a``, ``b``, ``difference``, ``ci_low``,
+    ``ci_high``, ``p_value`` (the randomisation test's), ``p_adjusted`` and ``verdict``, with the other tests."""
+    out = {}
+    clash = table.groupby("metric")["chapter"].nunique()
+    for r in table.itertuples():
+        name = r.metric if clash[r.metric] == 1 else f"{r.chapter}.{r.metric}"
+        if n_models > 2:
+            name = f"{r.b} vs {r.a}: {name}"
+        out[name] = {k: _json_safe(v) for k, v in dict(
+            a=r.a, b=r.b, chapter=r.chapter, metric=r.metric, direction=r.direction, n=r.n, mean_a=r.mean_a,
+            mean_b=r.mean_b, difference=r.diff, ci_low=r.ci_low, ci_high=r.ci_high, p_value=r.p_randomisation,
+            p_adjusted=r.p_adjusted, p_t=r.p_t, p_wilcoxon=r.p_wilcoxon, d_z=r.d_z, wins=r.wins, ties=r.ties,
+            losses=r.losses, mde=r.mde, verdict=r.verdict).items()}
+    return out
+
+
+def regressions(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """The comparisons in which another model is significantly worse than ``baseline`` (the first model)."""
+    if not len(table):
+        return table
+    return table[(table["a"] == baseline) & (table["verdict"] == "A better")]
+
+
 def _json_safe(v):
     if isinstance(v, float) and not math.isfinite(v):
         return None
@@ -168,8 +198,20 @@ def write_comparison(folder: Path, reports: list[ModelReport], table: pd.DataFra
                ranks={k: [{c: _json_safe(v) for c, v in r.items()} for r in t.to_dict(orient="records")]
                       for k, t in ranks.items()})
     (folder / COMPARISON_FILE).write_text(json.dumps(doc, indent=2))
+    metrics = dict(version=__version__, seed=seed, correction=correction, effect=effect,
+                   models={r.name: _model_metrics(r) for r in reports},
+                   comparisons=comparisons_document(table, len(reports)) if len(table) else {})
+    (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))
     table.to_csv(folder / TABLE_FILE, index=False)
     return doc
+
+
+def _model_metrics(r: ModelReport) -> dict:
+    """A model's ``metrics.json`` chapters (from its report folder)."""
+    try:
+        return json.loads((r.folder / "metrics.json").read_text())["chapters"]
+    except (OSError, ValueError, KeyError):
+        return {}
 
 
 def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = None, chapters=None,
