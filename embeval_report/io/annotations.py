@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from .files import read_table
 
 LEVELS = ("nominal", "ordinal", "interval")
 #: accepted header names of each column (lower case); the first is the canonical name
@@ -49,7 +50,6 @@ ALIASES = {
 }
 #: item kinds: a free task id, a (query, document) judgement, an unordered pair of vector ids
 KINDS = ("item", "query_doc", "pair")
-_SEPARATORS = {".csv": ",", ".tsv": "\t", ".txt": "\t"}
 NAMED = 3
 
 
@@ -100,23 +100,10 @@ def read_level(value) -> str:
 
 
 def _read_table(path: Path, label: str) -> pd.DataFrame:
-    suffix = path.suffix.lower()
-    try:
-        if suffix in _SEPARATORS:
-            t = pd.read_csv(path, sep=_SEPARATORS[suffix], dtype=str, keep_default_na=False, na_filter=False,
-                            skipinitialspace=True, encoding="utf-8-sig", comment=None)
-        elif suffix == ".parquet":
-            t = pd.read_parquet(path)
-            t = t.astype(object).where(t.notna(), "").astype(str) if len(t) else t.astype(str)
-        else:
-            raise InputError(f"{label}: unsupported format {suffix!r}; expected .csv, .tsv, .txt (tab-separated) "
-                             "or .parquet with a header row")
-    except InputError:
-        raise
-    except UnicodeDecodeError as e:
-        raise InputError(f"{label}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except Exception as e:  # pandas / pyarrow parse errors
-        raise InputError(f"{label}: could not be read as a table ({str(e).strip().splitlines()[0]})") from None
+    """The ratings table as strings (:func:`~embeval_report.io.files.read_table`; Parquet cells as text too)."""
+    t = read_table(path, label)
+    if path.suffix.lower() == ".parquet":
+        t = t.astype(object).where(t.notna(), "").astype(str) if len(t) else t.astype(str)
     return t
 
 

@@ -160,3 +160,34 @@ def check_unique(ids: np.ndarray, label: str) -> None:
         j = int(np.argmax(duplicated))
         i = int(np.flatnonzero(ids[:j] == ids[j])[0])
         raise InputError(f"{label}: duplicate id {ids[j]!r} in rows {i + 1} and {j + 1}")
+
+
+#: separators of the delimited tables :func:`read_table` reads, by suffix
+TABLE_SEPARATORS = {".csv": ",", ".tsv": "\t", ".txt": "\t"}
+
+
+def read_table(path, label: str) -> pd.DataFrame:
+    """A table of strings (csv / tsv / txt / parquet) with its header; nothing read as NaN."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{label}: file not found ({p})")
+    suffix = p.suffix.lower()
+    try:
+        if suffix in TABLE_SEPARATORS:
+            t = pd.read_csv(p, sep=TABLE_SEPARATORS[suffix], dtype=str, keep_default_na=False, na_filter=False,
+                            skipinitialspace=True, encoding="utf-8-sig")
+        elif suffix == ".parquet":
+            t = pd.read_parquet(p)
+            if not isinstance(t.index, pd.RangeIndex):
+                t = t.reset_index()
+        else:
+            raise InputError(f"{label}: unsupported format {suffix!r}; expected .csv, .tsv, .txt (tab-separated) "
+                             "or .parquet with a header row")
+    except InputError:
+        raise
+    except UnicodeDecodeError as e:
+        raise InputError(f"{label}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except Exception as e:  # pandas / pyarrow parse errors
+        raise InputError(f"{label}: could not be read as a table ({str(e).splitlines()[0]})") from None
+    t.columns = [str(c).strip() for c in t.columns]
+    return t

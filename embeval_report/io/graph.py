@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from .files import read_table
 
 SCORES = ("dot", "cosine", "neg_l2")
 EDGE_COLUMNS = ("src", "dst")
@@ -40,7 +41,6 @@ EDGE_OPTIONAL = ("relation", "timestamp", "weight")
 NEGATIVE_COLUMNS = ("src", "dst", "negative")
 STRATEGIES = ("uniform", "batch")
 POOLS = ("entities", "destinations")
-_SEPARATORS = {".csv": ",", ".tsv": "\t", ".txt": "\t"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,33 +88,6 @@ def read_score(value) -> str:
     if v not in SCORES:
         raise InputError(f"manifest field 'score': expected one of {', '.join(SCORES)}, found {value!r}")
     return v
-
-
-def _read_table(path, label: str) -> pd.DataFrame:
-    """A table of strings (csv / tsv / txt / parquet) with its header; nothing read as NaN."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{label}: file not found ({p})")
-    suffix = p.suffix.lower()
-    try:
-        if suffix in _SEPARATORS:
-            t = pd.read_csv(p, sep=_SEPARATORS[suffix], dtype=str, keep_default_na=False, na_filter=False,
-                            skipinitialspace=True, encoding="utf-8-sig")
-        elif suffix == ".parquet":
-            t = pd.read_parquet(p)
-            if not isinstance(t.index, pd.RangeIndex):
-                t = t.reset_index()
-        else:
-            raise InputError(f"{label}: unsupported format {suffix!r}; expected .csv, .tsv, .txt (tab-separated) "
-                             "or .parquet with a header row")
-    except InputError:
-        raise
-    except UnicodeDecodeError as e:
-        raise InputError(f"{label}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except Exception as e:  # pandas / pyarrow parse errors
-        raise InputError(f"{label}: could not be read as a table ({str(e).splitlines()[0]})") from None
-    t.columns = [str(c).strip() for c in t.columns]
-    return t
 
 
 def _require_columns(t: pd.DataFrame, label: str, required, optional=()) -> None:
@@ -206,7 +179,7 @@ def read_edges(path, ids, *, label: str | None = None) -> EdgeList:
     timestamp / weight, naming the file, row and column.
     """
     label = label or Path(path).name
-    t = _read_table(path, label)
+    t = read_table(path, label)
     _require_columns(t, label, EDGE_COLUMNS, EDGE_OPTIONAL)
     index = pd.Index(np.asarray(ids, dtype=object))
     src = _id_rows(_text_column(t, "src", label), index, label, "src")
@@ -247,7 +220,7 @@ def read_negatives(path, ids, test: EdgeList | None = None, *, label: str | None
     the file, in order of first appearance.
     """
     label = label or Path(path).name
-    t = _read_table(path, label)
+    t = read_table(path, label)
     _require_columns(t, label, NEGATIVE_COLUMNS, ("relation",))
     index = pd.Index(np.asarray(ids, dtype=object))
     src = _id_rows(_text_column(t, "src", label), index, label, "src")

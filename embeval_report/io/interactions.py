@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from .files import existing_file, read_ids_file
-from .graph import _id_rows, _numeric_column, _read_table, _text_column, _time_column
+from .files import existing_file, read_ids_file, read_table
+from .graph import _id_rows, _numeric_column, _text_column, _time_column
 
 #: canonical column -> accepted header names (lower case)
 ALIASES = {
@@ -162,7 +162,7 @@ def read_interactions(path, es, *, users=None, items=None, roles: Roles | None =
     a partition already decided (the training interactions' one, for ``test_interactions``).
     """
     label = label or Path(path).name
-    t = _canonical(_read_table(path, label), label)
+    t = _canonical(read_table(path, label), label)
     index = pd.Index(np.asarray(es.ids, dtype=object))
     u = _id_rows(_text_column(t, "user_id", label), index, label, "user_id")
     i = _id_rows(_text_column(t, "item_id", label), index, label, "item_id")
