@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .world import GENRES, RELATED_GENRES
+from .world import PAIR_KINDS, genre_pair
 
 N_PAIRS = 300
 RATERS = tuple(f"rater_{i}" for i in range(1, 7))
@@ -37,18 +37,10 @@ CARELESS, TIRED = "rater_5", "rater_3"
 def _pairs(meta: pd.DataFrame, rng: np.random.Generator, n: int) -> tuple[list, np.ndarray]:
     items = meta[meta["kind"] == "item"]
     ids, genre = items["id"].to_numpy(), items["label"].to_numpy()
-    related = [tuple(sorted(p)) for p in sorted(map(sorted, RELATED_GENRES))]
     pairs, truth, seen = [], [], set()
     while len(pairs) < n:
-        k = rng.choice(3, p=[0.4, 0.25, 0.35])  # same genre, related, unrelated
-        if k == 0:
-            g1 = g2 = GENRES[rng.integers(len(GENRES))]
-        elif k == 1:
-            g1, g2 = related[rng.integers(len(related))]
-        else:
-            g1, g2 = rng.choice(GENRES, 2, replace=False)
-            if frozenset((g1, g2)) in RELATED_GENRES:
-                continue
+        k = rng.choice(3, p=PAIR_KINDS)  # same genre, related, unrelated
+        g1, g2 = genre_pair(k, rng)
         a = rng.choice(np.flatnonzero(genre == g1))
         b = rng.choice(np.flatnonzero(genre == g2))
         key = tuple(sorted((ids[a], ids[b])))

@@ -116,6 +116,24 @@ def streaming_embeddings(n_users: int = 4000, n_items: int = 1000, dim: int = 64
     return vectors, meta
 
 
+#: shares of same-genre, related-genre and unrelated pairs among judged item pairs
+PAIR_KINDS = (0.4, 0.25, 0.35)
+_RELATED_PAIRS = [tuple(p) for p in sorted(map(sorted, RELATED_GENRES))]
+
+
+def genre_pair(kind: int, rng: np.random.Generator) -> tuple[str, str]:
+    """Two genres for a judged pair: the same (``kind`` 0), related (1, :data:`RELATED_GENRES`) or unrelated (2)."""
+    if kind == 0:
+        g = GENRES[rng.integers(len(GENRES))]
+        return g, g
+    if kind == 1:
+        return _RELATED_PAIRS[rng.integers(len(_RELATED_PAIRS))]
+    g1, g2 = rng.choice(GENRES, 2, replace=False)
+    while frozenset((g1, g2)) in RELATED_GENRES:
+        g1, g2 = rng.choice(GENRES, 2, replace=False)
+    return g1, g2
+
+
 def editorial_judgements(meta: pd.DataFrame, *, n_pairs: int = 300, n_retired: int = 15, noise: float = 1.0,
                          seed: int = 0) -> pd.DataFrame:
     """Synthetic editorial similarity of item pairs (``word1, word2, score`` on 0–10).
@@ -128,18 +146,10 @@ def editorial_judgements(meta: pd.DataFrame, *, n_pairs: int = 300, n_retired: i
     rng = np.random.default_rng([seed, 60, 1])
     items = meta[meta["kind"] == "item"]
     ids, genre = items["id"].to_numpy(), items["label"].to_numpy()
-    kind = rng.choice(3, n_pairs, p=[0.4, 0.25, 0.35])  # 0 same genre, 1 related, 2 unrelated
-    related = [tuple(p) for p in sorted(map(sorted, RELATED_GENRES))]
+    kind = rng.choice(3, n_pairs, p=PAIR_KINDS)
     rows = []
     for k in kind:
-        if k == 0:
-            g1 = g2 = GENRES[rng.integers(len(GENRES))]
-        elif k == 1:
-            g1, g2 = related[rng.integers(len(related))]
-        else:
-            g1, g2 = rng.choice(GENRES, 2, replace=False)
-            while frozenset((g1, g2)) in RELATED_GENRES:
-                g1, g2 = rng.choice(GENRES, 2, replace=False)
+        g1, g2 = genre_pair(k, rng)
         pool1, pool2 = np.flatnonzero(genre == g1), np.flatnonzero(genre == g2)
         i = rng.choice(pool1)
         j = rng.choice(pool2[pool2 != i]) if len(pool2[pool2 != i]) else rng.integers(len(ids))
