@@ -36,6 +36,7 @@ import pandas as pd
 from ..errors import InputError
 from .files import NA_STRINGS, as_ids, check_unique, existing_file, library_errors, read_ids_file, resolve_path
 from .manifest import CORE_FIELDS, MANIFEST_FIELDS, MANIFEST_SUFFIXES, read_manifest
+from .stores import finalize_source, is_store, open_source, store_label, store_path
 from .vectors import DELIMITERS, VECTOR_FORMATS, finalize, load_vectors, read_raw, table_columns
 
 # ------------------------------------------------------------------- embedding set
@@ -118,25 +119,35 @@ class EmbeddingSet:
         )
 
 
-def load_source(source: str | os.PathLike) -> EmbeddingSet:
-    """Load and validate an embedding set from a manifest (.yaml/.yml), a vectors file or a
-    PyTorch-BigGraph checkpoint folder (one entity type)."""
+def load_source(source: str | os.PathLike, *, scratch: str | os.PathLike | None = None) -> EmbeddingSet:
+    """Load and validate an embedding set from a manifest (.yaml/.yml), a vectors file, a Zarr store, an
+    HDF5 file or a PyTorch-BigGraph checkpoint folder (one entity type).
+
+    A set larger than one block (:data:`.stores.BLOCK_BYTES`: a Zarr store, an HDF5 dataset or a large
+    ``.npy``) is validated block by block and its vectors are a read-only float32 memory map, written to
+    ``scratch/vectors.npy`` when ``scratch`` is given (the runner passes its prepared cache), else to a
+    temporary file (a C-ordered float32 ``.npy`` is mapped in place).
+    """
     from .checkpoints import is_pbg_checkpoint
 
     if Path(source).is_dir() and is_pbg_checkpoint(source):
         folder = Path(source).resolve()
         vectors, ids = finalize(*read_raw(folder, folder.name), folder.name, folder.name)
         return _make_set(folder.name, vectors, ids, None, folder, {})
+    if is_store(source):
+        store = Path(os.path.abspath(source))
+        vectors, ids = load_vectors(store, scratch=scratch)
+        return _make_set(store.stem, vectors, ids, None, store, {})
     path = existing_file(source)
     suffix = path.suffix.lower()
     if suffix in MANIFEST_SUFFIXES:
-        return _load_manifest_set(path)
+        return _load_manifest_set(path, scratch)
     if suffix not in VECTOR_FORMATS:
         raise InputError(
             f"{path.name}: unknown format {suffix or '(no extension)'!r}; expected a manifest "
             f"({', '.join(MANIFEST_SUFFIXES)}) or a vectors file ({', '.join(VECTOR_FORMATS)})"
         )
-    vectors, ids = load_vectors(path)
+    vectors, ids = load_vectors(path, scratch=scratch)
     return _make_set(path.stem, vectors, ids, None, path, {})
 
 
@@ -198,8 +209,9 @@ def load_matched(path: str | os.PathLike, reference: "EmbeddingSet", *, label: s
     matched by them; a file without ids (``.npy``, safetensors) must have exactly the
     reference's rows, in the reference's order (the manifest's ``ids``).
     """
-    path = existing_file(path, label)
-    label = label or path.name
+    if not is_store(path):
+        path = existing_file(path, label)
+    label = label or Path(path).name
     vectors, ids = load_vectors(path, name_for_errors=label)
     if ids is None:
         if len(vectors) != reference.n:
@@ -220,28 +232,40 @@ def load_matched(path: str | os.PathLike, reference: "EmbeddingSet", *, label: s
                           np.asarray(ids, dtype=object)[~found], label)
 
 
-def _load_manifest_set(path: Path) -> EmbeddingSet:
+def _load_manifest_set(path: Path, scratch: str | os.PathLike | None = None) -> EmbeddingSet:
     """Load everything a manifest names (see the module docstring for the ids rule)."""
     spec = read_manifest(path)
     if "model" in spec:
         raise InputError(f"{path.name}: names a model; embed its texts first (embeval_report.io.model_source."
                          "embed_manifest, which `embeval-report run` calls) and load the manifest that writes")
-    vectors_path = Path(spec["vectors"])
+    vectors_spec = spec["vectors"]
+    vectors_path, vectors_label = store_path(vectors_spec), store_label(vectors_spec)
     metadata_path = Path(spec["metadata"]) if "metadata" in spec else None
     ids_ref = spec.get("ids")
     id_column, key = _ids_columns(ids_ref, vectors_path, metadata_path, path)
     table = _read_metadata_table(metadata_path, key) if metadata_path else None
 
-    raw, ids = read_raw(vectors_path, vectors_path.name, id_column, entity=spec.get("entity"))
-    ids_label = vectors_path.name
-    if ids_ref is not None and "path" in ids_ref:
-        ids_label = Path(ids_ref["path"]).name
-        ids = read_ids_file(Path(ids_ref["path"]), ids_label)
-    elif ids_ref is not None and id_column is None:
-        ids_label = f"{metadata_path.name}, column {key!r}"
-        ids = table[key]
-    vectors, ids = finalize(raw, ids, vectors_path.name, ids_label)
-    del raw
+    source = open_source(vectors_spec, vectors_label)
+    if source is None:
+        raw, ids = read_raw(vectors_path, vectors_label, id_column, entity=spec.get("entity"))
+        ids_label = vectors_label
+    else:
+        raw, ids, ids_label = None, source.ids, source.ids_label
+    try:
+        if ids_ref is not None and "path" in ids_ref:
+            ids_label = Path(ids_ref["path"]).name
+            ids = read_ids_file(Path(ids_ref["path"]), ids_label)
+        elif ids_ref is not None and id_column is None:
+            ids_label = f"{metadata_path.name}, column {key!r}"
+            ids = table[key]
+        if source is None:
+            vectors, ids = finalize(raw, ids, vectors_label, ids_label)
+            del raw
+        else:
+            vectors, ids = finalize_source(source, ids, vectors_label, ids_label, scratch)
+    finally:
+        if source is not None:
+            source.close()
 
     fields = {k: v for k, v in spec.items() if k not in CORE_FIELDS}
     es = _make_set(spec["name"], vectors, ids, None, path, fields)
@@ -273,7 +297,8 @@ def _make_set(name: str, vectors: np.ndarray, ids: np.ndarray | None, metadata: 
     """Build an EmbeddingSet, numbering the rows when there are no ids."""
     given = ids is not None
     if ids is None:
-        ids = np.arange(len(vectors)).astype(str).astype(object)
+        ids = np.empty(len(vectors), dtype=object)
+        ids[:] = list(map(str, range(len(vectors))))  # no (n,) '<U21' array on the way
     return EmbeddingSet(name, vectors, ids, metadata, str(source), fields, given)
 
 

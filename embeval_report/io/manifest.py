@@ -13,8 +13,8 @@ from .files import describe, existing_file, one_line, read_text, resolve_path
 
 # --------------------------------------------------------------------------- schema
 
-FIELD_KINDS = ("str", "bool", "path", "vectors_path", "path_or_column", "path_list", "mapping", "mapping_list",
-               "timestamp", "model", "str_list", "path_or_folder")
+FIELD_KINDS = ("str", "bool", "path", "vectors_path", "vectors_file", "vectors_list", "path_or_column", "path_list",
+               "mapping", "mapping_list", "timestamp", "model", "str_list", "path_or_folder")
 
 
 @dataclass(frozen=True)
@@ -51,13 +51,13 @@ class ManifestField:
 
 _SNAPSHOT_KEYS = {
     "name": ManifestField("str", "name of the snapshot", required=True),
-    "vectors": ManifestField("path", "vectors file of the snapshot", required=True),
+    "vectors": ManifestField("vectors_file", "vectors file (or Zarr store) of the snapshot", required=True),
     "timestamp": ManifestField("timestamp", "when the snapshot was taken (date, number or text)"),
 }
 
 _TRANCHE_KEYS = {
     "name": ManifestField("str", "label of the checkpoint (e.g. 'epoch 3' or 'tranche 2')", required=True),
-    "vectors": ManifestField("path", "vectors file of the checkpoint", required=True),
+    "vectors": ManifestField("vectors_file", "vectors file (or Zarr store) of the checkpoint", required=True),
     "order": ManifestField("timestamp", "position along training (number or date; default: list order)"),
     "run": ManifestField("str", "which training run the checkpoint belongs to (default: one run)"),
 }
@@ -74,7 +74,7 @@ _FAIRNESS_KEYS = {
 }
 
 _QUERY_KEYS = {
-    "vectors": ManifestField("path", "vectors file of the queries (same model as the corpus)"),
+    "vectors": ManifestField("vectors_file", "vectors file (or Zarr store) of the queries (same model as the corpus)"),
     "texts": ManifestField("path", "query texts (.jsonl/.csv/.tsv/.parquet with id and text), embedded with `model`"),
     "ids": ManifestField("path", "file with one query id per line (unless the vectors file carries ids)"),
     "metadata": ManifestField("path", "table with an 'id' column grouping the queries (e.g. a 'group' column)"),
@@ -82,11 +82,12 @@ _QUERY_KEYS = {
 
 MANIFEST_FIELDS: dict[str, ManifestField] = {
     "name": ManifestField("str", "display name of the embedding set (default: the manifest file name)"),
-    "vectors": ManifestField("vectors_path", "file with the embedding matrix, or a PyTorch-BigGraph checkpoint folder "
-                             "(required unless `model` and `texts` are given)"),
+    "vectors": ManifestField("vectors_path", "file with the embedding matrix, a Zarr store or HDF5 file (or a mapping "
+                             "{zarr: store, array, ids} / {hdf5: file, dataset, ids}), or a PyTorch-BigGraph "
+                             "checkpoint folder (required unless `model` and `texts` are given)"),
     "ids": ManifestField("path_or_column", "file with one id per line, or the name of an id column"),
     "metadata": ManifestField("path", "table (.csv/.tsv/.parquet) with an 'id' column and free columns"),
-    "runs": ManifestField("path_list", "vectors files of further training runs of the same items"),
+    "runs": ManifestField("vectors_list", "vectors files (or Zarr stores) of further training runs of the same items"),
     "snapshots": ManifestField("mapping_list", "vectors of the same items over time", keys=_SNAPSHOT_KEYS),
     "tranches": ManifestField("mapping_list", "checkpoints along training (seed 003's tranches)", keys=_TRANCHE_KEYS),
     "vocabularies": ManifestField("mapping_list", "named id subsets for restricted stability",
@@ -217,14 +218,66 @@ def _check_path(value: Any, where: str, base: Path, spec: ManifestField) -> str:
     return str(existing_file(resolve_path(value, base), where))
 
 
-def _check_vectors_path(value: Any, where: str, base: Path, spec: ManifestField) -> str:
+def _check_vectors_path(value: Any, where: str, base: Path, spec: ManifestField) -> str | dict[str, str]:
+    """A vectors file, a Zarr store, a PyTorch-BigGraph folder, or a mapping {zarr|hdf5: path, array|dataset, ids}."""
     from .checkpoints import is_pbg_checkpoint
 
+    if isinstance(value, dict):
+        return _check_store_mapping(value, where, base)
     _require_text(value, where, "a file path (string)")
     path = resolve_path(value, base)
     if path.is_dir() and is_pbg_checkpoint(path):
         return str(path.resolve())
+    return _check_vectors_file(value, where, base, spec)
+
+
+def _check_vectors_file(value: Any, where: str, base: Path, spec: ManifestField) -> str:
+    """A vectors file or a Zarr store folder."""
+    from .stores import is_zarr_store
+
+    _require_text(value, where, "a file path (string)")
+    path = resolve_path(value, base)
+    if is_zarr_store(path) and (path.is_dir() or not path.exists()):
+        if not path.exists():
+            raise InputError(f"{where}: Zarr store not found: {path}")
+        return str(path.resolve())
     return str(existing_file(path, where))
+
+
+def _check_vectors_list(value: Any, where: str, base: Path, spec: ManifestField) -> list[str]:
+    if not isinstance(value, list) or not value:
+        raise InputError(f"{where}: expected a non-empty list of file paths, found {describe(value)}")
+    return [_check_vectors_file(item, f"{where}, item {i}", base, spec) for i, item in enumerate(value, 1)]
+
+
+def _check_store_mapping(value: dict, where: str, base: Path) -> dict[str, str]:
+    from .stores import STORE_KEYS, is_zarr_store
+
+    kinds = [k for k in STORE_KEYS if k in value]
+    if len(kinds) != 1:
+        raise InputError(f"{where}: expected a mapping with key 'zarr' (a Zarr store; optional keys 'array', 'ids') "
+                         f"or key 'hdf5' (an HDF5 file; optional keys 'dataset', 'ids'), found keys "
+                         f"{', '.join(map(repr, value)) or 'none'}")
+    kind = kinds[0]
+    known = (kind, *STORE_KEYS[kind])
+    for key in value:
+        if key not in known:
+            raise InputError(f"{where}: unknown key {key!r}; known keys with {kind!r}: {', '.join(known)}")
+    out = {k: _require_text(value[k], f"{where}, key {k!r}", "a path" if k == kind else "a name (string)")
+           for k in known if value.get(k) is not None}
+    if kind not in out:
+        raise InputError(f"{where}, key {kind!r}: expected a path, found nothing")
+    path = resolve_path(out[kind], base)
+    if kind == "zarr":
+        if not path.exists():
+            raise InputError(f"{where}, key 'zarr': Zarr store not found: {path}")
+        if not (path.is_dir() and is_zarr_store(path)):
+            raise InputError(f"{where}, key 'zarr': {path} is not a Zarr store (a folder with zarr.json, .zarray "
+                             "or .zgroup)")
+        out[kind] = str(path.resolve())
+    else:
+        out[kind] = str(existing_file(path, f"{where}, key 'hdf5'"))
+    return out
 
 
 def _check_path_or_folder(value: Any, where: str, base: Path, spec: ManifestField) -> str:
@@ -295,6 +348,8 @@ _CHECKERS: dict[str, Callable[[Any, str, Path, ManifestField], Any]] = {
     "mapping": _check_one_mapping,
     "path": _check_path,
     "vectors_path": _check_vectors_path,
+    "vectors_file": _check_vectors_file,
+    "vectors_list": _check_vectors_list,
     "path_or_column": _check_path_or_column,
     "path_list": _check_path_list,
     "mapping_list": _check_mapping_list,

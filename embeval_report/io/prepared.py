@@ -10,6 +10,7 @@ import pandas as pd
 
 from .embedding_set import EmbeddingSet
 from .files import check_count, existing_file, ids_fit_text, read_ids_file, save_npy, write_atomic
+from .stores import copy_rows
 
 
 def save_prepared(es: EmbeddingSet, folder: str | os.PathLike) -> None:
@@ -22,11 +23,16 @@ def save_prepared(es: EmbeddingSet, folder: str | os.PathLike) -> None:
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    vectors = np.ascontiguousarray(es.vectors, dtype=np.float32)
-    write_atomic(folder / "vectors.npy", lambda p: save_npy(p, vectors))
+    target = folder / "vectors.npy"
+    if isinstance(es.vectors, np.memmap) and es.vectors.dtype == np.float32:
+        # a set validated out of core (:mod:`.stores`): already in place, else copied block by block
+        if getattr(es.vectors, "_embeval_file", None) != str(target.resolve()) or not target.is_file():
+            write_atomic(target, lambda p: copy_rows(es.vectors, p))
+    else:
+        vectors = np.ascontiguousarray(es.vectors, dtype=np.float32)
+        write_atomic(target, lambda p: save_npy(p, vectors))
     if ids_fit_text(es.ids):
-        ids_text = "".join(f"{i}\n" for i in es.ids)
-        write_atomic(folder / "ids.txt", lambda p: p.write_text(ids_text, encoding="utf-8"))
+        write_atomic(folder / "ids.txt", lambda p: _write_lines(p, es.ids))
         (folder / "ids.npy").unlink(missing_ok=True)
     else:
         write_atomic(folder / "ids.npy", lambda p: save_npy(p, np.array(list(es.ids), dtype=str)))
@@ -65,3 +71,10 @@ def load_prepared(folder: str | os.PathLike, *, mmap: bool = True) -> EmbeddingS
         name=info["name"], vectors=vectors, ids=ids, metadata=metadata, source=info["source"],
         fields=info["fields"], ids_given=info["ids_given"],
     )
+
+
+def _write_lines(path: Path, ids) -> None:
+    """One id per line, written in slices so that a long list of ids is never one string."""
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        for start in range(0, len(ids), 65536):
+            f.write("".join(f"{i}\n" for i in ids[start:start + 65536]))

@@ -30,26 +30,37 @@ _CHECK_BLOCK = 1 << 22  # elements per block when scanning large arrays
 
 
 def load_vectors(
-    path: str | os.PathLike, *, name_for_errors: str | None = None
+    path: str | os.PathLike, *, name_for_errors: str | None = None, scratch: str | os.PathLike | None = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """Read and validate a vectors file.
 
     Parameters
     ----------
     path : str or path-like
-        A file in one of ``VECTOR_FORMATS`` (chosen by extension).
+        A file in one of ``VECTOR_FORMATS`` (chosen by extension), a Zarr store or an HDF5 file
+        (see :mod:`.stores`).
     name_for_errors : str, optional
         How to name the file in error messages (default: its file name).
+    scratch : str or path-like, optional
+        Folder for the float32 copy of a set larger than one block (see :func:`.stores.finalize_source`).
 
     Returns
     -------
     vectors : numpy.ndarray
-        float32 (n, d), C-contiguous, validated.
+        float32 (n, d), C-contiguous, validated; a read-only memory map for a set larger than one block
+        (a Zarr store, an HDF5 dataset or a large ``.npy``).
     ids : numpy.ndarray or None
         Object array of str when the file carries ids, else None.
     """
-    path = existing_file(path)
-    label = name_for_errors or path.name
+    from .stores import finalize_source, is_store, open_source
+
+    if not is_store(path):
+        path = existing_file(path)
+    label = name_for_errors or Path(path).name
+    source = open_source(path, label)
+    if source is not None:
+        with source:
+            return finalize_source(source, source.ids, label, source.ids_label, scratch)
     raw, ids = read_raw(path, label)
     return finalize(raw, ids, label, label)
 
@@ -136,7 +147,12 @@ def _row_ref(row: int, ids: np.ndarray | None) -> str:
 def read_raw(path: Path, label: str, id_column: str | None = None, *, entity: str | None = None
              ) -> tuple[np.ndarray, Any]:
     """Read a vectors file by extension into (unvalidated array, ids or None); a folder is read as a
-    PyTorch-BigGraph checkpoint (``entity``: its entity type, see :mod:`.checkpoints`)."""
+    PyTorch-BigGraph checkpoint (``entity``: its entity type, see :mod:`.checkpoints`); a Zarr store or
+    an HDF5 file is read whole (see :mod:`.stores` for reading it in blocks)."""
+    from .stores import is_store, read_store
+
+    if is_store(path):
+        return read_store(path, label)
     if path.is_dir():
         from .checkpoints import read_pbg_checkpoint
 

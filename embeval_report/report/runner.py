@@ -310,9 +310,10 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         if prepare is not None:
             source = prepare(staging)
         source, model_run = embedded_source(source, staging, device=settings.device, cache_dir=embedding_cache)
-        es = load_source(source)
-        side = load_side_data(es)
         cache = staging / ".prepared"
+        cache.mkdir(exist_ok=True)
+        es = load_source(source, scratch=cache)  # a set larger than memory is written there block by block
+        side = load_side_data(es)
         save_prepared(es, cache)
         side.save(cache / "side")
         for sub in ("chapters", "results"):
