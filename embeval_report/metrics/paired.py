@@ -38,6 +38,8 @@ from ..stats import DEFAULT_LEVEL, adjust_pvalues, mean_ci, minimum_detectable_e
 RANDOMISATION_RESAMPLES = 4999
 #: values per batch of sign flips (bounds the memory of the randomisation test on many units)
 BATCH_VALUES = 20_000_000
+#: fewest units for which a sampled p-value at its floor is replaced by the sign-flip null's normal limit
+ASYMPTOTIC_UNITS = 30
 #: bootstrap resamples of the rank intervals
 RANK_RESAMPLES = 1000
 VERDICTS = ("B better", "A better", "no difference larger than the MDE", "underpowered")
@@ -110,14 +112,26 @@ def paired_comparison(a, b, *, direction: str = "higher", level: float = DEFAULT
 
 
 def randomisation_pvalue(d, *, n_resamples: int = RANDOMISATION_RESAMPLES, seed: int = 0) -> float:
-    """Two-sided paired randomisation test of mean(d) = 0: each difference's sign flipped at random
-    (:func:`scipy.stats.permutation_test`, ``permutation_type="samples"``; exact when 2^n ≤ ``n_resamples``)."""
+    r"""Two-sided paired randomisation test of mean(d) = 0: each difference's sign flipped at random
+    (:func:`scipy.stats.permutation_test`, ``permutation_type="samples"``; exact when 2^n ≤ ``n_resamples``).
+
+    A Monte-Carlo p-value cannot fall below 2/(R + 1), which after a correction over many metrics would make
+    every difference "not significant". When the sampled p-value is within twice that floor (and there are at
+    least :data:`ASYMPTOTIC_UNITS` units), the sign-flip null's normal limit is used instead:
+    :math:`p = 2\,\bar\Phi\left(|\sum_i d_i| / \sqrt{\sum_i d_i^2}\right)` (the exact variance of
+    :math:`\sum_i \pm d_i`; Fisher 1935, Pitman 1937).
+    """
     d = np.asarray(d, float)
     res = sps.permutation_test((d, np.zeros_like(d)), lambda x, y, axis: np.mean(x - y, axis=axis),
                                permutation_type="samples", alternative="two-sided", n_resamples=n_resamples,
                                vectorized=True, batch=max(1, int(BATCH_VALUES // max(len(d), 1))),
                                random_state=np.random.default_rng(seed))
-    return float(res.pvalue)
+    p = float(res.pvalue)
+    exact = 2.0 ** len(d) <= n_resamples
+    if not exact and len(d) >= ASYMPTOTIC_UNITS and p <= 4.0 / (n_resamples + 1):
+        ss = float(np.sum(d * d))
+        p = float(2.0 * sps.norm.sf(abs(float(d.sum())) / np.sqrt(ss))) if ss > 0 else 1.0
+    return p
 
 
 def verdict(direction: str, diff: float, p_adjusted: float, mde: float, effect: float,
