@@ -53,6 +53,7 @@ def test_randomisation_test_below_its_monte_carlo_floor_uses_the_normal_limit():
     sampled = paired.randomisation_pvalue(moderate)
     limit = 2 * sps.norm.sf(abs(moderate.sum()) / np.sqrt((moderate * moderate).sum()))
     assert sampled > 4 / 5000 and sampled == pytest.approx(limit, abs=0.02)
+    assert 0 < paired.randomisation_pvalue(rng.normal(0, 1, 5000)) <= 1  # thousands of units: no 2^n overflow
 
 
 def test_randomisation_test_holds_its_size_under_the_null():

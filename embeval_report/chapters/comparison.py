@@ -87,6 +87,7 @@ def ship_sentence(rep: ComparisonReport) -> str:
     base = doc["models"][0]["name"]
     lines = []
     for b, part in t[t["a"] == base].groupby("b", sort=False):
+        part = part.assign(_size=part["d_z"].abs()).sort_values("_size", ascending=False)  # largest effects first
         better = part[part["verdict"] == "B better"]
         worse = part[part["verdict"] == "A better"]
         weak = part[part["verdict"] == "underpowered"]

@@ -127,7 +127,7 @@ def randomisation_pvalue(d, *, n_resamples: int = RANDOMISATION_RESAMPLES, seed:
                                vectorized=True, batch=max(1, int(BATCH_VALUES // max(len(d), 1))),
                                random_state=np.random.default_rng(seed))
     p = float(res.pvalue)
-    exact = 2.0 ** len(d) <= n_resamples
+    exact = len(d) <= math.log2(n_resamples)
     if not exact and len(d) >= ASYMPTOTIC_UNITS and p <= 4.0 / (n_resamples + 1):
         ss = float(np.sum(d * d))
         p = float(2.0 * sps.norm.sf(abs(float(d.sum())) / np.sqrt(ss))) if ss > 0 else 1.0
