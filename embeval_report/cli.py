@@ -68,6 +68,14 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="chapters executed at once, each in its own process (default 1); worth 2-4 on a machine with "
                         "many cores, since each chapter's torch already uses all cores for its products; the numbers "
                         "do not depend on it")
+    p.add_argument("--dask", action="store_true",
+                   help="compute the shared k-NN graph on a Dask LocalCluster on this machine (needs "
+                        "pip install 'embeval-report[dask]'); the numbers do not depend on it")
+    p.add_argument("--dask-workers", type=int, default=2, metavar="N",
+                   help="worker processes of the --dask LocalCluster (default 2)")
+    p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                   help="compute the shared k-NN graph on the Dask cluster of this scheduler (many machines; the "
+                        "workers need embeval-report installed)")
 
 
 def _pdf_engine(p: argparse.ArgumentParser) -> None:
@@ -142,9 +150,15 @@ def _run(args, source, prepare=None) -> int:
     settings = _settings(args)
     if args.jobs < 1:
         raise InputError(f"--jobs: expected a whole number of at least 1, got {args.jobs}")
+    if args.dask and args.scheduler:
+        raise InputError("--dask starts a cluster on this machine, --scheduler uses an existing one: give one of them")
+    if args.dask_workers < 1:
+        raise InputError(f"--dask-workers: expected a whole number of at least 1, got {args.dask_workers}")
     result = run_report(source, args.out, settings=settings, chapters=args.chapters, renderer=args.renderer,
                         pdf_engine=args.pdf_engine, formats=args.formats, title=args.title, timeout=args.timeout,
-                        prepare=prepare, force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache)
+                        prepare=prepare, force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache,
+                        engine="dask" if args.dask or args.scheduler else "local", scheduler=args.scheduler,
+                        workers=args.dask_workers)
     for o in sorted(result.outcomes, key=lambda o: o.chapter.order):
         extra = f" ({o.reason})" if o.reason else ""
         print(f"  {o.status:8s} {o.chapter.name}{extra}", file=sys.stderr)

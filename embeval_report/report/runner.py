@@ -128,11 +128,15 @@ def execute_chapter(ch: Chapter, staging: Path, params: dict, *, timeout: int | 
 GRAPH_CHAPTERS = ("hubness", "correction", "anomaly")
 
 
-def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapter]) -> dict | None:
+def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapter], client=None) -> dict | None:
     """Compute the set's cosine k-NN graph into the prepared cache when a chapter that reads it will run
     (exact mode; k + 1 neighbours for the k option), so chapters running side by side share one computation.
     The same sweep sums the all-pairs potential (uniformity) and, when the hubness chapter runs, ranks
-    by mutual proximity too. Returns the cosine graph's cache event plus the products of the sweep."""
+    by mutual proximity too. Returns the cosine graph's cache event plus the products of the sweep.
+
+    With a Dask ``client`` (``--dask``, ``--scheduler``; exact precision) the cosine graph is computed on the
+    cluster (:func:`~embeval_report.kernels.dask_engine.knn_blockwise`, the same lists) and stored in the cache
+    as the local sweep would store it; the mutual-proximity graph and the potential still come from a local sweep."""
     from ..kernels.device import use_precision
     from ..kernels.graph_cache import use_graph_cache
     from ..kernels.neighbours import fast_recall
@@ -147,6 +151,8 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
     use_graph_cache(cache / "neighbours", min_k=int(settings.option("k")) + 1, log=events.append)
     use_precision(settings.precision)
     try:
+        if client is not None and settings.precision == "exact":
+            _dask_graph(es.vectors, k, client)
         reduced_knn(es.vectors, k, methods, with_cosine=True, device=settings.device,
                     desc="k-NN graph (shared by the chapters)")
         recall = fast_recall(es.vectors)
@@ -158,10 +164,38 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
 
             torch.cuda.empty_cache()
     cosine = [e for e in events if e["metric"] in ("cosine", "cosine-fast")]
+    if client is not None and cosine and settings.precision == "exact":  # the cluster's event, not the cache read
+        cosine = [cosine[0] | {"engine": "dask"}]
     products = sorted({e["metric"] for e in events} | ({"potential"} if settings.precision == "exact" or methods else set()))
+    if client is not None and settings.precision == "exact" and not methods:  # no local sweep ran: no potential
+        products = [p for p in products if p != "potential"]
     seconds = round(time.perf_counter() - started, 2)
     return (cosine[-1] | {"products": products, "seconds": seconds}
             | ({"recall": recall[0], "recall_queries": recall[1]} if recall else {}) if cosine else None)
+
+
+def _dask_graph(vectors, k: int, client) -> None:
+    """The cosine k-NN graph of ``vectors`` computed on the Dask cluster into the graph cache in use (the
+    same key, k and arrays as :func:`~embeval_report.kernels.neighbours.self_sweep` stores)."""
+    import numpy as np
+
+    from ..kernels.dask_engine import knn_blockwise
+    from ..kernels.device import as_numpy
+    from ..kernels.graph_cache import cached_products
+
+    X32 = np.ascontiguousarray(as_numpy(vectors), dtype=np.float32)
+    cached_products(X32, {"cosine": k}, True,
+                    lambda missing: {"cosine": knn_blockwise(X32, missing["cosine"], client=client)})
+
+
+def _dask_client(engine: str, scheduler: str | None, workers: int):
+    """``(client, run_info entry)`` of the engine: no client for ``"local"``, a Dask client for ``"dask"``."""
+    if engine == "local" and scheduler is None:
+        return None, {"name": "local"}
+    from ..kernels.dask_engine import connect, worker_count
+
+    client = connect(scheduler, workers)
+    return client, {"name": "dask", "scheduler": scheduler or "LocalCluster", "workers": worker_count(client)}
 
 
 def _sequential(chapters: list[Chapter], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
@@ -285,7 +319,7 @@ def _notebook_path(path: Path, staging: Path) -> str:
 def run_report(source, out, *, settings: ChapterSettings | None = None, chapters: list[str] | None = None,
                renderer: str = "auto", pdf_engine: str = "typst", formats=("html", "pdf"), title: str | None = None,
                timeout: int | None = None, prepare=None, force: bool = False, jobs: int = 1,
-               embedding_cache=None) -> RunResult:
+               embedding_cache=None, engine: str = "local", scheduler: str | None = None, workers: int = 2) -> RunResult:
     """Build a complete report for ``source`` (a manifest or a vectors file) at ``out``.
 
     ``jobs`` chapters execute at once, each in its own process (statistical rigor and the summary last,
@@ -299,13 +333,25 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
     report's ``embeddings/`` folder then holds the vectors and a manifest that re-runs it without
     the model, and every chapter reads those vectors. Raises :class:`~embeval_report.errors.InputError`
     for bad input or a folder that may not be written, before any chapter runs.
+
+    ``engine="dask"`` (or a ``scheduler`` address) computes the shared cosine k-NN graph on a Dask cluster: a
+    ``LocalCluster`` of ``workers`` processes on this machine, or the scheduler at ``tcp://HOST:PORT``; the
+    client is closed once the graph is made (and in any case before this returns). ``run.json`` records it
+    under ``engine``.
     """
+    if engine not in ("local", "dask"):
+        raise ValueError(f"engine must be 'local' or 'dask', not {engine!r}")
+    if engine == "dask" or scheduler is not None:
+        from ..kernels.dask_engine import _require
+
+        _require()  # one line naming the extra to install, before anything is written
     settings = settings or ChapterSettings.resolve()
     target = OutputFolder.check(out, force=force)
     out = target.path
     all_chapters = discover()
     chosen = select(all_chapters, chapters)
     staging = target.staging()
+    client = None
     try:
         if prepare is not None:
             source = prepare(staging)
@@ -331,14 +377,19 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
                 outcomes[ch.name] = ChapterOutcome(ch, "skipped", reason)
             else:
                 ready.append(ch)
-        graph = _shared_graph(es, settings, cache, ready)
+        client, engine_info = _dask_client(engine, scheduler, workers)
+        try:
+            graph = _shared_graph(es, settings, cache, ready, client=client)
+        finally:
+            if client is not None:
+                client.close()
         final_source = Path(source).resolve()
         if final_source.is_relative_to(staging):  # input created inside the report (the demo)
             final_source = out / final_source.relative_to(staging)
         run_info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name, source=str(final_source),
                         seed=settings.seed, device=settings.device, sample_size=settings.sample_size,
                         options=settings.options, precision=settings.precision, version=__version__, n=es.n,
-                        d=es.d, jobs=jobs,
+                        d=es.d, jobs=jobs, engine=engine_info,
                         **({"neighbour_graph": graph} if graph else {}),
                         **({"model": model_run} if model_run else {}),
                         generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
@@ -379,6 +430,9 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        if client is not None:  # closing twice is harmless
+            client.close()
     files = {k: out / Path(v).name for k, v in files.items()}
     return RunResult(out, outcomes, files, errors)
 
