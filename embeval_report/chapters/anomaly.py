@@ -39,7 +39,6 @@ class AnomalyReport:
     user_columns: tuple        # detectors from the user's scores file
     scores_file: str | None
     k: int
-    tests: pd.DataFrame        # per detector: AUC, one-sided Mann–Whitney p-value
 
 
 def precheck(es, side, settings) -> str | None:
@@ -83,21 +82,18 @@ def compute(ctx: ChapterContext) -> AnomalyReport:
                                    cost_fp=float(ctx.option("cost_fp")), events=events, primary=primary,
                                    sources=sources, level=ctx.level, seed=ctx.seed)
     ctx.rec.add(*result.metrics.values())
-    rows = []
-    for d in result.detectors:
+    for d in result.detectors:  # shown, raw and adjusted over the report, in the chapter's table of tests
         auc, p = an.chance_test(d.scores, result.labels)
-        rows.append({"detector": d.label, "auc": auc, "p_value": p})
         ctx.rec.test(HypothesisTest(
             name=f"anomaly: {d.label} vs chance", test="Mann–Whitney U, one-sided (anomalies score higher)",
             p_value=p, statistic=auc, n=f"{result.protocol['n_anomalies']:,} anomalies + "
                                         f"{result.protocol['n_normal']:,} normal rows",
-            null="anomalies and normal rows have the same score distribution (ROC-AUC = 0.5)",
-            family="anomaly detectors vs chance"))
+            null="anomalies and normal rows have the same score distribution (ROC-AUC = 0.5)"))
     ctx.rec.note(protocol=result.protocol, label_column=column, k=k, primary=primary, scores_file=scores_file,
                  operating_points={d.name: _json_points(d.points) for d in result.detectors},
                  **({"events": {d.name: d.ttd.events.to_dict("records") for d in result.detectors if d.ttd}}
                     if events is not None else {}))
-    return AnomalyReport(result, column, tuple(user), scores_file, k, pd.DataFrame(rows))
+    return AnomalyReport(result, column, tuple(user), scores_file, k)
 
 
 def _json_points(points: pd.DataFrame) -> list:
@@ -322,11 +318,6 @@ def show_comparison(rep: AnomalyReport) -> None:
                                                  zip(d["difference"], d["ci_low"], d["ci_high"])]})
         show_table(t, caption="Your detector against each baseline: ROC-AUC difference with a paired 95 % bootstrap "
                               "interval (the same resampled rows for both).", label="tbl-anomaly-differences")
-    t = rep.tests.assign(auc=rep.tests["auc"].map(lambda v: f"{v:.3f}"),
-                         p_value=rep.tests["p_value"].map(lambda v: f"{v:.2g}"))
-    show_table(t.rename(columns={"auc": "ROC-AUC", "p_value": "p (one-sided Mann–Whitney)"}),
-               caption="Does each detector beat chance? One-sided Mann–Whitney U tests (raw p-values; the report "
-                       "adjusts them with every other test).", label="tbl-anomaly-tests")
 
 
 def show_curves(rep: AnomalyReport) -> None:
