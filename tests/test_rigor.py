@@ -15,7 +15,7 @@ from embeval_report.cli import main
 from embeval_report.metrics import rigor as rg
 from embeval_report.report.display import hypothesis_table
 from embeval_report.report.recorder import Recorder
-from embeval_report.report.rigor import fill_test_tables
+from embeval_report.report.rigor import fill_test_tables, hypothesis_rows
 from embeval_report.stats import HypothesisTest, minimum_detectable_effect, required_units
 
 
@@ -50,11 +50,11 @@ def test_report_wide_adjustment_matches_statsmodels(seed):
 
 def test_large_families_are_one_row_and_adjusted_columns_appear_when_known():
     tests = rg.collect_tests(_records())
-    raw = rg.tests_display(tests)
+    raw = hypothesis_rows(tests)
     assert len(raw) == 7 + 1  # 7 single tests, the 12-test family in one row
     family = raw[raw["test"].str.startswith("12 tests")].iloc[0]
     assert family["p"].startswith("min ") and "adjusted" in raw.columns
-    shown = rg.tests_display(rg.adjust_tests(tests), chapter_column=True)
+    shown = hypothesis_rows(rg.adjust_tests(tests), chapter_column=True)
     assert {"Holm (report)", "BH (report)", "chapter"} <= set(shown.columns) and "adjusted" not in shown.columns
     assert shown[shown["test"].str.startswith("12 tests")]["Holm (report)"].iloc[0].endswith(
         tuple("0123456789")) or "rejected" in shown[shown["test"].str.startswith("12 tests")]["Holm (report)"].iloc[0]

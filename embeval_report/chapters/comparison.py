@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..report.display import show_figure, show_markdown, show_table
+from ..report.format import p_value
 from ..report.plotting import PALETTE, WIDTH, use_style
 
 __all__ = ["ComparisonReport", "difference_figure", "load", "narrative", "ship_sentence", "show_differences",
@@ -40,12 +41,6 @@ def _num(x, fmt=".4f") -> str:
     return "—" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, fmt)
 
 
-def _p(p) -> str:
-    if p is None or not np.isfinite(p):
-        return "—"
-    return "< 0.0001" if p < 1e-4 else f"{p:.4f}" if p < 0.01 else f"{p:.3f}"
-
-
 def _verdict(row) -> str:
     return VERDICT_WORDS[row["verdict"]].format(a=row["a"], b=row["b"])
 
@@ -72,7 +67,7 @@ def narrative(rep: ComparisonReport) -> str:
                      f"{best['label']} ({best['chapter']}): {b} − {a} = {_num(best['diff'])} "
                      f"({_num(best['ci_low'])} to {_num(best['ci_high'])}), d_z = {_num(best['d_z'], '.2f')}, "
                      f"{b} better on {int(best['wins']):,} of {int(best['n']):,} "
-                     f"{best['unit']} and worse on {int(best['losses']):,}, adjusted p {_p(best['p_adjusted'])}.")
+                     f"{best['unit']} and worse on {int(best['losses']):,}, adjusted p {p_value(best['p_adjusted'])}.")
     under = t[t["verdict"] == "underpowered"]
     if len(under):
         parts.append(f"{len(under)} comparison(s) are **underpowered**: not significant, and their minimum detectable "
@@ -122,9 +117,9 @@ def verdict_table(rep: ComparisonReport) -> pd.DataFrame:
                                                                                           t["ci_high"])],
         "d_z": [_num(x, ".2f") for x in t["d_z"]],
         "wins/ties/losses": [f"{w:,}/{ti:,}/{lo:,}" for w, ti, lo in zip(t["wins"], t["ties"], t["losses"])],
-        "p (t / Wilcoxon / rand.)": [f"{_p(x)} / {_p(y)} / {_p(z)}" for x, y, z in zip(t["p_t"], t["p_wilcoxon"],
+        "p (t / Wilcoxon / rand.)": [f"{p_value(x)} / {p_value(y)} / {p_value(z)}" for x, y, z in zip(t["p_t"], t["p_wilcoxon"],
                                                                                        t["p_randomisation"])],
-        "p adjusted": [_p(x) for x in t["p_adjusted"]], "MDE": [_num(x, ".3g") for x in t["mde"]],
+        "p adjusted": [p_value(x) for x in t["p_adjusted"]], "MDE": [_num(x, ".3g") for x in t["mde"]],
         "verdict": [_verdict(r) for _, r in t.iterrows()],
     })
 

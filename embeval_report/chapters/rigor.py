@@ -13,7 +13,7 @@ from ..report.display import Table, show_figure, show_markdown, show_table
 from ..report.display import show_metrics as show_metric_table
 from ..report.plotting import PALETTE, WIDTH
 from ..report.recorder import read_results
-from ..report.rigor import read_adjusted
+from ..report.rigor import read_adjusted, hypothesis_rows
 from .setup import ChapterContext
 
 __all__ = ["RigorReport", "compute", "narrative", "power_display", "pvalue_figure", "show_power", "show_pvalues",
@@ -160,7 +160,7 @@ def show_tests(rep: RigorReport) -> None:
         return
     from IPython.display import display
 
-    display(Table(rg.tests_display(rep.tests, chapter_column=True).drop(columns="null hypothesis"),
+    display(Table(hypothesis_rows(rep.tests, chapter_column=True).drop(columns="null hypothesis"),
                   caption="Every hypothesis test in the report: raw p, and p adjusted over all of them (Holm; "
                           "Benjamini–Hochberg); * rejected at α = 0.05. Families of many tests (one per dimension) "
                           "are one row here; each chapter's own table states the null hypotheses, and results/rigor_tests.csv lists "

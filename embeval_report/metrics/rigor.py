@@ -26,8 +26,6 @@ from .spec import MetricSpec, specs
 
 ALPHA = 0.05
 POWER = 0.8
-#: tests of one family shown one by one in a chapter's table up to this many; beyond, one summary row
-FAMILY_ROWS = 5
 REFERENCE = "Holm (1979); Benjamini & Hochberg (1995); statsmodels multipletests"
 
 SPECS = specs(
@@ -76,49 +74,6 @@ def rejection_counts(adjusted: pd.DataFrame) -> dict:
             "tests_rejected_bh": int(adjusted["rejected_bh"][ok].sum())}
 
 
-def _p(p) -> str:
-    if p is None or not np.isfinite(p):
-        return "—"
-    return "< 0.0001" if p < 1e-4 else f"{p:.4f}" if p < 0.01 else f"{p:.3f}"
-
-
-def tests_display(tests: pd.DataFrame, *, family_rows: int = FAMILY_ROWS, chapter_column: bool = False
-                  ) -> pd.DataFrame:
-    """The tests as a reader sees them: one row per test, or one row per family with more than
-    ``family_rows`` tests (its count, smallest p and rejections). Adjusted columns appear when
-    ``tests`` has them (after :func:`adjust_tests`), else they say the run adjusts them at the end."""
-    adjusted = "p_holm" in tests.columns
-    rows = []
-    families = tests["family"].fillna("")
-    done = set()
-    for i, t in tests.iterrows():
-        fam = families[i]
-        key = (t["chapter"], fam)
-        members = tests[(families == fam) & (tests["chapter"] == t["chapter"])] if fam else None
-        if fam and len(members) > family_rows:
-            if key in done:
-                continue
-            done.add(key)
-            row = {"test": f"{len(members)} tests: {fam}", "null hypothesis": str(t["null"] or ""),
-                   "n": str(t["n"] or ""), "statistic": "", "p": f"min {_p(members['p_value'].min())}"}
-            if adjusted:
-                row["Holm (report)"] = f"{int(members['rejected_holm'].sum())} rejected, min {_p(members['p_holm'].min())}"
-                row["BH (report)"] = f"{int(members['rejected_bh'].sum())} rejected, min {_p(members['p_bh'].min())}"
-        else:
-            stat = t["statistic"]
-            row = {"test": f"{t['name']}: {t['test']}", "null hypothesis": str(t["null"] or ""), "n": str(t["n"] or ""),
-                   "statistic": "" if stat is None or not np.isfinite(stat) else f"{stat:.4g}", "p": _p(t["p_value"])}
-            if adjusted:
-                row["Holm (report)"] = _p(t["p_holm"]) + (" *" if t["rejected_holm"] else "")
-                row["BH (report)"] = _p(t["p_bh"]) + (" *" if t["rejected_bh"] else "")
-        if not adjusted:
-            row["adjusted"] = "at the end of the run (see Statistical rigor)"
-        if chapter_column:
-            row = {"chapter": t["chapter"], **row}
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def power_table(units: pd.DataFrame, effect: float, *, alpha: float = ALPHA, power: float = POWER) -> pd.DataFrame:
     """Per headline mean: ``n``, ``sd``, ``mde`` (at ``alpha``, ``power``) and ``required_n``, the units needed
     to detect a shift of ``effect`` in the metric's units (:func:`~embeval_report.stats.required_units`).
@@ -148,5 +103,5 @@ def unit_statistics(records: dict[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["chapter", "metric", "label", "unit", "n", "sd", "mde", "value"])
 
 
-__all__ = ["ALPHA", "FAMILY_ROWS", "POWER", "POWER_TEST", "SPECS", "TEST_COLUMNS", "adjust_tests", "collect_tests",
-           "power_table", "rejection_counts", "tests_display", "unit_statistics"]
+__all__ = ["ALPHA", "POWER", "POWER_TEST", "SPECS", "TEST_COLUMNS", "adjust_tests", "collect_tests", "power_table",
+           "rejection_counts", "unit_statistics"]

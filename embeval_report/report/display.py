@@ -245,11 +245,11 @@ TESTS_CAPTION = ("Hypothesis tests of this chapter: raw p-values, and the p-valu
 
 def hypothesis_table(tests, chapter: str) -> Table:
     """The table of a chapter's hypothesis tests (``tests``: :func:`embeval_report.metrics.rigor.collect_tests`
-    rows, adjusted or not). Its output is marked ``{"tests": chapter}``: the runner re-renders it with the
+    rows, adjusted or not; shown by :func:`embeval_report.report.rigor.hypothesis_rows`). Its output is marked ``{"tests": chapter}``: the runner re-renders it with the
     report-wide adjusted p-values once every chapter has run."""
-    from ..metrics.rigor import tests_display
+    from .rigor import hypothesis_rows
 
-    return Table(tests_display(tests), caption=TESTS_CAPTION, label=f"tbl-{chapter}-tests", meta={"tests": chapter})
+    return Table(hypothesis_rows(tests), caption=TESTS_CAPTION, label=f"tbl-{chapter}-tests", meta={"tests": chapter})
 
 
 def show_tests(rec) -> None:

@@ -106,6 +106,13 @@ def percent(p, digits: int = 2) -> str:
     return f"< {floor:.{digits}%}" if 0 < p < floor else f"{p:.{digits}%}"
 
 
+def p_value(p) -> str:
+    """A p-value for tables and narrative: ``< 0.0001``, 4 decimals below 0.01, else 3; "—" when missing."""
+    if is_missing(p) or not math.isfinite(float(p)):
+        return "—"
+    return "< 0.0001" if p < 1e-4 else f"{p:.4f}" if p < 0.01 else f"{p:.3f}"
+
+
 def _short(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
