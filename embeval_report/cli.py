@@ -49,6 +49,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=("exact", "fast"), default="exact",
                    help="exact (default): every k-NN list exact; fast: cosine k-NN graphs from bfloat16 candidates on a "
                         "GPU, re-ranked exactly, their recall against exact lists measured and shown (no effect on the CPU)")
+    p.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="working memory of each process, e.g. 8GiB (default 4GiB): chunks of work, blocks read from a "
+                        "store and resampling moments follow it, and a transformed copy of the set larger than a "
+                        "quarter of it is computed where it is read instead of held; the numbers do not depend on it "
+                        "beyond the last digits of float64 sums")
     p.add_argument("--mde", type=float, default=None, metavar="EFFECT",
                    help="the smallest change of a metric you care about, in its own units (default 0.01): the "
                         "statistical-rigor chapter states how many queries/edges/entities detecting it takes")
@@ -137,7 +142,8 @@ def _settings(args):
     try:
         options = dict(args.options, **({"mde": args.mde} if getattr(args, "mde", None) is not None else {}))
         return ChapterSettings.resolve(seed=args.seed, device=args.device, sample_size=args.sample_size,
-                                       options=options, precision=args.precision)
+                                       options=options, precision=args.precision,
+                                       memory_budget=getattr(args, "memory_budget", None))
     except ValueError as exc:
         raise InputError(str(exc)) from None
 

@@ -136,6 +136,7 @@ class ChapterSettings:
     level: float = 0.95
     options: dict = field(default_factory=dict)
     precision: str = "exact"
+    memory_budget: int | None = None  # bytes (None: the default of :mod:`~embeval_report.kernels.budget`)
 
     def __post_init__(self):
         if self.device not in ("cpu", "cuda"):
@@ -146,6 +147,13 @@ class ChapterSettings:
             raise ValueError(f"precision must be 'exact' or 'fast', not {self.precision!r}")
         if not 0 < self.level < 1:
             raise ValueError(f"level must be between 0 and 1, not {self.level!r}")
+        if self.memory_budget is not None:
+            from .kernels.budget import MIN_BYTES, parse_bytes
+
+            object.__setattr__(self, "memory_budget", parse_bytes(self.memory_budget))
+            if self.memory_budget < MIN_BYTES:
+                raise ValueError(f"--memory-budget must be at least {MIN_BYTES // 2**20} MiB, not "
+                                 f"{self.memory_budget:,} bytes")
         unknown = [k for k in self.options if k not in OPTIONS]
         if unknown:
             raise ValueError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
@@ -158,7 +166,7 @@ class ChapterSettings:
     def to_params(self) -> dict:
         """The plain dict papermill injects into a notebook's ``settings`` parameter."""
         return dict(seed=self.seed, device=self.device, sample_size=self.sample_size, level=self.level,
-                    options=dict(self.options), precision=self.precision)
+                    options=dict(self.options), precision=self.precision, memory_budget=self.memory_budget)
 
     @classmethod
     def resolve(cls, params: dict | None = None, **overrides) -> "ChapterSettings":

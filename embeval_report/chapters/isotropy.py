@@ -35,7 +35,7 @@ def compute(ctx: ChapterContext) -> IsotropyReport:
     """Measure the set, all-but-the-top and the per-group breakdown, and record every number."""
     X, meta = ctx.es.vectors, ctx.es.metadata
     result = iso.measure_isotropy(X, sample_size=ctx.sample_size, level=ctx.level, seed=ctx.seed, device=ctx.device)
-    abtt, samples = iso.all_but_the_top_effect(X, base=result, seed=ctx.seed, device=ctx.device,
+    abtt, samples = iso.all_but_the_top_effect(X, base=result, pcs=result.directions(), seed=ctx.seed, device=ctx.device,
                                                spread="exact" if ctx.sample_size is None else "sampled")
     col = group_column(meta)
     groups = iso.isotropy_by_group(X, meta[col], seed=ctx.seed, device=ctx.device) if col else None

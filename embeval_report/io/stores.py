@@ -261,8 +261,8 @@ def finalize_source(source: ArraySource, ids: Any, vectors_label: str, ids_label
     :func:`~embeval_report.io.vectors.finalize` does, with the same messages.
 
     The float32 copy is written to ``out_dir/vectors.npy`` (the runner passes its prepared cache), else to a
-    temporary file that is removed once mapped; a C-ordered float32 ``.npy`` without ``out_dir`` is used in
-    place. A source of at most one block is read whole and goes through ``finalize``.
+    temporary file that is removed once mapped; a C-ordered float32 ``.npy`` is used in place (linked from
+    ``out_dir``), since it is already what the chapters memory-map. A source of at most one block is read whole and goes through ``finalize``.
     """
     from .vectors import _check_shape, _row_ref, finalize
 
@@ -273,9 +273,13 @@ def finalize_source(source: ArraySource, ids: Any, vectors_label: str, ids_label
         ids = as_ids(ids, ids_label)
         check_count(ids, source.shape[0], ids_label, vectors_label)
         check_unique(ids, ids_label)
-    if out_dir is None and source.is_npy_float32:
+    if source.is_npy_float32:  # already what the chapters read: validated in place, linked, never copied
         _scan(source, None, vectors_label, ids, _row_ref)
-        return source.array, ids
+        if out_dir is None or not _link(Path(source.array.filename), Path(out_dir) / "vectors.npy"):
+            return source.array, ids
+        vectors = np.load(Path(out_dir) / "vectors.npy", mmap_mode="r")
+        vectors._embeval_file = str((Path(out_dir) / "vectors.npy").resolve())  # save_prepared: in place
+        return vectors, ids
     if out_dir is not None:
         target = Path(out_dir) / "vectors.npy"
     else:
@@ -298,6 +302,16 @@ def finalize_source(source: ArraySource, ids: Any, vectors_label: str, ids_label
     else:
         vectors._embeval_file = str(target.resolve())  # save_prepared: already in place
     return vectors, ids
+
+
+def _link(source: Path, target: Path) -> bool:
+    """Link ``target`` to ``source`` (a float32 ``.npy`` used as it is); False where links are not possible."""
+    try:
+        target.unlink(missing_ok=True)
+        target.symlink_to(source.resolve())
+        return True
+    except OSError:
+        return False
 
 
 def _remove_later(path: Path) -> None:

@@ -61,8 +61,42 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return torch.device(device)
 
 
+class RowMap:
+    """The rows of ``base`` through a row-wise torch ``transform``, computed where they are read.
+
+    What :func:`~embeval_report.metrics.isotropy.apply_rows` returns instead of a float32 copy when the copy
+    would not fit in the memory budget (:mod:`.budget`): indexing rows (a slice or an index array) reads those
+    rows of ``base`` (float64, on ``device``), transforms them and returns float32, as the copy holds them,
+    so chunked kernels stream over it like over a memory map. Nothing else of an array is supported.
+    """
+
+    ndim = 2
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, base, transform, device):
+        self.base, self.transform, self.device = as_numpy(base), transform, torch.device(device)
+        self.shape = (int(self.base.shape[0]), int(self.base.shape[1]))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.shape[1] * 4
+
+    def __getitem__(self, rows) -> np.ndarray:
+        if isinstance(rows, tuple):
+            raise TypeError("a RowMap is indexed by rows only (a slice or an index array)")
+        x = to_tensor(np.atleast_2d(self.base[rows]), dtype=torch.float64, device=self.device)
+        out = self.transform(x).to(torch.float32).cpu().numpy()
+        return out[0] if np.ndim(rows) == 0 and not isinstance(rows, slice) else out
+
+
 def as_numpy(X) -> np.ndarray:
-    """Return a 2-D float array view of a numpy array or torch tensor (no copy when possible)."""
+    """Return a 2-D float array view of a numpy array or torch tensor (no copy when possible); a
+    :class:`RowMap` is returned as it is."""
+    if isinstance(X, RowMap):
+        return X
     if isinstance(X, torch.Tensor):
         X = X.detach().cpu().numpy()
     X = np.asarray(X)

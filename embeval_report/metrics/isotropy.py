@@ -44,6 +44,8 @@ from ..kernels import (
     resolve_device,
     unit_rows,
 )
+from ..kernels import budget
+from ..kernels.device import RowMap
 from ..kernels.moments import resampled_moments
 from ..stats import PlannedIntervals, ResamplingPlan
 from .spec import MetricSpec, specs
@@ -148,10 +150,16 @@ class IsotropyResult(PlannedIntervals):
     pair_cosines: np.ndarray  # a random sample of pairwise cosines (for the histogram)
     plan: ResamplingPlan
     info: dict = field(default_factory=dict)
+    mean: np.ndarray | None = None        # column mean
+    covariance: np.ndarray | None = None  # the 1/n covariance the spectrum comes from
 
     @property
     def ci_method(self) -> str:
         return self.plan.describe(self.info.get("level", 0.95))
+
+    def directions(self) -> "PrincipalDirections":
+        """The set's principal directions from the moments already summed here (no further pass over the rows)."""
+        return PrincipalDirections.from_covariance(self.mean, self.covariance)
 
 
 def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, level: float = 0.95,
@@ -230,6 +238,7 @@ def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, le
         pair_cosines=pair_cosines(X, i, j, device=dev), plan=plan,
         info=dict(rank=int((eig > 1e-12 * max(eig[0], 1e-300)).sum()), level=level, pair_sample=len(i),
                   device=str(dev)),
+        mean=mean, covariance=covariance_from_moments(*cov_m.total()),
     )
 
 
@@ -272,8 +281,11 @@ class PrincipalDirections:
     def fit(cls, X, *, device="auto") -> "PrincipalDirections":
         mean = column_mean(X, device=device)
         m = block_moments(X, shift=mean, device=device)
-        N, s, G = m.total()
-        lam, V = np.linalg.eigh(covariance_from_moments(N, s, G))
+        return cls.from_covariance(mean, covariance_from_moments(*m.total()))
+
+    @classmethod
+    def from_covariance(cls, mean: np.ndarray, covariance: np.ndarray) -> "PrincipalDirections":
+        lam, V = np.linalg.eigh(covariance)
         order = np.argsort(lam)[::-1]
         return cls(mean, lam[order], V[:, order])
 
@@ -288,24 +300,33 @@ class PrincipalDirections:
         return transform
 
 
-def apply_rows(X, transform, *, device="auto") -> np.ndarray:
-    """``transform`` applied to the rows of ``X`` chunk by chunk; float32 of the input's shape."""
+def apply_rows(X, transform, *, device="auto") -> np.ndarray | RowMap:
+    """``transform`` applied to the rows of ``X`` chunk by chunk; float32 of the input's shape.
+
+    When that copy would not fit in the memory budget (:func:`~embeval_report.kernels.budget.fits`) the
+    result is a :class:`~embeval_report.kernels.device.RowMap`: the same rows, computed where they are read.
+    """
     dev = resolve_device(device)
     X = as_numpy(X)
+    if not budget.fits(X.shape[0] * X.shape[1] * 4):
+        return RowMap(X, transform, dev)
     out = np.empty(X.shape, dtype=np.float32)
     for s, x in iter_chunks(X, device=dev):
         out[s:s + len(x)] = transform(x).cpu().numpy()
     return out
 
 
-def all_but_the_top(X, n_remove: int = 1, *, device="auto") -> np.ndarray:
+def all_but_the_top(X, n_remove: int = 1, *, pcs: PrincipalDirections | None = None, device="auto"
+                    ) -> np.ndarray | RowMap:
     """Mean-centred ``X`` with its top ``n_remove`` principal components projected out.
 
     Mu, Bhat & Viswanath (2018), "All-but-the-Top"; seed 000 §217.0.12 ``remove_top_components``
-    (the mean is not added back). Returns float32 of the input's shape.
+    (the mean is not added back). Returns float32 of the input's shape (see :func:`apply_rows`);
+    ``pcs``: the set's :class:`PrincipalDirections` when already fitted.
     """
     dev = resolve_device(device)
-    return apply_rows(X, PrincipalDirections.fit(X, device=dev).remover(n_remove, dev), device=dev)
+    pcs = pcs or PrincipalDirections.fit(X, device=dev)
+    return apply_rows(X, pcs.remover(n_remove, dev), device=dev)
 
 
 def default_removals(d: int) -> list[int]:
@@ -319,8 +340,8 @@ ABTT_COLUMNS = ("apcs", "apcs_std", "participation_ratio_fraction", "condition_n
 
 
 def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: IsotropyResult | None = None,
-                           sample_size: int = ABTT_PAIRS, seed: int = 0, spread: str = "exact", device="auto"
-                           ) -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
+                           pcs: PrincipalDirections | None = None, sample_size: int = ABTT_PAIRS, seed: int = 0,
+                           spread: str = "exact", device="auto") -> tuple[pd.DataFrame, dict[int, np.ndarray]]:
     """Isotropy before and after all-but-the-top for several numbers of removed components.
 
     Returns a table with one row per setting (``original`` plus ``D`` = each entry of
@@ -338,7 +359,7 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
     X = as_numpy(X)
     n, d = X.shape
     removals = default_removals(d) if removals is None else removals
-    pcs = PrincipalDirections.fit(X, device=dev)
+    pcs = pcs or PrincipalDirections.fit(X, device=dev)
     i, j = random_pairs(n, sample_size, seed=seed)
     base = base or measure_isotropy(X, n_boot=0, sample_size=sample_size, seed=seed, device=dev)
     rows = [dict(setting="original", removed=None, **{k: base.values[k] for k in ABTT_COLUMNS})]
@@ -372,7 +393,14 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
 
 def _unit_sums(X, pcs: PrincipalDirections, removals: list[int], device) -> dict[int, np.ndarray]:
     """The sum of the unit rows after removing the mean and D top directions, for every D in ``removals``,
-    from one pass over the rows (each D a rank-D update of the centred chunk)."""
+    from one pass over the rows.
+
+    With c the centred row and p = cV its top coordinates, the corrected row is r = c − p_D V_Dᵀ with
+    ‖r‖² = ‖c‖² − ‖p_D‖² (V orthonormal), so Σ r/‖r‖ = Σ c w − V_D Σ p_D w with w = 1/‖r‖: one product
+    of the chunk with every D's weights instead of a corrected copy of the chunk per D. Rows whose
+    remainder is below 10⁻⁶ of their centred norm (where that difference would lose digits) are
+    corrected and normalised explicitly.
+    """
     top = max(removals, default=0)
     mu = torch.as_tensor(pcs.mean, device=device)
     V = torch.as_tensor(pcs.vectors[:, :top], device=device)
@@ -380,9 +408,39 @@ def _unit_sums(X, pcs: PrincipalDirections, removals: list[int], device) -> dict
     for _, x in iter_chunks(X, device=device, desc="all-but-the-top (every D, one pass)"):
         c = x - mu
         P = c @ V
-        for D in removals:
-            sums[D] += unit_rows(c - P[:, :D] @ V[:, :D].T if D else c).sum(0)
+        full = (c * c).sum(1)
+        left = torch.cat([full[:, None], full[:, None] - torch.cumsum(P * P, 1)], 1)  # ‖r‖² for D = 0..top
+        tiny = torch.finfo(torch.float64).tiny
+        W = torch.stack([left[:, D] for D in removals], 1).clamp_min(0).sqrt().clamp_min(tiny).reciprocal()
+        exact = torch.stack([left[:, D] <= 1e-12 * full for D in removals], 1)
+        W[exact] = 0.0
+        CW = c.T @ W
+        for col, D in enumerate(removals):
+            sums[D] += CW[:, col] - (V[:, :D] @ (P[:, :D].T @ W[:, col]) if D else 0.0)
+            rows = torch.nonzero(exact[:, col]).flatten()
+            if len(rows):
+                cr = c[rows]
+                sums[D] += unit_rows(cr - (cr @ V[:, :D]) @ V[:, :D].T if D else cr).sum(0)
     return {D: s.cpu().numpy() for D, s in sums.items()}
+
+
+def best_apcs_removal(X, *, pcs: PrincipalDirections | None = None, device="auto") -> int | None:
+    """The number of top components (:func:`default_removals`) whose removal brings the APCS closest to 0,
+    as :func:`best_removal` of :func:`all_but_the_top_effect` picks it, from one pass over the rows (no
+    spectra, spreads or pair samples); ``None`` when no removal leaves any variance."""
+    dev = resolve_device(device)
+    X = as_numpy(X)
+    n, d = X.shape
+    removals = default_removals(d)
+    pcs = pcs or PrincipalDirections.fit(X, device=dev)
+    scale = float(pcs.mean @ pcs.mean) + float(pcs.eigenvalues.clip(0).sum())
+    kept = [D for D in removals if not no_variance(pcs.eigenvalues[D:], scale)]
+    if not kept:
+        return None
+    sums = _unit_sums(X, pcs, kept, dev)
+    apcs = [abs(float((sums[D] @ sums[D] - n) / (n * (n - 1)))) for D in kept]
+    finite = [(a, D) for a, D in zip(apcs, kept) if math.isfinite(a)]
+    return min(finite, key=lambda t: t[0])[1] if finite else None
 
 
 def best_removal(abtt: pd.DataFrame) -> int | None:

@@ -30,7 +30,6 @@ value for small n); here the standard i ≠ j definition is used in both modes.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,12 +37,12 @@ import pandas as pd
 import torch
 from scipy import special
 
-from ..errors import UndefinedMetricWarning
 from ..io.pairs import PositivePairs, read_positive_pairs
-from ..kernels import (as_numpy, block_moments, gaussian_potential_rows, pair_cosines, random_pairs, swept_potential_rows,
+from ..kernels import (as_numpy, gaussian_potential_rows, pair_cosines, random_pairs, swept_potential_rows,
                        resolve_device, unit_rows)
+from ..kernels.moments import unit_row_sum
 from ..stats import normal_ci
-from .isotropy import all_but_the_top, all_but_the_top_effect, best_removal, cosine_moments
+from .isotropy import PrincipalDirections, all_but_the_top, best_apcs_removal
 from .spec import MetricSpec, specs
 from .thresholds import THRESHOLDS
 
@@ -322,8 +321,8 @@ def positive_pairs_for(es, side=None, *, max_pairs: int = MAX_LABEL_PAIRS, seed:
 def random_pair_sq_distance(X, *, device="auto") -> float:
     """Exact mean ``‖z_i − z_j‖²`` over all ordered pairs i ≠ j of unit rows: 2 − 2·APCS (one pass)."""
     X = as_numpy(X)
-    _, s, G = block_moments(X, transform=unit_rows, device=device).total()
-    return float(2.0 - 2.0 * cosine_moments(s, G, len(X))[0])
+    s = unit_row_sum(X, device=device)
+    return float(2.0 - 2.0 * (s @ s - len(X)) / (len(X) * (len(X) - 1.0)))
 
 
 def pair_sq_distances(X, i, j, *, device="auto") -> np.ndarray:
@@ -439,12 +438,10 @@ def measure_uniformity(X, pairs: PositivePairs | None = None, *, t: float = T_DE
     i, j = random_pairs(n, HISTOGRAM_PAIRS, seed=seed)
     abtt_res = D = None
     if abtt and d >= 3:
-        with warnings.catch_warnings():  # a set without variance: no removal to compare, said by the chapter
-            warnings.simplefilter("ignore", UndefinedMetricWarning)
-            D = best_removal(all_but_the_top_effect(X, sample_size=1000, seed=seed, spread="sampled",
-                                                    device=dev)[0])  # the APCS alone picks D: one pass
+        pcs = PrincipalDirections.fit(X, device=dev)
+        D = best_apcs_removal(X, pcs=pcs, device=dev)  # the APCS alone picks D: one pass
     if D is not None:
-        Y = all_but_the_top(X, D, device=dev)
+        Y = all_but_the_top(X, D, pcs=pcs, device=dev)  # a RowMap when a copy would not fit the memory budget
         abtt_res = dict(removed=D, uniformity=uniformity(Y, t=t, sample_size=sample_size, pair_budget=pair_budget,
                                                          level=level, seed=seed, device=dev),
                         alignment=alignment(Y, pairs.i, pairs.j, alpha=alpha, level=level, device=dev)

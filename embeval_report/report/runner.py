@@ -20,6 +20,7 @@ import nbformat
 from .. import __version__
 from ..chapters.registry import Chapter, describe_input, discover, select
 from ..io import load_source, save_prepared
+from ..kernels.budget import memory_budget, use_memory_budget
 from ..io.model_source import embedded_source
 from ..io.side_data import load_side_data
 from ..metrics.thresholds import SEVERITY
@@ -346,6 +347,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
 
         _require()  # one line naming the extra to install, before anything is written
     settings = settings or ChapterSettings.resolve()
+    use_memory_budget(settings.memory_budget)  # block sizes of the streamed validation and of the shared sweep
     target = OutputFolder.check(out, force=force)
     out = target.path
     all_chapters = discover()
@@ -389,7 +391,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         run_info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name, source=str(final_source),
                         seed=settings.seed, device=settings.device, sample_size=settings.sample_size,
                         options=settings.options, precision=settings.precision, version=__version__, n=es.n,
-                        d=es.d, jobs=jobs, engine=engine_info,
+                        d=es.d, jobs=jobs, engine=engine_info, memory_budget=memory_budget(),
                         **({"neighbour_graph": graph} if graph else {}),
                         **({"model": model_run} if model_run else {}),
                         generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))

@@ -74,6 +74,24 @@ def model_sentence(model: dict) -> str:
             "report without the model.")
 
 
+def run_conditions(run: dict) -> str:
+    """What else of the run settings a reader needs next to the numbers: the Dask engine, sampled mode and a
+    memory budget other than the default (each as ``"; ..."``, nothing for a default run)."""
+    from ..kernels.budget import DEFAULT_BYTES, describe
+
+    parts = []
+    engine = run.get("engine") or {}
+    if engine.get("name") == "dask":
+        parts.append(f"shared k-NN graph on a Dask cluster ({engine.get('scheduler')}, {engine.get('workers')} "
+                     "workers)")
+    if run.get("sample_size"):
+        parts.append(f"sampled mode, `--sample-size {run['sample_size']:,}`")
+    budget = run.get("memory_budget")
+    if budget and budget != DEFAULT_BYTES:
+        parts.append(f"memory budget {describe(budget)}")
+    return "".join(f"; {p}" for p in parts)
+
+
 def narrative(run: dict, card: pd.DataFrame) -> str:
     """Opening paragraph: what was evaluated and the headline of the scorecard."""
     counts = card["verdict"].value_counts().to_dict() if len(card) else {}
@@ -82,7 +100,7 @@ def narrative(run: dict, card: pd.DataFrame) -> str:
     failed = [c["title"] for c in chapters if c["status"] == "failed"]
     skipped = sum(c["status"] == "skipped" for c in chapters)
     head = (f"This report evaluates **{escape(run['name'])}**: {run['n']:,} vectors of dimension {run['d']} "
-            f"(seed {run['seed']}, computed on {run['device']}). {ran} chapter(s) ran"
+            f"(seed {run['seed']}, computed on {run['device']}{run_conditions(run)}). {ran} chapter(s) ran"
             + (f", {len(failed)} failed ({escape(', '.join(failed))})" if failed else "")
             + (f", {skipped} could not run for lack of input (listed below)" if skipped else "") + ".")
     if run.get("model"):

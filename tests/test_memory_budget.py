@@ -1,0 +1,178 @@
+"""The memory budget (``--memory-budget``) and the passes that keep a large set out of memory: row maps
+instead of transformed copies, wide-chunk block moments, the one-pass all-but-the-top sums."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from embeval_report import kernels, stats
+from embeval_report.cli import main
+from embeval_report.io import stores
+from embeval_report.kernels import budget, graph_cache
+from embeval_report.kernels import moments as mom
+from embeval_report.kernels.device import RowMap, unit_rows
+from embeval_report.metrics import correction as corr
+from embeval_report.metrics import isotropy as iso
+from embeval_report.metrics import uniformity as uni
+from embeval_report.report.summary import run_conditions
+from embeval_report.settings import ChapterSettings
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def restore_budget():
+    yield
+    budget.use_memory_budget(None)
+
+
+def _set(n=3000, d=24, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, d)) @ rng.standard_normal((d, d)) * 0.4 + 1.0).astype(np.float32)
+
+
+@pytest.mark.parametrize("text, expected", [("4GiB", 4 * 2**30), ("512MB", 512 * 10**6), ("2g", 2 * 2**30),
+                                            ("1.5 GiB", int(1.5 * 2**30)), ("1048576", 2**20), (300, 300)])
+def test_sizes_parse(text, expected):
+    assert budget.parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "4 parsecs", "-1G", ""])
+def test_bad_sizes_are_refused(text):
+    with pytest.raises(ValueError, match="expected a size"):
+        budget.parse_bytes(text)
+
+
+def test_default_budget_gives_the_sizes_the_package_always_used(restore_budget):
+    budget.use_memory_budget("8GiB")
+    assert kernels.CHUNK_BYTES == 512 * 2**20 and stores.BLOCK_BYTES == 128 * 2**20
+    budget.use_memory_budget(None)
+    assert (kernels.CHUNK_BYTES, stores.BLOCK_BYTES, stats.RESAMPLING_BYTES, graph_cache.MEMORY_BYTES) == (
+        256 * 2**20, 64 * 2**20, 512 * 2**20, 512 * 2**20)
+    assert budget.memory_budget() == budget.DEFAULT_BYTES and budget.describe() == "4 GiB"
+
+
+def test_a_budget_below_the_floor_is_one_line_exit_2(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", _set(50, 4))
+    code = main(["run", str(tmp_path / "x.npy"), "--out", str(tmp_path / "out"), "--memory-budget", "1MB"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--memory-budget must be at least 256 MiB" in err[0]
+    assert ChapterSettings(memory_budget="1GiB").memory_budget == 2**30
+    assert ChapterSettings().to_params()["memory_budget"] is None
+
+
+def test_run_conditions_name_engine_sampling_and_a_non_default_budget():
+    assert run_conditions({"engine": {"name": "local"}, "sample_size": None, "memory_budget": 4 * 2**30}) == ""
+    text = run_conditions({"engine": {"name": "dask", "scheduler": "LocalCluster", "workers": 2},
+                           "sample_size": 5000, "memory_budget": 2**31})
+    assert text == ("; shared k-NN graph on a Dask cluster (LocalCluster, 2 workers); sampled mode, "
+                    "`--sample-size 5,000`; memory budget 2 GiB")
+
+
+def test_row_map_reads_what_the_copy_holds(monkeypatch):
+    X = _set()
+    pcs = iso.PrincipalDirections.fit(X, device=CPU)
+    copy = iso.apply_rows(X, pcs.remover(2, CPU), device=CPU)
+    assert isinstance(copy, np.ndarray)
+    monkeypatch.setattr(budget, "_budget", 4 * X.nbytes - 4)  # a copy no longer fits in a quarter
+    lazy = iso.apply_rows(X, pcs.remover(2, CPU), device=CPU)
+    assert isinstance(lazy, RowMap) and lazy.shape == X.shape and len(lazy) == len(X) and lazy.dtype == np.float32
+    idx = np.array([5, 0, 2999, 17])
+    np.testing.assert_allclose(lazy[idx], copy[idx], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(lazy[100:400], copy[100:400], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(lazy[7], copy[7], rtol=0, atol=1e-6)
+    assert iso.as_numpy(lazy) is lazy
+    with pytest.raises(TypeError, match="rows only"):
+        lazy[1, 2]
+    # kernels stream over it like over an array
+    np.testing.assert_allclose(uni.random_pair_sq_distance(lazy, device=CPU),
+                               uni.random_pair_sq_distance(copy, device=CPU), rtol=1e-9)
+
+
+def test_uniformity_with_a_row_map_equals_the_copy(monkeypatch):
+    X = _set(4000, 16, seed=3)
+    kept = uni.measure_uniformity(X, sample_size=2000, seed=1, device=CPU)
+    monkeypatch.setattr(budget, "_budget", 1024)
+    lazy = uni.measure_uniformity(X, sample_size=2000, seed=1, device=CPU)
+    assert lazy.abtt["removed"] == kept.abtt["removed"]
+    assert lazy.abtt["uniformity"].value == pytest.approx(kept.abtt["uniformity"].value, rel=1e-6)
+    assert lazy.abtt["random_pair_sq_distance"] == pytest.approx(kept.abtt["random_pair_sq_distance"], rel=1e-9)
+    assert lazy.metrics["uniformity"].value == kept.metrics["uniformity"].value
+
+
+def test_unit_row_sum_is_the_sum_of_block_moments():
+    X = _set(5000, 12)
+    _, s, _ = mom.block_moments(X, transform=unit_rows, device=CPU).total()
+    assert np.array_equal(mom.unit_row_sum(X, device=CPU), s)
+    x = torch.as_tensor(X, dtype=torch.float64)
+    G = (unit_rows(x).T @ unit_rows(x)).numpy()
+    apcs = (s @ s - len(X)) / (len(X) * (len(X) - 1))
+    assert uni.random_pair_sq_distance(X, device=CPU) == pytest.approx(2 - 2 * iso.cosine_moments(s, G, len(X))[0])
+    assert uni.random_pair_sq_distance(X, device=CPU) == pytest.approx(2 - 2 * apcs, rel=1e-12)
+
+
+@pytest.mark.parametrize("transform", [None, unit_rows])
+def test_wide_chunks_give_each_block_its_moments(monkeypatch, transform):
+    X = _set(9000, 40, seed=5)
+    monkeypatch.setattr(kernels, "CHUNK_BYTES", 40 * 8 * 4 * 700)  # 700-row default chunks: the wide path
+    assert mom._block_chunk_rows(9000, 40, 7, 4) is not None
+    shift = X.mean(0).astype(float)
+    got = mom.block_moments(X, transform=transform, shift=shift, n_blocks=7, seed=2, device=CPU)
+    x = torch.as_tensor(X, dtype=torch.float64)
+    x = (transform(x) if transform else x) - torch.as_tensor(shift)
+    block = mom._assignment(9000, 7, 2)
+    for b in range(7):
+        xb = x[torch.as_tensor(block == b)]
+        assert got.count[b] == len(xb)
+        np.testing.assert_allclose(got.s[b], xb.sum(0).numpy(), rtol=1e-12, atol=1e-10)
+        np.testing.assert_allclose(got.G[b], (xb.T @ xb).numpy(), rtol=1e-12, atol=1e-9)
+
+
+def test_wide_chunks_take_a_transform_that_changes_the_width(monkeypatch):
+    X = _set(5000, 20, seed=6)
+    W = torch.as_tensor(np.random.default_rng(0).standard_normal((20, 7)))
+    monkeypatch.setattr(kernels, "CHUNK_BYTES", 20 * 8 * 4 * 500)
+    got = mom.block_moments(X, transform=lambda x: x @ W, shift=np.zeros(7), n_blocks=5, device=CPU)
+    Y = torch.as_tensor(X, dtype=torch.float64) @ W
+    assert got.G.shape == (5, 7, 7)
+    np.testing.assert_allclose(got.total()[2], (Y.T @ Y).numpy(), rtol=1e-12)
+
+
+def test_one_pass_abtt_sums_equal_explicit_correction():
+    X = _set(6000, 30, seed=7).astype(np.float64)
+    pcs = iso.PrincipalDirections.fit(X, device=CPU)
+    X[:3] = pcs.mean + (pcs.vectors[:, :2] @ np.array([[1.0, -2.0, 0.5], [0.3, 1.0, -1.0]])).T  # top-2 span
+    X[3] = pcs.mean  # no remainder at all
+    removals = iso.default_removals(30)
+    got = iso._unit_sums(X, pcs, removals, CPU)
+    c = torch.as_tensor(X - pcs.mean)
+    V = torch.as_tensor(pcs.vectors)
+    for D in removals:
+        r = c - (c @ V[:, :D]) @ V[:, :D].T if D else c
+        np.testing.assert_allclose(got[D], unit_rows(r).sum(0).numpy(), rtol=1e-9, atol=1e-9)
+    table, _ = iso.all_but_the_top_effect(X, sample_size=500, spread="sampled", device=CPU)
+    assert iso.best_apcs_removal(X, device=CPU) == iso.best_removal(table)
+
+
+def test_isotropy_directions_come_from_its_own_moments():
+    X = _set(2500, 20, seed=9)
+    r = iso.measure_isotropy(X, n_boot=0, device=CPU)
+    fitted = iso.PrincipalDirections.fit(X, device=CPU)
+    mine = r.directions()
+    np.testing.assert_allclose(mine.eigenvalues, fitted.eigenvalues, rtol=1e-10)
+    np.testing.assert_allclose(np.abs(mine.vectors[:, :5]), np.abs(fitted.vectors[:, :5]), atol=1e-8)
+
+
+def test_corrections_of_a_huge_set_are_compared_on_a_seeded_sample(monkeypatch):
+    X = _set(1500, 12, seed=11)
+    labels = np.array([f"c{i % 4}" for i in range(1500)], dtype=object)
+    monkeypatch.setattr(corr, "ROW_LIMIT", 1000)
+    monkeypatch.setattr(corr, "SAMPLE_ROWS", 600)
+    got = corr.compare_corrections(X, labels, k=5, seed=4, device=CPU)
+    assert got.sampling.startswith("every setting measured on a seeded sample of 600 of the 1,500 rows")
+    subset = np.sort(np.random.default_rng(4).choice(1500, 600, replace=False))
+    monkeypatch.setattr(corr, "ROW_LIMIT", 10**9)
+    direct = corr.compare_corrections(X[subset], labels[subset], k=5, seed=4, device=CPU)
+    cols = [c for c in direct.table.columns if c != "setting"]
+    np.testing.assert_allclose(got.table[cols].to_numpy(float), direct.table[cols].to_numpy(float), rtol=1e-12)
