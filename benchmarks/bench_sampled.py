@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 import torch
+from bench_out_of_core import unstated_intervals
 
 
 def generate(n: int, d: int, seed: int = 0, block: int = 200_000) -> np.ndarray:
@@ -79,10 +80,7 @@ def main() -> None:
     print(f"whole run: {total:.0f} s ({total / 60:.1f} min; x5 rows at the same sample size is about "
           f"{scaled / 60:.0f} min of linear work against the 30 min budget for 10M x 768); "
           f"peak memory of the run's processes {peak:.1f} GiB")
-    missing = [f"{ch}.{name}" for ch, body in metrics.get("chapters", {}).items()
-               for name, m in body.get("metrics", {}).items()
-               if isinstance(m, dict) and m.get("value") is not None and m.get("ci_low") is None
-               and "sampled" in json.dumps(m).lower()]
+    missing = unstated_intervals(metrics)
     print("every sampled number states an interval" if not missing else f"sampled without interval: {missing}")
 
 

@@ -109,6 +109,29 @@ def test_bare_store_paths_and_runs(sets, monkeypatch):
     np.testing.assert_array_equal(run.matched.vectors, x32)
 
 
+@pytest.mark.parametrize("spec", ["{zarr: g.zarr, array: vectors, ids: ids}", "{hdf5: v.h5, dataset: emb, ids: names}"])
+def test_snapshots_and_queries_may_be_store_mappings(sets, spec):
+    from embeval_report.io.queries import load_queries
+    from embeval_report.io.snapshots import load_snapshots
+
+    x32 = vectors().astype(np.float32)
+    es = load_source(manifest(sets, "vectors: v.npy\nids: ids.txt\nsnapshots:\n  - {name: later, vectors: "
+                              f"{spec}}}\n", "snap.yaml"))
+    (snap,) = load_snapshots(es, es.fields["snapshots"])
+    np.testing.assert_array_equal(snap.vectors, x32)
+    assert snap.name == "later" and len(snap.index) == N
+    from embeval_report.io.runs import load_runs
+
+    es = load_source(manifest(sets, f"vectors: v.npy\nids: ids.txt\nruns: [{spec}]\n", "runs2.yaml"))
+    (run,) = load_runs(es, es.fields["runs"])
+    np.testing.assert_array_equal(run.matched.vectors, x32)
+    assert run.label.startswith(("g.zarr", "v.h5"))
+    m = json.loads(json.dumps(es.fields["runs"][0], default=str))
+    q = load_queries({"vectors": m}, D)
+    np.testing.assert_array_equal(q.vectors, x32)
+    assert list(q.ids[:2]) == ["e0", "e1"] and q.file.startswith(("g.zarr", "v.h5"))
+
+
 def test_report_from_zarr_equals_in_memory(sets, monkeypatch, tmp_path):
     """One report from the in-memory .npy and one from Zarr streamed in tiny blocks: identical metrics."""
     argv = ["--chapters", "isotropy,hubness", "--formats", "html", "--device", "cpu"]

@@ -231,10 +231,12 @@ def _check_vectors_path(value: Any, where: str, base: Path, spec: ManifestField)
     return _check_vectors_file(value, where, base, spec)
 
 
-def _check_vectors_file(value: Any, where: str, base: Path, spec: ManifestField) -> str:
-    """A vectors file or a Zarr store folder."""
+def _check_vectors_file(value: Any, where: str, base: Path, spec: ManifestField) -> str | dict[str, str]:
+    """A vectors file, a Zarr store folder, or a store mapping {zarr|hdf5: path, array|dataset, ids}."""
     from .stores import is_zarr_store
 
+    if isinstance(value, dict):
+        return _check_store_mapping(value, where, base)
     _require_text(value, where, "a file path (string)")
     path = resolve_path(value, base)
     if is_zarr_store(path) and (path.is_dir() or not path.exists()):

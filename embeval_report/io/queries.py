@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..errors import InputError
 from .files import as_ids, check_unique, read_ids_file
+from .stores import is_store, store_label
 from .vectors import finalize, read_raw
 
 
@@ -30,9 +31,10 @@ class QuerySet:
 
 def load_queries(spec: dict, d: int) -> QuerySet:
     """Read the ``queries`` mapping (``vectors``, ``ids``, ``metadata``); the vectors must have the corpus's ``d``."""
-    path = Path(spec["vectors"])
-    label = f"queries: {path.name}"
-    raw, ids = read_raw(path, label)
+    path = spec["vectors"]  # a file, or a store mapping {zarr|hdf5: ..., array|dataset, ids}
+    name = store_label(path) if is_store(path) else Path(path).name
+    label = f"queries: {name}"
+    raw, ids = read_raw(path if is_store(path) else Path(path), label)
     ids_label = label
     if "ids" in spec:
         ids_label = f"queries: {Path(spec['ids']).name}"
@@ -47,7 +49,7 @@ def load_queries(spec: dict, d: int) -> QuerySet:
     meta = None
     if "metadata" in spec:
         meta = _metadata(Path(spec["metadata"]), ids)
-    return QuerySet(vectors, ids, path.name, meta)
+    return QuerySet(vectors, ids, name, meta)
 
 
 def _metadata(path: Path, ids: np.ndarray) -> pd.DataFrame:

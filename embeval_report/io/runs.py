@@ -18,6 +18,7 @@ import pandas as pd
 from ..errors import InputError
 from .embedding_set import EmbeddingSet, MatchedVectors, load_matched
 from .files import read_ids_file
+from .stores import store_label, store_path
 
 MAIN_LABEL = "main set"
 
@@ -36,7 +37,7 @@ class RunFile:
 
 
 def _unique_labels(paths: list[str], taken=(MAIN_LABEL,)) -> list[str]:
-    names = [Path(p).name for p in paths]
+    names = [store_label(p) if isinstance(p, dict) else Path(p).name for p in paths]
     out, seen = [], set(taken)
     for i, nm in enumerate(names, 1):
         lab = nm if names.count(nm) == 1 and nm not in seen else f"run {i}: {nm}"
@@ -48,7 +49,8 @@ def _unique_labels(paths: list[str], taken=(MAIN_LABEL,)) -> list[str]:
 def load_runs(es: EmbeddingSet, paths: list) -> list[RunFile]:
     """The ``runs`` files of ``es``, each read, validated and matched to the main set by id."""
     labels = _unique_labels(paths)
-    return [RunFile(lab, str(p), load_matched(p, es, label=f"runs: {lab}")) for p, lab in zip(paths, labels)]
+    return [RunFile(lab, str(store_path(p) if isinstance(p, dict) else p), load_matched(p, es, label=f"runs: {lab}"))
+            for p, lab in zip(paths, labels)]
 
 
 # ---------------------------------------------------------------------------------------------

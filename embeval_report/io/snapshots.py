@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..errors import InputError
 from .embedding_set import EmbeddingSet, load_matched
+from .stores import is_store, store_label
 from .vectors import load_vectors
 
 #: entities a snapshot must share with the baseline
@@ -101,8 +102,8 @@ def load_snapshots(es: EmbeddingSet, entries: list) -> list[Snapshot]:
                              f"suffix {slug!r} as item {seen[slug][0]} ({seen[slug][1]!r}); give the snapshots "
                              "names that differ in letters or digits")
         seen[slug] = (i, name)
-        path = Path(entry["vectors"])
-        label = f"snapshot {name!r} ({path.name})"
+        path = entry["vectors"]  # a file, or a store mapping {zarr|hdf5: ..., array|dataset, ids}
+        label = f"snapshot {name!r} ({store_label(path) if is_store(path) else Path(path).name})"
         m = load_matched(path, es, label=label)
         if len(m.index) < MIN_MATCHED and len(m.index) < es.n:  # a baseline under MIN_MATCHED: the chapter skips
             raise InputError(f"{label}: only {len(m.index)} of its ids occur in the baseline; drift needs at least "
