@@ -5,7 +5,7 @@ than this machine's 24 GiB; Blosc zstd with bit shuffle). The values are those o
 stored as float32 (float16-representable), which compress to about 58 %, so the store and the prepared
 float32 copy every chapter memory-maps fit on a 64 GB disk together; the set is clustered, with a common
 direction. Then runs ``embeval-report run`` on a manifest naming the store with ``--sample-size m``, HTML
-only, while sampling the resident memory of the whole process tree every half second: anonymous memory
+only, while sampling the resident memory of the whole process tree every two seconds: anonymous memory
 (what the budget bounds) apart from file pages (the memory-mapped set and page cache, which the kernel
 reclaims). Prints each chapter's seconds against one m x n x d float32 product (measured on the first
 262,144 rows and scaled to n: the floor of the sampled neighbour search), the whole run, the peaks, and
@@ -73,7 +73,7 @@ class MemorySampler(threading.Thread):
     """Peak resident memory of a process and its descendants: anonymous (sum over the tree, and the largest
     single process) and file-backed pages (the memory-mapped set), sampled every ``interval`` seconds."""
 
-    def __init__(self, pid: int, interval: float = 0.5):
+    def __init__(self, pid: int, interval: float = 2.0):
         super().__init__(daemon=True)
         self.root, self.interval = psutil.Process(pid), interval
         self.peak_anon = self.peak_single = self.peak_file = 0

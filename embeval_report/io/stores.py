@@ -99,11 +99,13 @@ class ArraySource:
                              f"unreadable chunk?): {one_line(e)}") from None
 
     def block_rows(self) -> int:
-        """Rows per block: a quarter of :data:`BLOCK_BYTES` of source (at least 4 bytes a value), whole chunks."""
+        """Rows per block: a quarter of :data:`BLOCK_BYTES` of source (at least 4 bytes a value), whole chunks;
+        at least one chunk, which is decoded whole anyway (a block inside a larger chunk would decode that
+        chunk once per block: 24 times over for 131,072-row chunks of 768 float32 and the default budget)."""
         width = int(np.prod(self.shape[1:], dtype=np.int64)) * max(self.dtype.itemsize, 4)
         rows = max(1, block_data_bytes() // max(1, width))
-        if self.chunk_rows and rows >= self.chunk_rows:
-            rows -= rows % self.chunk_rows
+        if self.chunk_rows:
+            rows = max(rows - rows % self.chunk_rows, self.chunk_rows)
         return rows
 
     def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
