@@ -368,6 +368,9 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
     if spread not in ("exact", "sampled"):
         raise ValueError(f"spread must be 'exact' or 'sampled', not {spread!r}")
     sums = _unit_sums(X, pcs, removals, dev) if spread == "sampled" else None
+    pair_rows, inverse = np.unique(np.concatenate([i, j]), return_inverse=True)
+    pair_block = np.asarray(X[pair_rows])  # the sampled pairs' rows, read once for every D
+    pi, pj = inverse[:len(i)], inverse[len(i):]
     for D in removals:
         f = pcs.remover(D, dev)
         vals = spectral_metrics(pcs.eigenvalues[D:], d - D)
@@ -378,7 +381,7 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
             vals["apcs"] = vals["apcs_std"] = float("nan")
             samples[D] = np.full(len(i), np.nan)
         else:
-            samples[D] = pair_cosines(X, i, j, transform=f, device=dev)
+            samples[D] = pair_cosines(pair_block, pi, pj, transform=f, device=dev)
             if sums is None:
                 m = block_moments(X, transform=lambda x: unit_rows(f(x)), device=dev, desc=f"all-but-the-top D={D}")
                 N, s, G = m.total()
