@@ -74,13 +74,14 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "many cores, since each chapter's torch already uses all cores for its products; the numbers "
                         "do not depend on it")
     p.add_argument("--dask", action="store_true",
-                   help="compute the shared k-NN graph on a Dask LocalCluster on this machine (needs "
-                        "pip install 'embeval-report[dask]'); the numbers do not depend on it")
+                   help="run the shared k-NN graph and the chapters' moment, potential and KS passes on a Dask "
+                        "LocalCluster on this machine (needs pip install 'embeval-report[dask]'); the numbers do "
+                        "not depend on it")
     p.add_argument("--dask-workers", type=int, default=2, metavar="N",
                    help="worker processes of the --dask LocalCluster (default 2)")
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
-                   help="compute the shared k-NN graph on the Dask cluster of this scheduler (many machines; the "
-                        "workers need embeval-report installed)")
+                   help="run those passes on the Dask cluster of this scheduler (many machines; the workers need "
+                        "embeval-report installed and the report folder at the same path)")
 
 
 def _pdf_engine(p: argparse.ArgumentParser) -> None:

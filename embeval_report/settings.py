@@ -11,6 +11,9 @@ Every chapter receives the same :class:`ChapterSettings`:
 * ``level`` — the confidence level of every interval;
 * ``precision`` — ``"exact"`` (default) or ``"fast"``: cosine k-NN graphs from bfloat16 candidates on a
   GPU, re-ranked exactly, with their recall against exact lists measured and reported;
+* ``scheduler`` — the address of the run's Dask scheduler (``--dask``, ``--scheduler``; set by the runner):
+  each chapter's decomposable passes over the set run on that cluster
+  (:func:`~embeval_report.kernels.dask_engine.use_engine`); None runs them in the chapter's process;
 * ``options`` — chapter-specific settings, each declared once in :data:`OPTIONS` with its
   default and meaning (``embeval-report run ... --set k=20 --set n_negatives=50``).
 """
@@ -137,6 +140,7 @@ class ChapterSettings:
     options: dict = field(default_factory=dict)
     precision: str = "exact"
     memory_budget: int | None = None  # bytes (None: the default of :mod:`~embeval_report.kernels.budget`)
+    scheduler: str | None = None  # tcp://HOST:PORT of the run's Dask scheduler (None: every pass local)
 
     def __post_init__(self):
         if self.device not in ("cpu", "cuda"):
@@ -154,6 +158,8 @@ class ChapterSettings:
             if self.memory_budget < MIN_BYTES:
                 raise ValueError(f"--memory-budget must be at least {MIN_BYTES // 2**20} MiB, not "
                                  f"{self.memory_budget:,} bytes")
+        if self.scheduler is not None and (not isinstance(self.scheduler, str) or "://" not in self.scheduler):
+            raise ValueError(f"scheduler must be a Dask scheduler address such as tcp://HOST:PORT, not {self.scheduler!r}")
         unknown = [k for k in self.options if k not in OPTIONS]
         if unknown:
             raise ValueError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
@@ -166,7 +172,8 @@ class ChapterSettings:
     def to_params(self) -> dict:
         """The plain dict papermill injects into a notebook's ``settings`` parameter."""
         return dict(seed=self.seed, device=self.device, sample_size=self.sample_size, level=self.level,
-                    options=dict(self.options), precision=self.precision, memory_budget=self.memory_budget)
+                    options=dict(self.options), precision=self.precision, memory_budget=self.memory_budget,
+                    scheduler=self.scheduler)
 
     @classmethod
     def resolve(cls, params: dict | None = None, **overrides) -> "ChapterSettings":

@@ -1,16 +1,25 @@
 """The Dask engine: the decomposable passes on a 2-worker LocalCluster equal the in-memory ones."""
 import json
+import math
+import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 pytest.importorskip("distributed")
 
+from embeval_report import kernels  # noqa: E402
 from embeval_report.cli import main  # noqa: E402
 from embeval_report.kernels import dask_engine as de  # noqa: E402
-from embeval_report.kernels import knn  # noqa: E402
+from embeval_report.kernels import knn, moments, unit_rows  # noqa: E402
 from embeval_report.kernels.graph_cache import clear_memory  # noqa: E402
-
+from embeval_report.kernels.pairs import gaussian_potential_rows  # noqa: E402
+from embeval_report.metrics import drift as dr  # noqa: E402
+from embeval_report.metrics.isotropy import PrincipalDirections  # noqa: E402
+from embeval_report.metrics.two_sample import ks_dimensions  # noqa: E402
+from embeval_report.settings import ChapterSettings  # noqa: E402
 
 
 def write_set(folder, n=240, d=12, seed=0):
@@ -129,3 +138,201 @@ def test_without_dask_one_line_names_the_extra(monkeypatch, tmp_path):
         de.connect(None, 2)
     assert main(["run", str(write_set(tmp_path)), "--out", str(tmp_path / "out"), "--dask"]) == 2
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapters' passes sent to the engine's cluster (use_engine / takes)
+# ---------------------------------------------------------------------------------------------
+
+def _mapped(tmp_path, n=3000, d=16, seed=5):
+    """A shifted, unevenly scaled float32 set saved as .npy and memory-mapped (what every chapter reads)."""
+    X = (np.random.default_rng(seed).standard_normal((n, d)) * np.linspace(0.1, 5, d) + 2).astype(np.float32)
+    np.save(tmp_path / "vectors.npy", X)
+    return np.load(tmp_path / "vectors.npy", mmap_mode="r")
+
+
+@pytest.fixture
+def engine(client, monkeypatch):
+    """The engine on (the module's LocalCluster), chunks of 700 rows of 16 dimensions, and a record of the
+    passes sent."""
+    monkeypatch.setattr(kernels, "CHUNK_BYTES", 700 * 16 * 8 * 4)
+    sent = []
+    for name in ("block_moments", "column_mean", "potential_rows", "ks_statistics"):
+        real = getattr(de, name)
+        monkeypatch.setattr(de, name, lambda *a, _real=real, _name=name, **kw: (sent.append(_name), _real(*a, **kw))[1])
+    de.use_engine(client.scheduler.address)
+    yield sent
+    de.use_engine(None)
+
+
+def _local(f, *args, **kw):
+    """``f(*args, **kw)`` with the engine off (the reference), then on again."""
+    address = de._engine["address"]
+    de.use_engine(None)
+    try:
+        return f(*args, **kw)
+    finally:
+        de.use_engine(address)
+
+
+def _close(a, b, rel=1e-9) -> bool:
+    return _relative(np.asarray(a, float), np.asarray(b, float)) <= rel
+
+
+def test_a_memory_map_travels_as_its_path_not_its_bytes(client, tmp_path, monkeypatch):
+    M = _mapped(tmp_path)
+    X = np.array(M)
+
+    def refuse(*_):
+        raise AssertionError("a memory map was pickled: its bytes would travel")
+
+    monkeypatch.setattr(np.memmap, "__reduce__", refuse)
+    monkeypatch.setattr(np.memmap, "__reduce_ex__", refuse)
+    with pytest.raises(AssertionError):
+        pickle.dumps(M)
+    view = np.asarray(M)[1000:1500]  # what a chapter holds after as_numpy, and a row range of it
+    rows = de.FileRows.of(view)
+    assert rows is not None and rows.shape == (500, 16) and len(pickle.dumps(rows)) < 500
+    assert np.array_equal(pickle.loads(pickle.dumps(rows))[10:20], X[1010:1020])
+    assert de.FileRows.of(X) is None and de.FileRows.of(np.asarray(M)[:, :8]) is None  # in memory; not C-ordered
+    Xd = de.as_dask(M, block_rows=700)
+    import cloudpickle
+
+    assert len(cloudpickle.dumps(dict(Xd.__dask_graph__()))) < 20_000  # 5 blocks' tasks, not 192 kB of rows
+    _check_moments(*de.column_moments(M, client=client, block_rows=700), X.astype(np.float64))
+    want = knn(X, 5, device="cpu", desc=None)
+    got = de.knn_blockwise(M, 5, client=client, block_rows=700)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_block_moments_and_column_mean_on_the_cluster_equal_the_local_pass(engine, tmp_path, monkeypatch):
+    monkeypatch.setattr(moments, "ROWS_PER_BLOCK", 40)  # several tasks with several blocks
+    M = _mapped(tmp_path)
+    assert de.takes(M, "cpu") and de.takes(np.asarray(M), "cpu") and not de.takes(M[:700], "cpu")
+    assert not de.takes(np.array(M), "cpu")  # rows only this process holds
+    mean = moments.column_mean(M, device="cpu")
+    assert _close(mean, _local(moments.column_mean, M, device="cpu"))
+    remover = PrincipalDirections.fit(np.array(M), device="cpu").remover(2, "cpu")
+    for kw in (dict(shift=mean), dict(transform=unit_rows, n_blocks=7, seed=3),
+               dict(transform=lambda x: unit_rows(remover(x)), n_blocks=25, seed=1)):
+        got = moments.block_moments(np.asarray(M), device="cpu", **kw)
+        want = _local(moments.block_moments, np.asarray(M), device="cpu", **kw)
+        assert np.array_equal(got.count, want.count) and _close(got.s, want.s) and _close(got.G, want.G)
+        assert np.array_equal(got.shift, want.shift)
+    assert engine == ["column_mean", "block_moments", "block_moments", "block_moments"]
+
+
+def test_potential_rows_on_the_cluster_equal_the_local_pass(engine, tmp_path, monkeypatch):
+    monkeypatch.setattr(kernels, "CHUNK_BYTES", 24 * 400**2)  # blocks of 400 rows: 5 of them, the last 100
+    M = _mapped(tmp_path, n=1700)
+    got = gaussian_potential_rows(M, 2.0, transform=unit_rows, device="cpu", desc=None)
+    want = _local(gaussian_potential_rows, M, 2.0, transform=unit_rows, device="cpu", desc=None)
+    assert engine == ["potential_rows"] and got.shape == (1700,) and _close(got, want)
+    raw = gaussian_potential_rows(M, 0.01, device="cpu", desc=None)  # no transform
+    assert _close(raw, _local(gaussian_potential_rows, M, 0.01, device="cpu", desc=None))
+
+
+@pytest.mark.parametrize("resampling", ["bootstrap", "jackknife"])
+def test_drift_moments_and_ks_on_the_cluster_equal_the_local_ones(engine, monkeypatch, resampling):
+    if resampling == "jackknife":  # per-block moments would not fit: whole-set moments, one group at a time
+        import embeval_report.stats as stats
+
+        monkeypatch.setattr(stats, "RESAMPLING_BYTES", 19 * 2 * 8 * 32**2)
+    rng = np.random.default_rng(7)
+    A = rng.standard_normal((1600, 16)) + 1
+    B = A @ np.linalg.qr(rng.standard_normal((16, 16)))[0] + 0.1 * rng.standard_normal((1600, 16))
+    kw = dict(n_boot=30, level=0.9, seed=0, dev=kernels.resolve_device("cpu"))
+    got, want = dr._pair_statistics(A, B, **kw), _local(dr._pair_statistics, A, B, **kw)
+    assert got[3] == want[3] and ("jackknife" in got[3]) == (resampling == "jackknife")
+    for k, v in want[0].items():
+        assert _close(got[0][k], v), k
+        assert _close(got[1][k], want[1][k]) and _close(got[2][k], want[2][k]), k
+    assert engine[0] == "column_mean" and engine.count("block_moments") == 2
+    assert not de._engine["shared"]  # the scattered blocks were released
+    Y = rng.standard_normal((900, 16)) + np.linspace(0, 0.3, 16)
+    ks, ref = ks_dimensions(A, Y), _local(ks_dimensions, A, Y)
+    assert engine[-1] == "ks_statistics"
+    assert np.array_equal(ks.statistics, ref.statistics) and np.array_equal(ks.p_values, ref.p_values)
+    assert np.array_equal(ks.rejected, ref.rejected)
+
+
+def test_the_engine_is_off_on_a_gpu_and_for_rows_in_memory(engine, tmp_path):
+    import torch
+
+    M = _mapped(tmp_path)
+    assert de.takes(M, "cpu") and not de.takes(M, torch.device("cuda"))  # a GPU's pass stays on its GPU
+    X = np.random.default_rng(0).standard_normal((2000, 16))
+    assert not de.takes(X, "cpu") and not de.takes(X[:10], "cpu")
+    with de.shared(X):
+        assert de.takes(X, "cpu") and not de.takes(X.copy(), "cpu")
+    assert not de.takes(X, "cpu")
+    de.use_engine(None)
+    with de.shared(X):
+        assert not de.takes(X, "cpu") and not de._engine["shared"]
+
+
+def test_scheduler_setting_and_no_dask_import_without_an_engine():
+    assert ChapterSettings().to_params()["scheduler"] is None
+    assert ChapterSettings(scheduler="tcp://10.0.0.1:8786").to_params()["scheduler"] == "tcp://10.0.0.1:8786"
+    with pytest.raises(ValueError, match="scheduler must be a Dask scheduler address"):
+        ChapterSettings(scheduler="localhost")
+    code = ("import sys, numpy as np; from embeval_report.chapters import setup; "
+            "from embeval_report.kernels import moments, pairs, dask_engine as de; from embeval_report.metrics import drift; "
+            "X = np.ones((50, 3)); moments.block_moments(X, device='cpu'); pairs.gaussian_potential_rows(X, desc=None); "
+            "de.use_engine(None); print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def _numbers(doc, path=""):
+    """Every number of a metrics.json chapter, by its path."""
+    if isinstance(doc, dict):
+        return {k: v for key, val in doc.items() for k, v in _numbers(val, f"{path}/{key}").items()}
+    if isinstance(doc, list):
+        return {k: v for i, val in enumerate(doc) for k, v in _numbers(val, f"{path}/{i}").items()}
+    return {path: doc}
+
+
+def test_run_with_dask_sends_the_chapters_passes_and_equals_the_local_run(tmp_path, monkeypatch):
+    from embeval_report.report import runner
+
+    manifest = write_set(tmp_path, n=8300, d=64)  # more rows than one chunk of a 256 MiB budget (8,192 of 64)
+    prefixes = []
+    real = runner._dask_client
+
+    def spy(*args):
+        client, info = real(*args)
+        if client is None:  # the local run
+            return client, info
+        close = client.close
+
+        def closing(*a, **kw):  # which tasks the cluster ran, read before it closes
+            if client.status == "running":
+                prefixes.extend(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
+            return close(*a, **kw)
+
+        client.close = closing
+        return client, info
+
+    monkeypatch.setattr(runner, "_dask_client", spy)
+    outs, chapters = {}, "isotropy,collapse,uniformity"
+    for name, extra in (("local", []), ("dask", ["--dask"])):
+        outs[name] = tmp_path / name
+        assert main(["run", str(manifest), "--out", str(outs[name]), "--chapters", chapters, "--formats", "html",
+                     "--device", "cpu", "--memory-budget", "256MiB", *extra]) == 0
+    docs = {name: json.loads((out / "metrics.json").read_text())["chapters"] for name, out in outs.items()}
+    worst = 0.0
+    for ch in chapters.split(","):
+        assert docs["dask"][ch]["status"] == "ok" and docs["dask"][ch]["metrics"], ch
+        local, dask = _numbers(docs["local"][ch]), _numbers(docs["dask"][ch])
+        assert local.keys() == dask.keys()
+        for key, a in local.items():
+            b = dask[key]
+            if isinstance(a, float) and isinstance(b, float) and math.isfinite(a):
+                worst = max(worst, abs(a - b) / max(abs(a), abs(b), 1e-12))
+            else:
+                assert a == b, (ch, key)
+    assert worst <= 1e-9
+    assert {"moment_partials", "column_sum", "potential_pair", "logaddexp"} <= set(prefixes)  # the chapters' tasks
+    run = json.loads((outs["dask"] / "run.json").read_text())
+    assert run["engine"] == {"name": "dask", "scheduler": "LocalCluster", "workers": 2}

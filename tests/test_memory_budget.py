@@ -66,8 +66,8 @@ def test_run_conditions_name_engine_sampling_and_a_non_default_budget():
     assert run_conditions({"engine": {"name": "local"}, "sample_size": None, "memory_budget": 4 * 2**30}) == ""
     text = run_conditions({"engine": {"name": "dask", "scheduler": "LocalCluster", "workers": 2},
                            "sample_size": 5000, "memory_budget": 2**31})
-    assert text == ("; shared k-NN graph on a Dask cluster (LocalCluster, 2 workers); sampled mode, "
-                    "`--sample-size 5,000`; memory budget 2 GiB")
+    assert text == ("; k-NN graph, moment, potential and KS passes on a Dask cluster (LocalCluster, 2 workers); "
+                    "sampled mode, `--sample-size 5,000`; memory budget 2 GiB")
 
 
 def test_row_map_reads_what_the_copy_holds(monkeypatch):
@@ -176,3 +176,38 @@ def test_corrections_of_a_huge_set_are_compared_on_a_seeded_sample(monkeypatch):
     direct = corr.compare_corrections(X[subset], labels[subset], k=5, seed=4, device=CPU)
     cols = [c for c in direct.table.columns if c != "setting"]
     np.testing.assert_allclose(got.table[cols].to_numpy(float), direct.table[cols].to_numpy(float), rtol=1e-12)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean", "dot"])
+def test_a_corpus_beyond_the_budget_is_searched_tile_by_tile(monkeypatch, metric):
+    from embeval_report.kernels import knn
+    from embeval_report.kernels import neighbours as nb
+    from embeval_report.kernels.graph_cache import clear_memory
+
+    X = _set(4000, 32, seed=12)
+    Q = _set(300, 32, seed=13)
+    clear_memory()
+    whole = knn(X, 10, metric=metric, queries=Q, device=CPU)
+    rows = np.array([3, 77, 3999])
+    whole_lists = nb.query_lists(X, rows, 10, device=CPU)
+    whole_self = knn(X[:1500], 7, metric=metric, device=CPU)
+    lazy_used = []
+    original = nb._CorpusTiles.__getitem__
+
+    def spy(self, key):
+        lazy_used.append(key)
+        return original(self, key)
+
+    monkeypatch.setattr(nb._CorpusTiles, "__getitem__", spy)
+    monkeypatch.setattr(budget, "_budget", 1024)  # nothing fits: the transposed corpus is made per tile
+    clear_memory()
+    tiled = knn(X, 10, metric=metric, queries=Q, device=CPU)
+    assert lazy_used
+    np.testing.assert_array_equal(tiled[0], whole[0])
+    np.testing.assert_array_equal(tiled[1], whole[1])
+    np.testing.assert_array_equal(nb.query_lists(X, rows, 10, device=CPU), whole_lists)
+    clear_memory()
+    tiled_self = knn(X[:1500], 7, metric=metric, device=CPU)
+    np.testing.assert_array_equal(tiled_self[0], whole_self[0])
+    np.testing.assert_array_equal(tiled_self[1], whole_self[1])
+

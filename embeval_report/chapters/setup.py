@@ -20,6 +20,7 @@ from ..errors import UndefinedMetricWarning
 from ..io import EmbeddingSet, load_prepared, load_source
 from ..io.side_data import SideData, load_side_data
 from ..kernels.budget import use_memory_budget
+from ..kernels.dask_engine import use_engine
 from ..kernels.device import use_precision
 from ..kernels.graph_cache import use_graph_cache
 from ..progress import set_chapter
@@ -84,6 +85,7 @@ def open_chapter(chapter: str, source: str = "", prepared: str | None = None, re
                     min_k=int(s.option("k")) + 1, log=lambda event: rec.append("neighbour_graphs", event))
     use_precision(s.precision)
     use_memory_budget(s.memory_budget)
+    use_engine(s.scheduler)  # the run's Dask cluster, if any: connected at the first pass sent to it
     rec.note(n=es.n, d=es.d, seed=s.seed, device=s.device, sample_size=s.sample_size, precision=s.precision,
              **({"options": s.options} if s.options else {}))
     _show_undefined_warnings(rec)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import dask_engine
 from .device import as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
 
 
@@ -32,7 +33,10 @@ class BlockMoments:
 
 
 def column_mean(X, *, device="auto") -> np.ndarray:
-    """Column mean of ``X`` in one chunked float64 pass."""
+    """Column mean of ``X`` in one chunked float64 pass (on the engine's cluster when it takes it:
+    :func:`~.dask_engine.takes`)."""
+    if dask_engine.takes(X, device):
+        return dask_engine.column_mean(X)
     dev = resolve_device(device)
     X = as_numpy(X)
     acc = torch.zeros(X.shape[1], dtype=torch.float64, device=dev)
@@ -60,8 +64,12 @@ def block_moments(X, *, transform=None, shift: np.ndarray | None = None, n_block
     covariance of a strongly shifted set free of cancellation error). Accumulation is float64.
     A set larger than one chunk with several blocks is read in wider chunks of its own dtype, grouped
     by block and widened block by block, so that each block's product has thousands of rows (see
-    :func:`_block_chunk_rows`).
+    :func:`_block_chunk_rows`). When the engine's cluster takes the pass (:func:`~.dask_engine.takes`: a
+    memory-mapped set larger than one chunk, on the CPU) it runs there as row-range tasks, the same numbers
+    to rounding (``transform`` must then pickle).
     """
+    if dask_engine.takes(X, device):
+        return dask_engine.block_moments(X, transform=transform, shift=shift, n_blocks=n_blocks, seed=seed)
     dev = resolve_device(device)
     X = as_numpy(X)
     n, d = X.shape

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..progress import progress
+from . import budget
 from .device import as_numpy, candidate_dtype, chunk_rows, exact_matmul, resolve_device, to_tensor, unit_rows
 from .graph_cache import cached_graph, cached_products, stored_product
 
@@ -322,6 +323,23 @@ class _Rows64:
         return out
 
 
+class _CorpusTiles:
+    """The transposed corpus of :meth:`_Rows64.transposed`, made tile by tile where :func:`sweep_tiles` reads
+    it (``corpus_t[:, j:j + w]``): for a corpus whose transposed copy would not fit in the memory budget (a
+    10M x 768 set: 30 GB). The same values; each query block reads the corpus once more."""
+
+    def __init__(self, corpus64: _Rows64, dtype, sq64=None):
+        self.corpus64, self.dtype, self.sq64 = corpus64, dtype, sq64
+        self.shape = (corpus64.X32.shape[1] + int(sq64 is not None), len(corpus64.X32))
+
+    def __getitem__(self, key) -> torch.Tensor:
+        _, cols = key
+        r = self.corpus64[cols].float()
+        if self.sq64 is not None:
+            r = torch.cat([2 * r, -self.sq64[cols].float()[:, None]], 1)
+        return r.T.to(self.dtype).contiguous()
+
+
 def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: bool, dev: torch.device,
             desc: str | None, potential_t: float | None = None, dtype=torch.float32) -> tuple[list, np.ndarray | None]:
     """Top-k of every row of ``Q`` against ``X`` for each plan ``(k, rescore)`` (see :func:`knn`), all from
@@ -331,7 +349,9 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
     n = len(X)
     corpus64 = _Rows64(to_tensor(X, dtype=torch.float32, device=dev), metric == "cosine")
     sq64 = corpus64.squared_norms() if metric == "euclidean" else None
-    corpus_t = corpus64.transposed(dtype, sq64)
+    width = X.shape[1] + int(sq64 is not None)
+    corpus_t = (corpus64.transposed(dtype, sq64) if budget.fits(n * width * dtype.itemsize)
+                else _CorpusTiles(corpus64, dtype, sq64))  # larger than memory: made where the sweep reads it
     extra = RERANK if dtype == torch.float32 else FAST_RERANK
     starts, rows, cols, buffer = _query_blocks(len(Q), n, dev, desc, dtype)
     out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]

@@ -5,6 +5,7 @@ import numpy as np
 import torch
 
 from ..progress import progress
+from . import dask_engine
 from .device import as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
 from .graph_cache import stored_product
 from .neighbours import potential_key
@@ -68,6 +69,8 @@ def gaussian_potential_rows(X, t: float = 2.0, *, transform=None, device="auto",
 
     For unit rows (``transform=unit_rows``) the rows computed by a cosine k-NN sweep of the same set
     (:func:`~.neighbours.self_sweep`, float32 products) are read from :mod:`.graph_cache` when present.
+    When the engine's cluster takes the pass (:func:`~.dask_engine.takes`: a memory-mapped set of more than one
+    block, on the CPU), it runs there as (row block x column block) tasks, the same numbers to rounding.
     """
     dev = resolve_device(device)
     X = as_numpy(X)
@@ -75,12 +78,14 @@ def gaussian_potential_rows(X, t: float = 2.0, *, transform=None, device="auto",
     stored = swept_potential_rows(X, t) if transform is unit_rows else None
     if stored is not None:
         return stored
+    if dask_engine.takes(X, dev, _square_block(n)):
+        return dask_engine.potential_rows(X, t, transform=transform, block=_square_block(n))
     Z = torch.empty(X.shape, dtype=torch.float64, device=dev)
     for s, x in iter_chunks(X, device=dev):
         Z[s:s + len(x)] = transform(x) if transform is not None else x
     tsq = t * (Z * Z).sum(1)
     out = torch.full((n,), -torch.inf, dtype=torch.float64, device=dev)
-    B = int(max(1, min(n, np.sqrt(chunk_budget() // (8 * 3)))))
+    B = _square_block(n)
     starts = range(0, n, B)
     if desc:
         starts = progress(starts, desc=desc, total=len(starts))
@@ -111,3 +116,8 @@ def gaussian_potential_rows(X, t: float = 2.0, *, transform=None, device="auto",
             if a != b:
                 out[rb] = torch.logaddexp(out[rb], cols)
     return out.cpu().numpy()
+
+
+def _square_block(n: int) -> int:
+    """Rows of a square block of :func:`gaussian_potential_rows`: three float64 B x B tiles fit one chunk budget."""
+    return int(max(1, min(n, np.sqrt(chunk_budget() // (8 * 3)))))

@@ -42,6 +42,7 @@ from ..io import GROUP_COLUMNS, category_column, iter_groups
 from ..io.snapshots import MIN_MATCHED, Snapshot
 from ..io.snapshots import load_snapshots as _read_snapshots
 from ..kernels import as_numpy, column_mean, resolve_device, unit_rows
+from ..kernels import dask_engine
 from ..kernels.moments import resampled_moments
 from ..stats import HypothesisTest, ResamplingPlan, normal_ci, wilson_ci
 from .isotropy import cosine_moments, covariance_from_moments, no_variance, spectral_metrics
@@ -233,16 +234,18 @@ def _pair_statistics(A: np.ndarray, B: np.ndarray, *, n_boot: int, level: float,
     Gram): the all-pairs cosine-similarity correlation, the Procrustes distance, the relative mean
     shift and the changes of APCS and PR/d, exactly, with no n x n matrix. Intervals: basic bootstrap
     over random blocks of entities, or a delete-a-group jackknife when the per-block moments would not
-    fit in memory (:class:`~embeval_report.stats.ResamplingPlan`). Returns values, intervals,
-    bias-corrected estimates and the interval method in words.
+    fit in memory (:class:`~embeval_report.stats.ResamplingPlan`). With a Dask engine on (a ``--dask`` run)
+    the passes run on its cluster (:func:`~embeval_report.kernels.dask_engine.shared`), the same numbers to
+    rounding. Returns values, intervals, bias-corrected estimates and the interval method in words.
     """
     n, D = A.shape
     AB = np.hstack([A, B])
     plan = ResamplingPlan.choose(n, 2 * D, n_boot)
-    mean = column_mean(AB, device=dev)
-    cov_m = resampled_moments(plan, AB, shift=mean, seed=seed, device=dev, desc="drift moments")
     halves = lambda x: torch.cat([unit_rows(x[:, :D]), unit_rows(x[:, D:])], 1)  # noqa: E731
-    cos_m = resampled_moments(plan, AB, transform=halves, seed=seed, device=dev, desc="cosine moments")
+    with dask_engine.shared(AB, device=dev):  # on the run's Dask cluster: AB's row blocks sent once, three passes
+        mean = column_mean(AB, device=dev)
+        cov_m = resampled_moments(plan, AB, shift=mean, seed=seed, device=dev, desc="drift moments")
+        cos_m = resampled_moments(plan, AB, transform=halves, seed=seed, device=dev, desc="cosine moments")
 
     def compute(w=None) -> dict:
         N, s, G = cov_m.total(w)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import UndefinedMetricWarning
-from ..kernels import as_numpy, resolve_device
+from ..kernels import as_numpy, dask_engine, resolve_device
 from ..stats import adjust_pvalues, hanley_mcneil_se, normal_ci
 
 #: significance level of the MMD permutation test and the KS + BH false discovery rate
@@ -163,15 +163,20 @@ def ks_dimensions(X, Y, *, alpha: float = ALPHA) -> KSDimensions:
 
     The seed's detector reports the max and mean KS statistic over the dimensions without a test
     (seed 000 §220.1); the share of dimensions whose distribution changed significantly is Evidently's
-    "ratio" drift method with the KS test.
+    "ratio" drift method with the KS test. With a Dask engine on and a sample of more than one chunk of rows,
+    the tests run on its cluster over column blocks (:func:`~embeval_report.kernels.dask_engine.ks_statistics`,
+    identical numbers).
     """
     from scipy import stats
 
     X, Y = as_numpy(X), as_numpy(Y)
     if X.shape[1] != Y.shape[1]:
         raise ValueError(f"ks_dimensions: the samples have {X.shape[1]} and {Y.shape[1]} columns")
-    res = stats.ks_2samp(X, Y, axis=0)
-    stat, p = np.atleast_1d(np.asarray(res.statistic, float)), np.atleast_1d(np.asarray(res.pvalue, float))
+    if dask_engine.takes_columns(X, Y):
+        stat, p = dask_engine.ks_statistics(X, Y, client=dask_engine.engine_client(), pvalues=True)
+    else:
+        res = stats.ks_2samp(X, Y, axis=0)
+        stat, p = np.atleast_1d(np.asarray(res.statistic, float)), np.atleast_1d(np.asarray(res.pvalue, float))
     reject, adjusted = benjamini_hochberg(p, alpha)
     return KSDimensions(stat, p, adjusted, reject, alpha)
 

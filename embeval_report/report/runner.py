@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import nbformat
@@ -136,8 +136,11 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
     by mutual proximity too. Returns the cosine graph's cache event plus the products of the sweep.
 
     With a Dask ``client`` (``--dask``, ``--scheduler``; exact precision) the cosine graph is computed on the
-    cluster (:func:`~embeval_report.kernels.dask_engine.knn_blockwise`, the same lists) and stored in the cache
-    as the local sweep would store it; the mutual-proximity graph and the potential still come from a local sweep."""
+    cluster (:func:`~embeval_report.kernels.dask_engine.knn_blockwise`, the same lists; the workers read the
+    prepared ``vectors.npy`` themselves) and stored in the cache as the local sweep would store it; the
+    mutual-proximity graph and the potential still come from a local sweep."""
+    import numpy as np
+
     from ..kernels.device import use_precision
     from ..kernels.graph_cache import use_graph_cache
     from ..kernels.neighbours import fast_recall
@@ -153,7 +156,7 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
     use_precision(settings.precision)
     try:
         if client is not None and settings.precision == "exact":
-            _dask_graph(es.vectors, k, client)
+            _dask_graph(np.load(cache / "vectors.npy", mmap_mode="r"), k, client)
         reduced_knn(es.vectors, k, methods, with_cosine=True, device=settings.device,
                     desc="k-NN graph (shared by the chapters)")
         recall = fast_recall(es.vectors)
@@ -177,16 +180,22 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
 
 def _dask_graph(vectors, k: int, client) -> None:
     """The cosine k-NN graph of ``vectors`` computed on the Dask cluster into the graph cache in use (the
-    same key, k and arrays as :func:`~embeval_report.kernels.neighbours.self_sweep` stores)."""
+    same key, k and arrays as :func:`~embeval_report.kernels.neighbours.self_sweep` stores).
+
+    ``vectors``: the prepared float32 memory map, whose row blocks the workers read from its file (a task
+    carries the path, not the rows); only when a worker cannot open that file are the rows sent instead."""
     import numpy as np
 
-    from ..kernels.dask_engine import knn_blockwise
+    from ..kernels.dask_engine import FileRows, knn_blockwise, readable
     from ..kernels.device import as_numpy
     from ..kernels.graph_cache import cached_products
 
-    X32 = np.ascontiguousarray(as_numpy(vectors), dtype=np.float32)
-    cached_products(X32, {"cosine": k}, True,
-                    lambda missing: {"cosine": knn_blockwise(X32, missing["cosine"], client=client)})
+    X = as_numpy(vectors)
+    rows = FileRows.of(X)
+    if rows is None or not readable(rows, client):
+        X = np.ascontiguousarray(X, dtype=np.float32)
+    cached_products(X, {"cosine": k}, True,
+                    lambda missing: {"cosine": knn_blockwise(X, missing["cosine"], client=client)})
 
 
 def _dask_client(engine: str, scheduler: str | None, workers: int):
@@ -335,10 +344,12 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
     the model, and every chapter reads those vectors. Raises :class:`~embeval_report.errors.InputError`
     for bad input or a folder that may not be written, before any chapter runs.
 
-    ``engine="dask"`` (or a ``scheduler`` address) computes the shared cosine k-NN graph on a Dask cluster: a
-    ``LocalCluster`` of ``workers`` processes on this machine, or the scheduler at ``tcp://HOST:PORT``; the
-    client is closed once the graph is made (and in any case before this returns). ``run.json`` records it
-    under ``engine``.
+    ``engine="dask"`` (or a ``scheduler`` address) runs the decomposable passes on a Dask cluster: a
+    ``LocalCluster`` of ``workers`` processes on this machine, or the scheduler at ``tcp://HOST:PORT``. The
+    shared cosine k-NN graph is computed there, and every chapter receives the scheduler's address
+    (``settings.scheduler``) and sends its moment, potential and KS passes to it
+    (:func:`~embeval_report.kernels.dask_engine.takes`); the client is closed after the last chapter (and in
+    any case before this returns). ``run.json`` records it under ``engine``.
     """
     if engine not in ("local", "dask"):
         raise ValueError(f"engine must be 'local' or 'dask', not {engine!r}")
@@ -380,11 +391,9 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
             else:
                 ready.append(ch)
         client, engine_info = _dask_client(engine, scheduler, workers)
-        try:
-            graph = _shared_graph(es, settings, cache, ready, client=client)
-        finally:
-            if client is not None:
-                client.close()
+        if client is not None:  # every chapter sends its passes to this cluster, open until the last has run
+            base["settings"] = replace(settings, scheduler=client.scheduler.address).to_params()
+        graph = _shared_graph(es, settings, cache, ready, client=client)
         final_source = Path(source).resolve()
         if final_source.is_relative_to(staging):  # input created inside the report (the demo)
             final_source = out / final_source.relative_to(staging)
@@ -433,7 +442,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         shutil.rmtree(staging, ignore_errors=True)
         raise
     finally:
-        if client is not None:  # closing twice is harmless
+        if client is not None:  # a LocalCluster closes with its client
             client.close()
     files = {k: out / Path(v).name for k, v in files.items()}
     return RunResult(out, outcomes, files, errors)

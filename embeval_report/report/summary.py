@@ -82,8 +82,8 @@ def run_conditions(run: dict) -> str:
     parts = []
     engine = run.get("engine") or {}
     if engine.get("name") == "dask":
-        parts.append(f"shared k-NN graph on a Dask cluster ({engine.get('scheduler')}, {engine.get('workers')} "
-                     "workers)")
+        parts.append(f"k-NN graph, moment, potential and KS passes on a Dask cluster ({engine.get('scheduler')}, "
+                     f"{engine.get('workers')} workers)")
     if run.get("sample_size"):
         parts.append(f"sampled mode, `--sample-size {run['sample_size']:,}`")
     budget = run.get("memory_budget")
