@@ -170,7 +170,7 @@ def test_corrections_of_a_huge_set_are_compared_on_a_seeded_sample(monkeypatch):
     monkeypatch.setattr(corr, "ROW_LIMIT", 1000)
     monkeypatch.setattr(corr, "SAMPLE_ROWS", 600)
     got = corr.compare_corrections(X, labels, k=5, seed=4, device=CPU)
-    assert got.sampling.startswith("every setting measured on a seeded sample of 600 of the 1,500 rows")
+    assert got.subsample.startswith("Every setting is measured on a seeded sample of 600 of the 1,500 rows")
     subset = np.sort(np.random.default_rng(4).choice(1500, 600, replace=False))
     monkeypatch.setattr(corr, "ROW_LIMIT", 10**9)
     direct = corr.compare_corrections(X[subset], labels[subset], k=5, seed=4, device=CPU)

@@ -51,6 +51,7 @@ def compute(ctx: ChapterContext) -> CorrectionReport:
                                           device=ctx.device)
     ctx.rec.add(*comparison.metrics.values())
     ctx.rec.note(removed=comparison.removed, k=comparison.k, sampling=comparison.sampling,
+                 subsample=comparison.subsample,
                  **({"k_requested": requested} if comparison.k != requested else {}),
                  table=comparison.table.to_dict(orient="records"))
     return CorrectionReport(comparison, requested)
@@ -169,7 +170,8 @@ def show_comparison(rep: CorrectionReport) -> None:
                if c.sampling is None else f"the {c.k}-NN {escape(c.sampling)} (the antihub share needs every point's "
                                           "N_k and is not estimated)")
     show_table(display_table(c),
-               caption=f"Each setting: APCS, PR/d and κ (isotropy chapter), uniformity (t = 2, over all pairs unless "
+               caption=(f"{escape(c.subsample)} " if c.subsample else "")
+               + f"Each setting: APCS, PR/d and κ (isotropy chapter), uniformity (t = 2, over all pairs unless "
                        f"a note below says sampled), {hubness}, the share of the original k-NN lists kept, and the "
                        "share of neighbours with the same label (when labels exist)."
                        + (" —: undefined (no variance left)." if c.undefined else ""),

@@ -107,6 +107,7 @@ class CorrectionComparison:
     metrics: dict           # recorded what-if metrics, name -> Metric (no verdicts)
     notes: dict = field(default_factory=dict)  # setting -> what is undefined there (UndefinedMetricWarning texts)
     sampling: str | None = None  # how the hubness columns were estimated from sampled queries (None: exact graphs)
+    subsample: str | None = None  # the rows every setting was measured on, when not all (above ROW_LIMIT rows)
     intervals: dict = field(default_factory=dict)  # (setting, column) -> interval of a sampled estimate
 
     @property
@@ -159,10 +160,9 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
         f"hubness from the exact k-NN lists of {m:,} of the {n:,} points (seeded queries against the full set"
         + (f"; automatic budget above {AUTO_LIMIT:,} rows, `--sample-size` sets it" if sample_size is None else "")
         + "): the skewness with its jackknife interval, k-NN kept and same-label share over those queries")
-    if total > n:
-        sampling = (f"every setting measured on a seeded sample of {n:,} of the {total:,} rows (above {ROW_LIMIT:,} "
-                    "rows each corrected copy would cost a pass over the whole set per measure); "
-                    + (sampling or "hubness from exact k-NN lists over the sample"))
+    subsample = (None if total == n else
+                 f"Every setting is measured on a seeded sample of {n:,} of the {total:,} rows: above {ROW_LIMIT:,} "
+                 "rows each corrected copy of the set would cost passes over the whole set per measure.")
     rows, notes, base, intervals = [], {}, None, {}
     for name, (how, kept) in settings.items():
         with _notes_for(name, notes):
@@ -197,7 +197,8 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
                          participation_ratio_fraction=spec["participation_ratio_fraction"],
                          condition_number=spec["condition_number"], uniformity=uni.value, **hubness))
     table = pd.DataFrame(rows)
-    return CorrectionComparison(table, removed, k, _metrics(table, notes, intervals), notes, sampling, intervals)
+    return CorrectionComparison(table, removed, k, _metrics(table, notes, intervals), notes, sampling, intervals,
+                                subsample)
 
 
 def _hubness_columns(hub, base, labels) -> dict:

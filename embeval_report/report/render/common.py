@@ -26,6 +26,7 @@ MARKDOWN_FORMAT = ("markdown-yaml_metadata_block-pandoc_title_block-citations-bl
                    "+lists_without_preceding_blankline")
 PDF_MIME_PRIORITY = ["text/markdown", "image/png", "image/svg+xml", "image/jpeg", "text/latex", "text/plain"]
 HEADER_FIELDS = (("source", "Source"), ("model", "Model"), ("seed", "Seed"), ("device", "Device"),
+                 ("engine", "Engine"), ("sample_size", "Sample size"), ("memory_budget", "Memory budget"),
                  ("version", "Version"), ("generated", "Generated"))
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
@@ -207,6 +208,23 @@ def _format_generated(value) -> str:
     return out
 
 
+def _run_conditions(run: dict) -> dict:
+    """Where and how the numbers were computed, for the header: the engine (with a Dask cluster's scheduler
+    and workers), the sample size of sampled mode and the memory budget."""
+    from ...kernels.budget import describe
+
+    out = {}
+    engine = run.get("engine")
+    if isinstance(engine, dict):
+        out["engine"] = (f"Dask cluster ({engine.get('scheduler')}, {engine.get('workers')} workers)"
+                         if engine.get("name") == "dask" else "local (one process per chapter)")
+    if run.get("sample_size"):
+        out["sample_size"] = f"{run['sample_size']:,} (sampled mode)"
+    if run.get("memory_budget"):
+        out["memory_budget"] = describe(run["memory_budget"])
+    return out
+
+
 def read_header(out_dir: Path, title: str | None = None) -> tuple[str, list[tuple[str, str]], dict]:
     """(title, [(label, value)], raw values) for the report header."""
     metrics = _read_json(Path(out_dir) / "metrics.json")
@@ -221,6 +239,7 @@ def read_header(out_dir: Path, title: str | None = None) -> tuple[str, list[tupl
     if isinstance(run.get("model"), dict):  # the run embedded texts with a model
         model = run["model"]
         meta["model"] = f"{model['name']} (digest {model['digest']}), {model['n']:,} texts embedded in this run"
+    meta.update(_run_conditions(run))
     if "generated" in meta:
         meta["generated"] = _format_generated(meta["generated"])
     if "version" in meta:
