@@ -34,6 +34,8 @@ FAST_RERANK = 32
 RECALL_QUERIES = 1000
 #: CPU tile shape (query rows x corpus columns): 32 MiB of float32, measured best on a 2-core machine
 CPU_TILE = (2048, 4096)
+#: query rows per sweep over a corpus larger than memory (each sweep reads and normalises the whole corpus)
+LAZY_QUERY_ROWS = 16_384
 
 
 def _tile_shape(n_queries: int, n: int, device: torch.device) -> tuple[int, int]:
@@ -328,12 +330,15 @@ class _CorpusTiles:
     it (``corpus_t[:, j:j + w]``): for a corpus whose transposed copy would not fit in the memory budget (a
     10M x 768 set: 30 GB). The same values; each query block reads the corpus once more."""
 
-    def __init__(self, corpus64: _Rows64, dtype, sq64=None):
+    def __init__(self, corpus64: _Rows64, dtype, sq64=None, *, desc: str | None = None, tiles: int = 0):
         self.corpus64, self.dtype, self.sq64 = corpus64, dtype, sq64
         self.shape = (corpus64.X32.shape[1] + int(sq64 is not None), len(corpus64.X32))
+        self._ticks = iter(progress(range(tiles), desc=f"{desc} (corpus tiles)", total=tiles)) if desc else None
 
     def __getitem__(self, key) -> torch.Tensor:
         _, cols = key
+        if self._ticks is not None:
+            next(self._ticks, None)
         r = self.corpus64[cols].float()
         if self.sq64 is not None:
             r = torch.cat([2 * r, -self.sq64[cols].float()[:, None]], 1)
@@ -350,10 +355,15 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
     corpus64 = _Rows64(to_tensor(X, dtype=torch.float32, device=dev), metric == "cosine")
     sq64 = corpus64.squared_norms() if metric == "euclidean" else None
     width = X.shape[1] + int(sq64 is not None)
-    corpus_t = (corpus64.transposed(dtype, sq64) if budget.fits(n * width * dtype.itemsize)
-                else _CorpusTiles(corpus64, dtype, sq64))  # larger than memory: made where the sweep reads it
     extra = RERANK if dtype == torch.float32 else FAST_RERANK
-    starts, rows, cols, buffer = _query_blocks(len(Q), n, dev, desc, dtype)
+    if budget.fits(n * width * dtype.itemsize):
+        corpus_t = corpus64.transposed(dtype, sq64)
+        starts, rows, cols, buffer = _query_blocks(len(Q), n, dev, desc, dtype)
+    else:  # larger than memory: made where the sweep reads it, for as many queries at once as a tile allows
+        rows = min(len(Q), LAZY_QUERY_ROWS)
+        cols = int(min(n, max(GROUP * 8, chunk_rows(n, rows * dtype.itemsize * 2))))
+        starts, buffer = range(0, len(Q), rows), torch.empty(rows * cols, dtype=dtype, device=dev)
+        corpus_t = _CorpusTiles(corpus64, dtype, sq64, desc=desc, tiles=len(starts) * -(-n // cols))
     out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]
     log_potential = np.empty(len(Q)) if potential_t is not None else None
     with exact_matmul():

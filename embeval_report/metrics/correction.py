@@ -197,8 +197,8 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
                          participation_ratio_fraction=spec["participation_ratio_fraction"],
                          condition_number=spec["condition_number"], uniformity=uni.value, **hubness))
     table = pd.DataFrame(rows)
-    return CorrectionComparison(table, removed, k, _metrics(table, notes, intervals), notes, sampling, intervals,
-                                subsample)
+    return CorrectionComparison(table, removed, k, _metrics(table, notes, intervals), notes, sampling=sampling,
+                                intervals=intervals, subsample=subsample)
 
 
 def _hubness_columns(hub, base, labels) -> dict:
