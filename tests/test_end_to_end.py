@@ -57,11 +57,17 @@ def test_numbers_do_not_depend_on_jobs(report, tmp_path):
     """Chapters executed side by side (the fixture: --jobs 2) give the numbers of one at a time."""
     out = tmp_path / "one"
     assert main(["run", str(report.parent / "m.yaml"), "--out", str(out), "--seed", "3", "--formats", "html",
-                 "--chapters", "isotropy,hubness,correction", "--jobs", "1"]) == 0
+                 "--chapters", "isotropy,uniformity,hubness,correction", "--jobs", "1"]) == 0
     one = json.loads((out / "metrics.json").read_text())["chapters"]
     two = json.loads((report / "metrics.json").read_text())["chapters"]
     for name in ("isotropy", "hubness", "correction"):
         assert one[name]["metrics"] == two[name]["metrics"], name
+    # one pass per run: uniformity reads the isotropy chapter's covariance moments and mean from the moments cache
+    passes = {name: json.loads((out / "results" / f"{name}.json").read_text())["info"]["moment_passes"]
+              for name in ("isotropy", "uniformity")}
+    assert all(e["source"] == "computed" for e in passes["isotropy"])
+    covariance = [e for e in passes["uniformity"] if e["pass"].startswith(("block_moments|None", "row_sum|None"))]
+    assert len(covariance) == 2 and all(e["source"] == "cache" for e in covariance)
     assert main(["run", str(report.parent / "m.yaml"), "--out", str(tmp_path / "bad"), "--jobs", "0"]) == 2
 
 

@@ -23,6 +23,7 @@ from ..kernels.budget import use_memory_budget
 from ..kernels.dask_engine import use_engine
 from ..kernels.device import use_precision
 from ..kernels.graph_cache import use_graph_cache
+from ..kernels.moments_cache import use_moments_cache
 from ..progress import set_chapter
 from ..report.recorder import Recorder
 from ..settings import ChapterSettings
@@ -83,6 +84,9 @@ def open_chapter(chapter: str, source: str = "", prepared: str | None = None, re
     # k + 1 neighbours, so the tie check next to a k-NN list shares the same computation
     use_graph_cache(Path(prepared) / "neighbours" if prepared and Path(prepared).exists() else None,
                     min_k=int(s.option("k")) + 1, log=lambda event: rec.append("neighbour_graphs", event))
+    # the column mean, second moments and principal directions of the set: one pass per run (moments_cache)
+    use_moments_cache(Path(prepared) / "moments" if prepared and Path(prepared).exists() else None,
+                      log=lambda event: rec.append("moment_passes", event))
     use_precision(s.precision)
     use_memory_budget(s.memory_budget)
     use_engine(s.scheduler)  # the run's Dask cluster, if any: connected at the first pass sent to it

@@ -5,7 +5,8 @@
 * :mod:`.pairs` — random pairs, pair cosines and the exact all-pairs Gaussian potential;
 * :mod:`.neighbours` — exact k nearest neighbours: one sweep over the Gram tiles feeds the plain and re-scored top-k and the
   rows' Gaussian potential; neighbour-set overlap;
-* :mod:`.graph_cache` — one k-NN graph (and the other products of its sweep) per vector space per run, shared by the chapters.
+* :mod:`.graph_cache` — one k-NN graph (and the other products of its sweep) per vector space per run, shared by the chapters;
+* :mod:`.moments_cache` — one pass per run for the column mean, row sums and block moments of the memory-mapped set.
 """
 from .device import CHUNK_BYTES, as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
 from .moments import BlockMoments, block_moments, column_mean

@@ -8,6 +8,7 @@ import torch
 
 from . import dask_engine
 from .device import as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
+from .moments_cache import digest, remembered
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,10 @@ class BlockMoments:
     G: np.ndarray      # (B, d, d)
     shift: np.ndarray  # (d,)
 
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(count, s, G, shift)``, the fields in order."""
+        return self.count, self.s, self.G, self.shift
+
     def total(self, weights: np.ndarray | None = None) -> tuple[float, np.ndarray, np.ndarray]:
         """``(N, sum x, sum x x^T)`` for block weights (all ones by default)."""
         w = np.ones(len(self.count)) if weights is None else np.asarray(weights, float)
@@ -35,24 +40,32 @@ class BlockMoments:
 def column_mean(X, *, device="auto") -> np.ndarray:
     """Column mean of ``X`` in one chunked float64 pass (on the engine's cluster when it takes it:
     :func:`~.dask_engine.takes`)."""
-    if dask_engine.takes(X, device):
-        return dask_engine.column_mean(X)
     dev = resolve_device(device)
-    X = as_numpy(X)
-    acc = torch.zeros(X.shape[1], dtype=torch.float64, device=dev)
-    for _, x in iter_chunks(X, device=dev):
-        acc += x.sum(0)
-    return (acc / len(X)).cpu().numpy()
+    if dask_engine.takes(X, dev):
+        return remembered(X, _pass_key("column_mean", dev, True), lambda: (dask_engine.column_mean(X),))[0]
+    return row_sum(X, device=dev) / len(as_numpy(X))
 
 
 def unit_row_sum(X, *, device="auto") -> np.ndarray:
-    """Sum of the L2-normalised rows of ``X`` (float64) in one chunked pass: all the mean cosine over
-    pairs needs, ``(‖s‖² − n) / (n(n − 1))``, without the d x d Gram of :func:`block_moments`."""
+    """Sum of the L2-normalised rows of ``X``: all the mean cosine over pairs needs,
+    ``(‖s‖² − n) / (n(n − 1))``, without the d x d Gram of :func:`block_moments`."""
+    return row_sum(X, transform=unit_rows, device=device)
+
+
+def row_sum(X, *, transform=None, device="auto") -> np.ndarray:
+    """Sum of the rows of ``X`` (each mapped by ``transform`` first, when given) in one chunked float64 pass;
+    the plain and unit-row sums of the run's set come from the moments cache after the first time."""
     dev = resolve_device(device)
-    acc = torch.zeros(as_numpy(X).shape[1], dtype=torch.float64, device=dev)
-    for _, x in iter_chunks(X, device=dev):
-        acc += unit_rows(x).sum(0)
-    return acc.cpu().numpy()
+
+    def compute():
+        acc = torch.zeros(as_numpy(X).shape[1], dtype=torch.float64, device=dev)
+        for _, x in iter_chunks(X, device=dev):
+            acc += (x if transform is None else transform(x)).sum(0)
+        return (acc.cpu().numpy(),)
+
+    if transform is not None and transform is not unit_rows:  # a pass the cache cannot name
+        return compute()[0]
+    return remembered(X, _pass_key(f"row_sum|{getattr(transform, '__name__', None)}", dev, False), compute)[0]
 
 
 def block_moments(X, *, transform=None, shift: np.ndarray | None = None, n_blocks: int = 1,
@@ -68,9 +81,25 @@ def block_moments(X, *, transform=None, shift: np.ndarray | None = None, n_block
     memory-mapped set larger than one chunk, on the CPU) it runs there as row-range tasks, the same numbers
     to rounding (``transform`` must then pickle).
     """
-    if dask_engine.takes(X, device):
-        return dask_engine.block_moments(X, transform=transform, shift=shift, n_blocks=n_blocks, seed=seed)
     dev = resolve_device(device)
+    on_cluster = dask_engine.takes(X, dev)
+    if transform is not None and transform is not unit_rows:  # a pass the cache cannot name
+        return _block_moments(X, transform, shift, n_blocks, seed, dev, desc, on_cluster)
+    what = _pass_key(f"block_moments|{getattr(transform, '__name__', None)}|{n_blocks}|{seed}|"
+                     f"{None if shift is None else digest(np.asarray(shift, float))}", dev, on_cluster)
+    return BlockMoments(*remembered(X, what, lambda: _block_moments(X, transform, shift, n_blocks, seed, dev, desc,
+                                                                    on_cluster).arrays()))
+
+
+def _pass_key(what: str, dev, on_cluster: bool) -> str:
+    """A pass's name for the moments cache: its parameters, the device, the chunk size and the engine."""
+    return f"{what}|{dev.type}|{chunk_budget()}|{'dask' if on_cluster else 'local'}"
+
+
+def _block_moments(X, transform, shift, n_blocks, seed, dev, desc, on_cluster) -> BlockMoments:
+    """:func:`block_moments` computed."""
+    if on_cluster:
+        return dask_engine.block_moments(X, transform=transform, shift=shift, n_blocks=n_blocks, seed=seed)
     X = as_numpy(X)
     n, d = X.shape
     n_blocks = int(max(1, min(n_blocks, n)))
@@ -162,6 +191,10 @@ class GroupedMoments:
         whole = block_moments(self.X, transform=transform, shift=self.shift, device=self.device, desc=desc)
         self._total = whole.total()
         self._cached: tuple[int, tuple] | None = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(count, s, G, shift)``, the fields in order."""
+        return self.count, self.s, self.G, self.shift
 
     def total(self, weights: np.ndarray | None = None) -> tuple[float, np.ndarray, np.ndarray]:
         if weights is None:

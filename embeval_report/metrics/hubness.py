@@ -43,7 +43,8 @@ import torch
 from scipy import stats as sps
 
 from ..errors import UndefinedMetricWarning
-from ..kernels import as_numpy, block_moments, iter_chunks, knn, resolve_device, unit_rows
+from ..kernels import as_numpy, iter_chunks, knn, resolve_device, unit_rows
+from ..kernels.moments import unit_row_sum
 from .hubness_measures import (HUB_SIZE, K_DEFAULT, METRICS, SKHUBNESS, SPECS, check_k, histogram_bootstrap,
                                histogram_measures, k_occurrence, label_agreement, neighbour_overlap, occurrence_cis,
                                occurrence_measures, per_row, top_slot_share, usable_k)
@@ -170,8 +171,7 @@ def centroid_cosines(X, of=None, *, device="auto") -> np.ndarray:
     """Cosine of each row of ``X`` to the mean direction (mean of the unit-normalised rows) of
     ``of`` (default: ``X`` itself)."""
     dev = resolve_device(device)
-    m = block_moments(X if of is None else of, transform=unit_rows, device=dev)
-    _, s, _ = m.total()
+    s = unit_row_sum(X if of is None else of, device=dev)
     c = torch.as_tensor(s / max(np.linalg.norm(s), 1e-300), device=dev)
     out = np.empty(len(as_numpy(X)))
     for start, x in iter_chunks(X, device=dev):

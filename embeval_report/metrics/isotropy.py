@@ -37,6 +37,7 @@ from ..io import iter_groups
 from ..kernels import (
     as_numpy,
     block_moments,
+    chunk_budget,
     column_mean,
     iter_chunks,
     pair_cosines,
@@ -47,6 +48,7 @@ from ..kernels import (
 from ..kernels import budget
 from ..kernels.device import RowMap
 from ..kernels.moments import resampled_moments
+from ..kernels.moments_cache import digest, remembered
 from ..stats import PlannedIntervals, ResamplingPlan
 from .spec import MetricSpec, specs
 from .thresholds import THRESHOLDS, worst
@@ -162,6 +164,17 @@ class IsotropyResult(PlannedIntervals):
         return PrincipalDirections.from_covariance(self.mean, self.covariance)
 
 
+def covariance_moments(X, *, n_boot: int = 200, seed: int = 0, device="auto"):
+    """``(plan, column mean, resampled covariance moments)`` as :func:`measure_isotropy` takes them. The run's
+    moments cache (:mod:`~embeval_report.kernels.moments_cache`) gives this pass to every chapter that asks
+    with the same set and seed (:func:`set_directions`; the collapse chapter when its plan is the same)."""
+    X = as_numpy(X)
+    dev = resolve_device(device)
+    plan = ResamplingPlan.choose(*X.shape, n_boot)
+    mean = column_mean(X, device=dev)
+    return plan, mean, resampled_moments(plan, X, shift=mean, seed=seed, device=dev, desc="covariance")
+
+
 def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, level: float = 0.95,
                      seed: int = 0, device="auto") -> IsotropyResult:
     r"""Isotropy metrics of an embedding set with confidence intervals.
@@ -196,9 +209,7 @@ def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, le
     if n < 2:
         raise ValueError("isotropy needs at least 2 vectors")
     dev = resolve_device(device)
-    plan = ResamplingPlan.choose(n, d, n_boot)
-    mean = column_mean(X, device=dev)
-    cov_m = resampled_moments(plan, X, shift=mean, seed=seed, device=dev, desc="covariance")
+    plan, mean, cov_m = covariance_moments(X, n_boot=n_boot, seed=seed, device=dev)
     cos_m = resampled_moments(plan, X, transform=unit_rows, seed=seed, device=dev, desc="cosine Gram")
 
     scale = float(mean @ mean)
@@ -300,6 +311,14 @@ class PrincipalDirections:
         return transform
 
 
+def set_directions(X, *, seed: int = 0, device="auto") -> PrincipalDirections:
+    """The principal directions of ``X`` from the covariance moments of :func:`measure_isotropy`
+    (:func:`covariance_moments`): the isotropy, uniformity and correction chapters share one pass. Equal to
+    :meth:`PrincipalDirections.fit` up to the order of summation (sums per random block)."""
+    _, mean, m = covariance_moments(X, seed=seed, device=device)
+    return PrincipalDirections.from_covariance(mean, covariance_from_moments(*m.total()))
+
+
 def apply_rows(X, transform, *, device="auto") -> np.ndarray | RowMap:
     """``transform`` applied to the rows of ``X`` chunk by chunk; float32 of the input's shape.
 
@@ -395,6 +414,17 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
 
 
 def _unit_sums(X, pcs: PrincipalDirections, removals: list[int], device) -> dict[int, np.ndarray]:
+    """:func:`_unit_sums_pass`, from the run's moments cache when an earlier chapter made the same pass."""
+    removals = list(removals)
+    top = max(removals, default=0)
+    what = (f"abtt_unit_sums|{removals}|{digest(pcs.mean, pcs.vectors[:, :top])}|{resolve_device(device).type}|"
+            f"{chunk_budget()}")
+    sums, = remembered(X, what, lambda: (np.stack([_unit_sums_pass(X, pcs, removals, device)[D] for D in removals])
+                                         if removals else np.zeros((0, len(pcs.mean))),))
+    return dict(zip(removals, sums))
+
+
+def _unit_sums_pass(X, pcs: PrincipalDirections, removals: list[int], device) -> dict[int, np.ndarray]:
     """The sum of the unit rows after removing the mean and D top directions, for every D in ``removals``,
     from one pass over the rows.
 

@@ -42,7 +42,7 @@ from ..kernels import (as_numpy, gaussian_potential_rows, pair_cosines, random_p
                        resolve_device, unit_rows)
 from ..kernels.moments import unit_row_sum
 from ..stats import normal_ci
-from .isotropy import PrincipalDirections, all_but_the_top, best_apcs_removal
+from .isotropy import all_but_the_top, best_apcs_removal, set_directions
 from .spec import MetricSpec, specs
 from .thresholds import THRESHOLDS
 
@@ -438,7 +438,7 @@ def measure_uniformity(X, pairs: PositivePairs | None = None, *, t: float = T_DE
     i, j = random_pairs(n, HISTOGRAM_PAIRS, seed=seed)
     abtt_res = D = None
     if abtt and d >= 3:
-        pcs = PrincipalDirections.fit(X, device=dev)
+        pcs = set_directions(X, seed=seed, device=dev)  # the isotropy chapter's pass, from the run's cache
         D = best_apcs_removal(X, pcs=pcs, device=dev)  # the APCS alone picks D: one pass
     if D is not None:
         Y = all_but_the_top(X, D, pcs=pcs, device=dev)  # a RowMap when a copy would not fit the memory budget

@@ -143,6 +143,7 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
 
     from ..kernels.device import use_precision
     from ..kernels.graph_cache import use_graph_cache
+    from ..kernels.moments_cache import use_moments_cache
     from ..kernels.neighbours import fast_recall
     from ..metrics.hubness_measures import usable_k
     from ..metrics.hubness_reduction import reduced_knn
@@ -153,6 +154,7 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
     methods = ("mutual_proximity",) if any(ch.name == "hubness" for ch in ready) else ()
     events, started = [], time.perf_counter()
     use_graph_cache(cache / "neighbours", min_k=int(settings.option("k")) + 1, log=events.append)
+    use_moments_cache(cache / "moments")
     use_precision(settings.precision)
     try:
         if client is not None and settings.precision == "exact":
@@ -162,6 +164,7 @@ def _shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapte
         recall = fast_recall(es.vectors)
     finally:
         use_graph_cache(None)
+        use_moments_cache(None)
         use_precision("exact")
         if settings.device == "cuda":  # leave the GPU's memory to the chapter kernels
             import torch

@@ -1,0 +1,113 @@
+"""The run's moments cache: a pass over a memory-mapped set is made once per run, other arrays as before."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from embeval_report.kernels import moments, moments_cache
+from embeval_report.kernels.device import unit_rows
+from embeval_report.kernels.moments_cache import space_of, use_moments_cache
+from embeval_report.metrics import isotropy as iso
+from embeval_report.metrics import uniformity as uni
+
+
+@pytest.fixture
+def mapped(tmp_path):
+    rng = np.random.default_rng(3)
+    X = (rng.standard_normal((3000, 12)) @ rng.standard_normal((12, 12)) + 2).astype(np.float32)
+    np.save(tmp_path / "vectors.npy", X)
+    use_moments_cache(tmp_path / "moments")
+    yield np.load(tmp_path / "vectors.npy", mmap_mode="r"), X
+    use_moments_cache(None)
+
+
+def _no_pass(*args, **kwargs):
+    raise AssertionError("a pass over the rows was made although the cache holds its result")
+
+
+def test_passes_over_a_mapped_set_are_made_once_and_equal_the_computed(mapped, monkeypatch):
+    Xm, X = mapped
+    first = (moments.column_mean(Xm, device="cpu"), moments.unit_row_sum(Xm, device="cpu"),
+             moments.block_moments(Xm, shift=np.ones(12), n_blocks=7, seed=2, device="cpu"),
+             moments.block_moments(Xm, transform=unit_rows, n_blocks=3, device="cpu"))
+    moments_cache._memory.clear()  # a later chapter's process: only the folder is left
+    monkeypatch.setattr(moments, "iter_chunks", _no_pass)
+    again = (moments.column_mean(Xm, device="cpu"), moments.unit_row_sum(Xm, device="cpu"),
+             moments.block_moments(Xm, shift=np.ones(12), n_blocks=7, seed=2, device="cpu"),
+             moments.block_moments(Xm, transform=unit_rows, n_blocks=3, device="cpu"))
+    np.testing.assert_array_equal(first[0], again[0])
+    np.testing.assert_array_equal(first[1], again[1])
+    for a, b in zip(first[2:], again[2:]):
+        for x, y in zip(a.arrays(), b.arrays()):
+            np.testing.assert_array_equal(x, y)
+    monkeypatch.undo()
+    # the same numbers as the computation on the array in memory (never cached)
+    np.testing.assert_array_equal(first[0], moments.column_mean(X, device="cpu"))
+    np.testing.assert_array_equal(first[2].G, moments.block_moments(X, shift=np.ones(12), n_blocks=7, seed=2,
+                                                                     device="cpu").G)
+    np.testing.assert_allclose(first[0], X.astype(float).mean(0), rtol=1e-12)
+
+
+def test_other_parameters_slices_samples_and_a_changed_file_are_computed(mapped, tmp_path):
+    Xm, X = mapped
+    assert space_of(Xm) is not None
+    assert space_of(Xm[:100]) is None and space_of(Xm[10:]) is None and space_of(np.asarray(X)) is None
+    a = moments.block_moments(Xm, n_blocks=4, seed=0, device="cpu")
+    b = moments.block_moments(Xm, n_blocks=4, seed=1, device="cpu")  # another seed: other blocks
+    assert not np.array_equal(a.G, b.G)
+    np.testing.assert_allclose(a.G.sum(0), b.G.sum(0), rtol=1e-10)
+    mean = moments.column_mean(Xm, device="cpu")
+    Y = X * 3
+    np.save(tmp_path / "vectors.npy", Y)  # the file changed: its identity (size, time) with it
+    st = os.stat(tmp_path / "vectors.npy")
+    os.utime(tmp_path / "vectors.npy", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    Ym = np.load(tmp_path / "vectors.npy", mmap_mode="r")
+    np.testing.assert_allclose(moments.column_mean(Ym, device="cpu"), 3 * mean, rtol=1e-6)
+
+
+def test_a_transform_the_cache_cannot_name_is_computed_every_time(mapped):
+    Xm, _ = mapped
+    calls = []
+
+    def doubled(x):
+        calls.append(1)
+        return 2 * x
+
+    moments.block_moments(Xm, transform=doubled, device="cpu")
+    moments.block_moments(Xm, transform=doubled, device="cpu")
+    moments.row_sum(Xm, transform=doubled, device="cpu")
+    moments.row_sum(Xm, transform=doubled, device="cpu")
+    assert len(calls) == 4
+
+
+def test_uniformity_takes_the_isotropy_chapters_directions_and_abtt_pass(mapped, monkeypatch):
+    Xm, X = mapped
+    r_iso = iso.measure_isotropy(Xm, seed=5, device="cpu")
+    iso.all_but_the_top_effect(Xm, base=r_iso, pcs=r_iso.directions(), seed=5, device="cpu", spread="sampled")
+    moments_cache._memory.clear()
+    # set_directions equals a separate single-block fit up to the order of summation
+    fit = iso.PrincipalDirections.fit(X, device="cpu")
+    shared = iso.set_directions(Xm, seed=5, device="cpu")
+    np.testing.assert_allclose(shared.eigenvalues, fit.eigenvalues, rtol=1e-10)
+    np.testing.assert_array_equal(shared.vectors, r_iso.directions().vectors)
+    monkeypatch.setattr(moments, "iter_chunks", _no_pass)
+    monkeypatch.setattr(iso, "iter_chunks", _no_pass)  # the all-but-the-top every-D pass
+    D = iso.best_apcs_removal(Xm, pcs=shared, device="cpu")
+    monkeypatch.undo()
+    assert D == iso.best_apcs_removal(X, pcs=fit, device="cpu")
+    cached = uni.measure_uniformity(Xm, seed=5, sample_size=2000, device="cpu")
+    moments_cache._memory.clear()
+    use_moments_cache(None)
+    direct = uni.measure_uniformity(X, seed=5, sample_size=2000, device="cpu")
+    assert cached.abtt["removed"] == direct.abtt["removed"]
+    assert cached.uniformity.value == direct.uniformity.value
+    assert cached.abtt["uniformity"].value == pytest.approx(direct.abtt["uniformity"].value, rel=1e-9)
+
+
+def test_the_identity_is_the_whole_map_only(mapped):
+    Xm, X = mapped
+    assert space_of(np.asarray(Xm)) == space_of(Xm) is not None  # the plain view every metric takes
+    assert space_of(np.asarray(Xm)[1:]) is None and space_of(np.asarray(Xm)[:, :5]) is None
+    assert space_of(Xm.T) is None and space_of(np.asarray(Xm).reshape(-1)) is None
