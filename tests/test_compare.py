@@ -102,7 +102,7 @@ def test_holm_keeps_the_family_wise_error_and_the_mde_has_its_power():
             a = rng.normal(0.5, 0.2, n)
             rows.append(dict(a="x", b="y", chapter="c", metric=f"m{m}", label="m", direction="higher", unit="u",
                              result=paired.paired_comparison(a, a + rng.normal(0, 0.1, n), seed=seed,
-                                                             n_resamples=499)))
+                                                             n_resamples=199)))
         false_alarms += (paired.compare_table(rows)["p_adjusted"] <= 0.05).any()
     assert false_alarms <= sps.binom.ppf(0.999, runs, 0.05)
     sd = 0.1

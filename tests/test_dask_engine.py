@@ -315,7 +315,7 @@ def test_run_with_dask_sends_the_chapters_passes_and_equals_the_local_run(tmp_pa
         return client, info
 
     monkeypatch.setattr(runner, "_dask_client", spy)
-    outs, chapters = {}, "isotropy,collapse,uniformity"
+    outs, chapters = {}, "isotropy,uniformity"  # collapse reads the same moments (the run's moments cache)
     for name, extra in (("local", []), ("dask", ["--dask"])):
         outs[name] = tmp_path / name
         assert main(["run", str(manifest), "--out", str(outs[name]), "--chapters", chapters, "--formats", "html",
