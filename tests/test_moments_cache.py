@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 
 from embeval_report.kernels import moments, moments_cache
 from embeval_report.kernels.device import unit_rows
@@ -111,3 +112,20 @@ def test_the_identity_is_the_whole_map_only(mapped):
     assert space_of(np.asarray(Xm)) == space_of(Xm) is not None  # the plain view every metric takes
     assert space_of(np.asarray(Xm)[1:]) is None and space_of(np.asarray(Xm)[:, :5]) is None
     assert space_of(Xm.T) is None and space_of(np.asarray(Xm).reshape(-1)) is None
+
+
+def test_all_but_the_top_sums_take_one_pass_for_every_d(monkeypatch):
+    X = np.random.default_rng(1).standard_normal((500, 20))
+    pcs = iso.PrincipalDirections.fit(X, device="cpu")
+    chunks = []
+    real = iso.iter_chunks
+
+    def counted(*args, **kwargs):
+        chunks.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(iso, "iter_chunks", counted)
+    sums = iso._unit_sums(X, pcs, [0, 1, 2, 3, 5], "cpu")
+    assert len(chunks) == 1 and sorted(sums) == [0, 1, 2, 3, 5]
+    corrected = torch.as_tensor(iso.all_but_the_top(X, 2, pcs=pcs, device="cpu"), dtype=torch.float64)
+    np.testing.assert_allclose(sums[2], unit_rows(corrected).sum(0).numpy(), rtol=1e-5, atol=1e-5)

@@ -419,8 +419,11 @@ def _unit_sums(X, pcs: PrincipalDirections, removals: list[int], device) -> dict
     top = max(removals, default=0)
     what = (f"abtt_unit_sums|{removals}|{digest(pcs.mean, pcs.vectors[:, :top])}|{resolve_device(device).type}|"
             f"{chunk_budget()}")
-    sums, = remembered(X, what, lambda: (np.stack([_unit_sums_pass(X, pcs, removals, device)[D] for D in removals])
-                                         if removals else np.zeros((0, len(pcs.mean))),))
+    def one_pass():
+        sums = _unit_sums_pass(X, pcs, removals, device)
+        return (np.stack([sums[D] for D in removals]) if removals else np.zeros((0, len(pcs.mean))),)
+
+    sums, = remembered(X, what, one_pass)
     return dict(zip(removals, sums))
 
 
