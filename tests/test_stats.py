@@ -20,6 +20,21 @@ def test_adjust_pvalues_equals_statsmodels_and_keeps_nan():
         assert np.isnan(adj[2]) and not rej[2] and list(rej[~np.isnan(p)]) == list(r2)
 
 
+def test_adjust_pvalues_leaves_the_garbage_collector_as_it_found_it():
+    """statsmodels' Holm calls gc.collect(); the heap is frozen around it, and a caller's own freeze is kept."""
+    import gc
+    assert gc.get_freeze_count() == 0
+    stats.adjust_pvalues([0.01, 0.2], "holm")
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        stats.adjust_pvalues([0.01, 0.2], "holm")
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
 def test_jackknife_interval_of_the_mean_is_the_t_free_normal_interval():
     x = np.random.default_rng(0).standard_normal(50)
     loo = (x.sum() - x) / (len(x) - 1)  # delete-one means
