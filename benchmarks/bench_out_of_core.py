@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -115,6 +116,10 @@ def unstated_intervals(metrics: dict) -> list[str]:
             and "sampled" in json.dumps(m).lower()]
 
 
+def _stop(signum, frame):
+    raise KeyboardInterrupt()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=10_000_000)
@@ -147,9 +152,19 @@ def main() -> None:
     proc = subprocess.Popen(cmd)
     sampler = MemorySampler(proc.pid)
     sampler.start()
-    rc = proc.wait()
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        rc = proc.wait()
+    except BaseException:  # stopped (Ctrl-C, SIGTERM): the run must not outlive the benchmark
+        proc.terminate()  # embeval-report cleans up on SIGTERM: kernels stopped, partial folder removed
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    finally:
+        sampler.stop.set()
     total = time.perf_counter() - t
-    sampler.stop.set()
     sampler.join()
     if rc not in (0, 4):  # 4: a chapter failed; the report, and the times of the others, are still written
         sys.exit(f"embeval-report exited with {rc}")

@@ -6,6 +6,7 @@ what happened (:class:`~embeval_report.errors.ExitCode`).
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -292,6 +293,8 @@ def main(argv=None) -> int:
         return int(ExitCode.INPUT)
     except KeyboardInterrupt:
         print("embeval-report: interrupted; no report was written", file=sys.stderr)
+        # reads still pending on a store's event loop (Zarr) are dropped at exit, not worth a line each
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
         return int(ExitCode.INTERRUPTED)
     finally:
         if previous is not None:
