@@ -6,23 +6,22 @@ The package follows the flow of a run:
 * :mod:`.kernels` — chunked torch kernels (GPU when present);
 * :mod:`.metrics` — the metrics: one spec per metric, pure computation, result records;
 * :mod:`.stats` — intervals, resampling and multiple testing;
-* :mod:`.chapters` — what each chapter shows and records;
-* :mod:`.report` — runner, recorder, summary, display and renderers;
+* :mod:`.chapters` — each chapter's declaration, what it shows and records (and the summary);
+* :mod:`.present` — formatting, tables, callouts and figure style the chapters show with;
+* :mod:`.report` — runner, report-wide adjustment and findings, renderers, ``compare``;
 * :mod:`.demo` — the built-in demo set; :mod:`.cli` — the command line.
 
 The functions a user calls most are importable from here, e.g.::
 
     from embeval_report import load_source, measure_isotropy, all_but_the_top
 """
-__version__ = "0.1.0"
-
-from . import _compat  # noqa: E402,F401  (old flat module names keep working)
 from .errors import ChapterSkipped, InputError, UndefinedMetricWarning  # noqa: E402
 from .io import EmbeddingSet, load_source, load_vectors  # noqa: E402
 from .metrics.isotropy import all_but_the_top, all_but_the_top_effect, measure_isotropy, spectral_metrics  # noqa: E402
 from .metrics.spec import Metric, MetricSpec  # noqa: E402
-from .report.recorder import Recorder  # noqa: E402
+from .chapters.recorder import Recorder  # noqa: E402
 from .settings import ChapterSettings  # noqa: E402
+from .version import __version__  # noqa: E402
 from .stats import basic_interval, bootstrap_ci  # noqa: E402
 
 __all__ = ["InputError", "ChapterSkipped", "UndefinedMetricWarning", "EmbeddingSet", "load_source", "load_vectors",

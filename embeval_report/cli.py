@@ -11,10 +11,9 @@ import signal
 import sys
 from pathlib import Path
 
-from . import __version__
+from .version import __version__
 from .errors import ExitCode, InputError, Interrupted
 from .monitoring import cli as monitoring_cli
-from .settings import OPTIONS
 
 EXIT_STATUS_HELP = """exit status:
   0    every chapter ran, or was skipped with its reason
@@ -30,9 +29,11 @@ def _csv(s: str) -> tuple[str, ...]:
 
 
 def _option(text: str) -> tuple[str, str]:
+    from .chapters.registry import options
+
     name, sep, value = text.partition("=")
-    if not sep or name.strip() not in OPTIONS:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(OPTIONS)}; got {text!r}")
+    if not sep or name.strip() not in options():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(options())}; got {text!r}")
     return name.strip(), value.strip()
 
 
@@ -139,13 +140,13 @@ def _check_formats(formats) -> None:
 
 
 def _settings(args):
-    from .settings import ChapterSettings
+    from .chapters.registry import resolve_settings
 
     try:
         options = dict(args.options, **({"mde": args.mde} if getattr(args, "mde", None) is not None else {}))
-        return ChapterSettings.resolve(seed=args.seed, device=args.device, sample_size=args.sample_size,
-                                       options=options, precision=args.precision,
-                                       memory_budget=getattr(args, "memory_budget", None))
+        return resolve_settings(seed=args.seed, device=args.device, sample_size=args.sample_size,
+                                options=options, precision=args.precision,
+                                memory_budget=getattr(args, "memory_budget", None))
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
@@ -188,7 +189,8 @@ def _run(args, source, prepare=None) -> int:
 
 
 def _chapters(args) -> int:
-    from .chapters.registry import describe_input, discover
+    from .chapters.registry import discover
+    from .io.manifest import describe_input
 
     es = _load_for_listing(args.source) if args.source else None
     for ch in discover():
@@ -213,9 +215,11 @@ def _load_for_listing(source: Path):
 
 
 def _options() -> int:
-    for o in OPTIONS.values():
+    from .chapters.registry import option_chapters, options
+
+    for o in options().values():
         choices = f" ({' | '.join(map(str, o.choices))})" if o.choices else ""
-        print(f"{o.name} = {o.default!r}{choices}\n     {o.help}; chapters: {', '.join(o.chapters)}")
+        print(f"{o.name} = {o.default!r}{choices}\n     {o.help}; chapters: {', '.join(option_chapters(o.name))}")
     return ExitCode.OK
 
 

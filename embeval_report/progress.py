@@ -19,6 +19,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from .context import current
+
 #: seconds between two progress lines when output is not a terminal
 LINE_INTERVAL = 15.0
 #: seconds between two writes of the progress file from a kernel
@@ -68,16 +70,6 @@ class _Reporter:
         return len(self.iterable)
 
 
-#: the chapter this kernel runs (set by ``open_chapter``), written with each progress line
-_chapter = ""
-
-
-def set_chapter(name: str) -> None:
-    """Name the chapter whose kernel this is, so the runner can tell concurrent chapters' progress apart."""
-    global _chapter
-    _chapter = name
-
-
 class _FileSink:
     interval = FILE_INTERVAL
 
@@ -85,7 +77,7 @@ class _FileSink:
         self.path = path
 
     def write(self, desc, n, total, elapsed, done=False):
-        line = f"{_chapter}\t{desc}\t{n}\t{total or ''}\t{elapsed:.1f}\t{int(done)}\n"
+        line = f"{current().chapter or ''}\t{desc}\t{n}\t{total or ''}\t{elapsed:.1f}\t{int(done)}\n"
         try:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(line)

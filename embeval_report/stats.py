@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 from scipy import stats
 
+from .context import current
 from .errors import UndefinedMetricWarning
 
 DEFAULT_LEVEL = 0.95
@@ -210,7 +211,7 @@ class ResamplingPlan:
                ) -> "ResamplingPlan":
         """The plan for ``moment_sets`` d x d moment matrices per block within ``budget`` bytes
         (default :data:`RESAMPLING_BYTES`)."""
-        budget = RESAMPLING_BYTES if budget is None else budget
+        budget = (current().share("resampling") or RESAMPLING_BYTES) if budget is None else budget
         if n_boot <= 0:
             return cls("none", 1, 0, "intervals not requested")
         if n < 3:

@@ -216,7 +216,9 @@ def test_side_data_is_checked_before_any_chapter(tmp_path, capsys):
 
 
 def test_options_command_lists_every_option(capsys):
-    from embeval_report.settings import OPTIONS
+    from embeval_report.chapters.registry import options
+
+    OPTIONS = options()
 
     assert main(["options"]) == 0
     out = capsys.readouterr().out

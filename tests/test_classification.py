@@ -18,8 +18,13 @@ from sklearn.metrics import (adjusted_mutual_info_score, adjusted_rand_score, f1
                              silhouette_samples, silhouette_score)
 from sklearn.model_selection import StratifiedKFold, StratifiedShuffleSplit, cross_val_predict, cross_val_score
 
-from embeval_report import classification as cls  # the public API, through the old module name
+from embeval_report.chapters.registry import chapter as declared
+from embeval_report.chapters import clustering as cl_chapter  # noqa: E402
+from embeval_report.chapters import node_classification as nc_chapter  # noqa: E402
+from embeval_report.metrics import classification as mcl  # noqa: E402
+from embeval_report.metrics import clustering as mclu  # noqa: E402
 from embeval_report.errors import InputError
+from embeval_report.chapters.node_classification import exclusion_text
 from embeval_report.metrics import clustering as clu
 from embeval_report.resources import notebooks_dir
 
@@ -48,7 +53,7 @@ def noisy():
 @pytest.fixture(scope="module")
 def noisy_result(noisy):
     X, y = noisy
-    return cls.evaluate_node_classification(X, y, train_fractions=(0.3, 0.7), n_repeats=3, seed=4)
+    return mcl.evaluate_node_classification(X, y, train_fractions=(0.3, 0.7), n_repeats=3, seed=4)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -57,28 +62,28 @@ def noisy_result(noisy):
 
 def test_missing_labels_are_excluded_and_counted():
     labels = ["a", None, "b", np.nan, "a", "", "  ", "b"] * 5
-    ls = cls.prepare_labels(labels, min_class_size=2)
+    ls = mcl.prepare_labels(labels, min_class_size=2)
     assert ls.n_missing == 20 and ls.n == 20 and ls.n_total == 40
     assert set(ls.classes) == {"a", "b"}
     assert all(labels[r] in ("a", "b") for r in ls.rows)
-    assert "20 of 40 entities have no `label`" in ls.exclusion_text()
+    assert "20 of 40 entities have no `label`" in exclusion_text(ls)
 
 
 def test_numeric_labels_compare_as_text_and_pandas_na():
     s = pd.Series([1.0, 2.0, None, 1.0, 2.0, 1.0], dtype=object)
-    ls = cls.prepare_labels(s, min_class_size=2)
+    ls = mcl.prepare_labels(s, min_class_size=2)
     assert ls.classes == ("1", "2") and ls.n_missing == 1
-    ls2 = cls.prepare_labels(pd.array(["a", pd.NA, "b", "a", "b"], dtype="string"), min_class_size=2)
+    ls2 = mcl.prepare_labels(pd.array(["a", pd.NA, "b", "a", "b"], dtype="string"), min_class_size=2)
     assert ls2.n_missing == 1 and ls2.classes == ("a", "b")
 
 
 def test_rare_classes_are_dropped_with_a_note():
     labels = ["big"] * 20 + ["mid"] * 8 + ["rare"] * 3 + ["solo"]
-    ls = cls.prepare_labels(labels, min_class_size=5)
+    ls = mcl.prepare_labels(labels, min_class_size=5)
     assert ls.classes == ("big", "mid")  # largest class first
     assert ls.dropped == {"rare": 3, "solo": 1}
     assert ls.n == 28 and set(np.asarray(labels, dtype=object)[ls.rows]) == {"big", "mid"}
-    text = ls.exclusion_text()
+    text = exclusion_text(ls)
     assert "2 classes with fewer than 5 members" in text and "rare (3)" in text and "4 entities" in text
 
 
@@ -89,18 +94,18 @@ def test_rare_classes_are_dropped_with_a_note():
 ])
 def test_unusable_labels_raise_input_error(labels, message):
     with pytest.raises(InputError, match="metadata column 'label'") as e:
-        cls.prepare_labels(labels)
+        mcl.prepare_labels(labels)
     assert message in str(e.value)
     X = np.random.default_rng(0).standard_normal((len(labels), 4))
     with pytest.raises(InputError):
-        cls.evaluate_node_classification(X, labels)
+        mcl.evaluate_node_classification(X, labels)
     with pytest.raises(InputError):
-        cls.evaluate_clustering(X, labels)
+        mclu.evaluate_clustering(X, labels)
 
 
 def test_label_length_must_match_vectors():
     with pytest.raises(InputError, match="expected one label per vector \\(5\\)"):
-        cls.prepare_labels(["a", "b"], n=5)
+        mcl.prepare_labels(["a", "b"], n=5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,7 +118,7 @@ def test_fold_scores_equal_cross_val_score(noisy, noisy_result):
     cv = StratifiedKFold(5, shuffle=True, random_state=4)
     probe = r.folds[r.folds.model == "probe"]
     for scoring, col in (("accuracy", "accuracy"), ("f1_micro", "micro_f1"), ("f1_macro", "macro_f1")):
-        ref = cross_val_score(cls.make_probe(seed=4), X, y, cv=cv, scoring=scoring)
+        ref = cross_val_score(mcl.make_probe(seed=4), X, y, cv=cv, scoring=scoring)
         np.testing.assert_allclose(probe[col].to_numpy(), ref, atol=1e-12)
         assert r.values[col] == pytest.approx(ref.mean())
         assert r.values[col + "_std"] == pytest.approx(ref.std(ddof=1))
@@ -141,13 +146,13 @@ def test_out_of_fold_predictions_and_per_class_f1(noisy, noisy_result):
     X, y = noisy
     r = noisy_result
     cv = StratifiedKFold(5, shuffle=True, random_state=4)
-    oof = cross_val_predict(cls.make_probe(seed=4), X, y, cv=cv)
+    oof = cross_val_predict(mcl.make_probe(seed=4), X, y, cv=cv)
     np.testing.assert_array_equal(np.asarray(r.labels.classes, dtype=object)[r.predictions], oof)
     ref = dict(zip(r.labels.classes, f1_score(y, oof, labels=list(r.labels.classes), average=None)))
     for _, row in r.per_class.iterrows():
         assert row["F1"] == pytest.approx(ref[row["class"]])
     assert r.confusion.sum() == len(y) and np.trace(r.confusion) == (oof == y).sum()
-    pairs = cls.confused_pairs(r, top=3)
+    pairs = mcl.confused_pairs(r, top=3)
     assert len(pairs) <= 3 and (pairs["share of the true class %"].diff().dropna() <= 0).all()
 
 
@@ -156,41 +161,41 @@ def test_learning_curve_matches_manual_splits(noisy, noisy_result):
     r = noisy_result
     codes = r.labels.codes
     split = StratifiedShuffleSplit(n_splits=3, train_size=0.3, random_state=4)
-    ref = [np.mean(cls.make_probe(seed=4).fit(X[tr], codes[tr]).predict(X[te]) == codes[te])
+    ref = [np.mean(mcl.make_probe(seed=4).fit(X[tr], codes[tr]).predict(X[te]) == codes[te])
            for tr, te in split.split(X, codes)]
     got = r.learning[r.learning.train_fraction == 0.3]["accuracy"].to_numpy()
     np.testing.assert_allclose(got, ref)
     s = r.learning_summary
     assert list(s["train_fraction"]) == [0.3, 0.7] and list(s["repeats"]) == [3, 3]
     assert s.loc[0, "accuracy_std"] == pytest.approx(np.std(ref, ddof=1))
-    assert list(cls.learning_display_table(r)["training entities"]) == [66, 154]
+    assert list(nc_chapter.learning_display_table(r)["training entities"]) == [66, 154]
 
 
 def test_fraction_too_small_for_every_class_is_skipped():
     X, y = blobs(n_per=6, n_classes=4)
-    r = cls.evaluate_node_classification(X, y, train_fractions=(0.1, 0.5), n_repeats=2)
+    r = mcl.evaluate_node_classification(X, y, train_fractions=(0.1, 0.5), n_repeats=2)
     assert list(r.learning_summary["train_fraction"]) == [0.5]  # 10 % of 24 cannot hold 4 classes
 
 
 def test_planted_classes_are_decoded_and_random_labels_are_not():
     X, y = blobs(n_per=50, n_classes=4)
-    r = cls.evaluate_node_classification(X, y, train_fractions=(0.1,), n_repeats=2)
+    r = mcl.evaluate_node_classification(X, y, train_fractions=(0.1,), n_repeats=2)
     assert r.values["accuracy"] >= 0.99 and r.values["macro_f1"] >= 0.99
     assert r.learning_summary.loc[0, "accuracy_mean"] >= 0.95
-    assert cls.decodability(r) == "almost perfectly"
+    assert nc_chapter.decodability(r) == "almost perfectly"
     rng = np.random.default_rng(1)
     y_rand = rng.choice(["p", "q", "r"], len(X), p=[0.5, 0.3, 0.2])
-    r0 = cls.evaluate_node_classification(X, y_rand, train_fractions=())
+    r0 = mcl.evaluate_node_classification(X, y_rand, train_fractions=())
     assert abs(r0.values["accuracy"] - r0.values["majority_accuracy"]) < 0.1
-    assert cls.decodability(r0) == "not detectably"
+    assert nc_chapter.decodability(r0) == "not detectably"
 
 
 def test_stratified_subsample_above_max_entities():
     X, y = blobs(n_per=75, n_classes=4)
-    r = cls.evaluate_node_classification(X, y, train_fractions=(), max_entities=200, seed=2)
+    r = mcl.evaluate_node_classification(X, y, train_fractions=(), max_entities=200, seed=2)
     assert r.n == 200 and r.labels.sampled_from == 300
     assert sorted(r.labels.counts) == [50, 50, 50, 50]
-    assert "stratified random sample of 200 of the 300" in r.labels.exclusion_text()
+    assert "stratified random sample of 200 of the 300" in exclusion_text(r.labels)
 
 
 def test_by_group_runs_its_own_probe_and_reports_unusable_groups():
@@ -198,10 +203,10 @@ def test_by_group_runs_its_own_probe_and_reports_unusable_groups():
     groups = np.array(["user"] * 40 + ["item"] * 40, dtype=object)  # each group holds one class only
     groups[::4] = "mixed"
     y2 = y.copy()
-    t = cls.node_classification_by_group(X, y2, groups, column="kind", seed=0)
+    t = mcl.node_classification_by_group(X, y2, groups, column="kind", seed=0)
     assert list(t["kind"]) == ["item", "mixed", "user"]
     mixed = t[t.kind == "mixed"].iloc[0]
-    ref = cls.evaluate_node_classification(X[groups == "mixed"], y2[groups == "mixed"], train_fractions=())
+    ref = mcl.evaluate_node_classification(X[groups == "mixed"], y2[groups == "mixed"], train_fractions=())
     assert mixed["accuracy"] == pytest.approx(ref.values["accuracy"])
     assert "only one class" in t[t.kind == "user"].iloc[0]["note"]
 
@@ -209,16 +214,16 @@ def test_by_group_runs_its_own_probe_and_reports_unusable_groups():
 def test_narrative_and_tables_escape_labels(noisy):
     X, _ = noisy
     y = np.array(["a_b*", "<i>x</i>", "$y$", "z"] * 55, dtype=object)
-    r = cls.evaluate_node_classification(X, y, train_fractions=(0.5,), n_repeats=2)
-    text = cls.classification_narrative(r)
+    r = mcl.evaluate_node_classification(X, y, train_fractions=(0.5,), n_repeats=2)
+    text = nc_chapter.classification_narrative(r)
     assert "<i>" not in text and "&lt;i&gt;" in text
     assert "5-fold stratified cross-validation" in text and f"{r.values['accuracy']:.3f}" in text
-    t = cls.summary_table(r)
+    t = nc_chapter.summary_table(r)
     assert list(t["model"])[0].startswith("logistic") and "accuracy 95% CI" in t
-    for fig in (cls.learning_curve_figure(r), cls.confusion_figure(r)):
+    for fig in (nc_chapter.learning_curve_figure(r), nc_chapter.confusion_figure(r)):
         fig.canvas.draw()
         assert fig.axes
-    rec = cls.classification_record(r)
+    rec = nc_chapter.classification_record(r)
     json.dumps(rec, default=str)
     assert rec["baselines"]["majority"]["accuracy"] == r.values["majority_accuracy"]
 
@@ -235,18 +240,18 @@ def test_silhouette_values_equal_sklearn(chunk, monkeypatch):
     labels[17] = 9  # a singleton cluster: s = 0 by convention
     if chunk:
         monkeypatch.setattr(clu, "chunk_rows", lambda n, row_bytes, budget=None: chunk)
-    got = cls.silhouette_values(X, labels, device="cpu")
+    got = mclu.silhouette_values(X, labels, device="cpu")
     ref = silhouette_samples(X, labels, metric="cosine")
     np.testing.assert_allclose(got, ref, atol=1e-10)
     assert got[17] == 0
     with pytest.raises(ValueError, match="2 ≤ number of clusters"):
-        cls.silhouette_values(X, np.zeros(90))
+        mclu.silhouette_values(X, np.zeros(90))
 
 
 @pytest.fixture(scope="module")
 def noisy_clusters(noisy):
     X, y = noisy
-    return cls.evaluate_clustering(X, y, n_seed_runs=4, silhouette_sample=150, n_boot=200, seed=1, device="cpu")
+    return mclu.evaluate_clustering(X, y, n_seed_runs=4, silhouette_sample=150, n_boot=200, seed=1, device="cpu")
 
 
 def test_clustering_scores_equal_sklearn(noisy, noisy_clusters):
@@ -288,28 +293,28 @@ def test_sweep_covers_the_seeds_range(noisy_clusters):
 
 def test_planted_clusters_align_and_random_labels_do_not():
     X, y = blobs(n_per=50, n_classes=5, seed=2)
-    r = cls.evaluate_clustering(X, y, n_seed_runs=2, sweep=False, n_boot=100)
+    r = mclu.evaluate_clustering(X, y, n_seed_runs=2, sweep=False, n_boot=100)
     assert r.values["ari"] == pytest.approx(1.0) and r.values["nmi"] == pytest.approx(1.0)
     assert r.values["cluster_accuracy"] == 1.0 and r.values["silhouette"] > 0.5
-    assert "reproduce the classes almost exactly" in cls.clustering_narrative(r)
+    assert "reproduce the classes almost exactly" in cl_chapter.clustering_narrative(r)
     rng = np.random.default_rng(0)
-    aris = [cls.evaluate_clustering(X, rng.choice(["a", "b", "c"], len(X)), n_seed_runs=0, sweep=False,
+    aris = [mclu.evaluate_clustering(X, rng.choice(["a", "b", "c"], len(X)), n_seed_runs=0, sweep=False,
                                     n_boot=0, seed=s).values["ari"] for s in range(4)]
     assert abs(np.mean(aris)) < 0.02  # E[ARI] = 0 for a random labelling
 
 
 def test_minibatch_above_threshold():
     X, y = blobs(n_per=50, n_classes=3, seed=4)
-    r = cls.evaluate_clustering(X, y, n_seed_runs=0, sweep=False, n_boot=0, minibatch_threshold=100)
+    r = mclu.evaluate_clustering(X, y, n_seed_runs=0, sweep=False, n_boot=0, minibatch_threshold=100)
     assert r.algorithm.startswith("MiniBatchKMeans") and r.values["ari"] > 0.95
 
 
 def test_matching_and_contingency():
     cont = np.array([[0, 8, 2], [9, 1, 0], [1, 0, 7]])
-    np.testing.assert_array_equal(cls.match_clusters(cont), [1, 0, 2])
+    np.testing.assert_array_equal(mclu.match_clusters(cont), [1, 0, 2])
     X, y = blobs(n_per=30, n_classes=3, seed=6)
-    r = cls.evaluate_clustering(X, y, n_seed_runs=0, sweep=False, n_boot=0)
-    t = cls.contingency_table(r)
+    r = mclu.evaluate_clustering(X, y, n_seed_runs=0, sweep=False, n_boot=0)
+    t = cl_chapter.contingency_table(r)
     assert t["entities"].tolist() == [30, 30, 30]
     assert t.drop(columns=["class", "entities"]).to_numpy().sum() == 90
 
@@ -317,16 +322,16 @@ def test_matching_and_contingency():
 def test_partition_agreement_and_by_group():
     X, y = blobs(n_per=40, n_classes=4, seed=7)
     kinds = np.where(np.isin(y, ["class0", "class1"]), "user", "item").astype(object)
-    r = cls.evaluate_clustering(X, y, n_seed_runs=0, sweep=False, n_boot=0)
-    agree = cls.partition_agreement(r.clusters, kinds[r.labels.rows])
+    r = mclu.evaluate_clustering(X, y, n_seed_runs=0, sweep=False, n_boot=0)
+    agree = mclu.partition_agreement(r.clusters, kinds[r.labels.rows])
     assert agree["ari"] == pytest.approx(adjusted_rand_score(kinds, r.clusters))
-    t = cls.clustering_by_group(X, y, kinds, column="kind")
+    t = mclu.clustering_by_group(X, y, kinds, column="kind")
     assert list(t["kind"]) == ["item", "user"] and (t["ARI"] > 0.95).all() and (t["k"] == 2).all()
 
 
 def test_pca_projection_matches_sklearn_pca(noisy, noisy_clusters):
     X, _ = noisy
-    p = cls.project(X, noisy_clusters.labels, method="pca", device="cpu")
+    p = mclu.project(X, noisy_clusters.labels, method="pca", device="cpu")
     U = X / np.linalg.norm(X, axis=1, keepdims=True)
     ref = PCA(2).fit(U)
     Z = ref.transform(U)
@@ -339,24 +344,24 @@ def test_clustering_narrative_figures_and_record(noisy, noisy_clusters):
     X, y = noisy
     r = noisy_clusters
     kinds = np.where(np.arange(len(y)) % 2, "user", "item")
-    ka = cls.partition_agreement(r.clusters, kinds[r.labels.rows])
-    text = cls.clustering_narrative(r, probe_accuracy=0.9, probe_majority=0.4, kind_agreement=ka,
+    ka = mclu.partition_agreement(r.clusters, kinds[r.labels.rows])
+    text = cl_chapter.clustering_narrative(r, probe_accuracy=0.9, probe_majority=0.4, kind_agreement=ka,
                                     kind_column="kind")
     assert "ARI 0 in expectation" in text and "Decodable versus clustered" in text and "seed range" in text
-    proj = cls.project(X, r.labels, method="tsne", sample_size=80, seed=0)
+    proj = mclu.project(X, r.labels, method="tsne", sample_size=80, seed=0)
     assert proj.coords.shape == (80, 2)
-    for fig in (cls.projection_figure(r, proj, kinds), cls.contingency_figure(r), cls.sweep_figure(r)):
+    for fig in (cl_chapter.projection_figure(r, proj, kinds), cl_chapter.contingency_figure(r), cl_chapter.sweep_figure(r)):
         fig.canvas.draw()
-    json.dumps(cls.clustering_record(r, kind_agreement=ka, column="kind"), default=str)
+    json.dumps(cl_chapter.clustering_record(r, kind_agreement=ka, column="kind"), default=str)
 
 
 def test_recorded_probe_reads_the_node_classification_results(tmp_path, noisy_result):
-    from embeval_report.results import Recorder
-    assert cls.recorded_probe(tmp_path) is None
+    from embeval_report.chapters.recorder import Recorder
+    assert cl_chapter.recorded_probe(tmp_path) is None
     rec = Recorder("node_classification", tmp_path)
     rec.add(*noisy_result.metrics.values())
-    rec.note(**cls.classification_record(noisy_result))
-    got = cls.recorded_probe(tmp_path)
+    rec.note(**nc_chapter.classification_record(noisy_result))
+    got = cl_chapter.recorded_probe(tmp_path)
     assert got == {"accuracy": noisy_result.values["accuracy"], "majority": noisy_result.values["majority_accuracy"]}
 
 
@@ -371,8 +376,9 @@ def test_recorded_probe_reads_the_node_classification_results(tmp_path, noisy_re
 def test_notebook_metadata(file, name, title, order):
     nb = nbformat.read(notebooks_dir() / file, as_version=4)
     nbformat.validate(nb)
-    meta = nb.metadata["embeval"]
-    assert (meta["name"], meta["title"], meta["order"], meta["requires"]) == (name, title, order, ["metadata.label"])
+    spec = declared(name)
+    assert nb.metadata["embeval"]["name"] == name and spec.notebook.name == file
+    assert (spec.title, spec.order, spec.requires) == (title, order, ("metadata.label",))
     tags = [c.metadata.get("tags", []) for c in nb.cells]
     assert ["parameters"] in tags and ["remove-input"] in tags
     setup = [c for c in nb.cells if c.cell_type == "code"][1].source
@@ -411,8 +417,6 @@ def test_chapters_end_to_end(tmp_path):
 
 from types import SimpleNamespace  # noqa: E402
 
-from embeval_report.chapters import clustering as cl_chapter  # noqa: E402
-from embeval_report.chapters import node_classification as nc_chapter  # noqa: E402
 from embeval_report.errors import ChapterSkipped, UndefinedMetricWarning  # noqa: E402
 from embeval_report.metrics import classification as ncm  # noqa: E402
 from embeval_report.metrics.labels import label_problem  # noqa: E402
@@ -457,7 +461,7 @@ def test_identical_rows_give_a_null_silhouette_with_the_reason():
     X = np.tile(np.arange(1, 9, dtype=np.float32), (200, 1))
     y = np.array(["a"] * 100 + ["b"] * 100, dtype=object)
     with pytest.warns(UndefinedMetricWarning, match="silhouette of the k-means clusters is undefined"):
-        r = cls.evaluate_clustering(X, y, n_seed_runs=2, n_boot=50, device="cpu")
+        r = mclu.evaluate_clustering(X, y, n_seed_runs=2, n_boot=50, device="cpu")
     assert np.isnan(r.values["silhouette"]) and np.isnan(r.values["label_silhouette"])
     for name in ("silhouette", "label_silhouette"):
         m = r.metrics[name]
@@ -467,7 +471,7 @@ def test_identical_rows_give_a_null_silhouette_with_the_reason():
     text = cl_chapter.clustering_narrative(r)
     assert "is undefined" in text and "nan" not in text
     for fig in (cl_chapter.contingency_figure(r), cl_chapter.sweep_figure(r),
-                cl_chapter.projection_figure(r, cls.project(X, r.labels, method="tsne", seed=0))):
+                cl_chapter.projection_figure(r, mclu.project(X, r.labels, method="tsne", seed=0))):
         fig.canvas.draw()
     p = ncm.evaluate_node_classification(X, y, train_fractions=(0.5,), n_repeats=2)
     assert p.values["accuracy"] == pytest.approx(p.values["majority_accuracy"])
@@ -477,7 +481,7 @@ def test_identical_rows_give_a_null_silhouette_with_the_reason():
 def test_one_k_means_cluster_in_the_silhouette_sample_is_undefined():
     X, y = blobs(n_per=20, n_classes=2, seed=3)
     with pytest.warns(UndefinedMetricWarning, match="fall into 1"):
-        r = cls.evaluate_clustering(X, y, n_seed_runs=0, sweep=False, n_boot=0, silhouette_sample=1)
+        r = mclu.evaluate_clustering(X, y, n_seed_runs=0, sweep=False, n_boot=0, silhouette_sample=1)
     assert np.isnan(r.values["silhouette"]) and r.metrics["silhouette"].to_json()["value"] is None
 
 
@@ -488,11 +492,11 @@ def test_more_dimensions_than_entities():
     r = ncm.evaluate_node_classification(X, y)
     assert r.n == 10 and 0 <= r.values["accuracy"] <= 1 and r.metrics["accuracy"].has_ci
     assert set(r.learning_summary["train_fraction"]) < set(ncm.TRAIN_FRACTIONS)  # too-small fractions skipped
-    c = cls.evaluate_clustering(X, y, n_seed_runs=3, n_boot=100, device="cpu")
+    c = mclu.evaluate_clustering(X, y, n_seed_runs=3, n_boot=100, device="cpu")
     assert list(c.sweep["k"]) == [2, 3, 4, 5] and np.isfinite(c.values["silhouette"])
-    proj = cls.project(X, c.labels, method="tsne", seed=0)
+    proj = mclu.project(X, c.labels, method="tsne", seed=0)
     assert proj.coords.shape == (10, 2)
-    pca = cls.project(X, c.labels, method="pca", device="cpu")
+    pca = mclu.project(X, c.labels, method="pca", device="cpu")
     assert pca.coords.shape == (10, 2) and sum(pca.explained) <= 1 + 1e-9
 
 
@@ -503,7 +507,7 @@ def test_labels_missing_for_most_rows():
     r = ncm.evaluate_node_classification(X, y)
     assert r.n == 12 and r.labels.n_missing == 288
     assert "288 of 300 entities have no `label`" in nc_chapter.classification_narrative(r)
-    c = cls.evaluate_clustering(X, y, n_seed_runs=2, n_boot=50)
+    c = mclu.evaluate_clustering(X, y, n_seed_runs=2, n_boot=50)
     assert c.n == 12 and c.k == 2
 
 
@@ -514,10 +518,10 @@ def test_many_classes_with_few_members():
     r = ncm.evaluate_node_classification(X, y)
     assert r.labels.n_classes == 60 and r.confusion.shape == (60, 60)
     assert list(r.learning_summary["train_fraction"]) == [0.3, 0.5, 0.7]  # 10 % and 90 % cannot hold 60 classes
-    c = cls.evaluate_clustering(X, y, n_seed_runs=2, n_boot=50)
+    c = mclu.evaluate_clustering(X, y, n_seed_runs=2, n_boot=50)
     assert c.k == 60 and list(c.sweep["k"]) == list(range(58, 64))
     for fig in (nc_chapter.confusion_figure(r), cl_chapter.contingency_figure(c),
-                cl_chapter.projection_figure(c, cls.project(X, c.labels, method="pca", device="cpu"))):
+                cl_chapter.projection_figure(c, mclu.project(X, c.labels, method="pca", device="cpu"))):
         fig.canvas.draw()
     assert len(nc_chapter.by_group_table(ncm.node_classification_by_group(X, y, np.repeat(["u", "i"], 150)))) == 2
 

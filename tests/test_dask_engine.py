@@ -13,7 +13,8 @@ pytest.importorskip("distributed")
 from embeval_report import kernels  # noqa: E402
 from embeval_report.cli import main  # noqa: E402
 from embeval_report.kernels import dask_engine as de  # noqa: E402
-from embeval_report.kernels import knn, moments, unit_rows  # noqa: E402
+from embeval_report.context import ComputeContext  # noqa: E402
+from embeval_report.kernels import blocks, knn, moments, unit_rows  # noqa: E402
 from embeval_report.kernels.graph_cache import clear_memory  # noqa: E402
 from embeval_report.kernels.pairs import gaussian_potential_rows  # noqa: E402
 from embeval_report.metrics import drift as dr  # noqa: E402
@@ -141,7 +142,7 @@ def test_without_dask_one_line_names_the_extra(monkeypatch, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# The chapters' passes sent to the engine's cluster (use_engine / takes)
+# The chapters' passes sent to the engine's cluster (the compute context's scheduler / takes)
 # ---------------------------------------------------------------------------------------------
 
 def _mapped(tmp_path, n=3000, d=16, seed=5):
@@ -155,24 +156,19 @@ def _mapped(tmp_path, n=3000, d=16, seed=5):
 def engine(client, monkeypatch):
     """The engine on (the module's LocalCluster), chunks of 700 rows of 16 dimensions, and a record of the
     passes sent."""
-    monkeypatch.setattr(kernels, "CHUNK_BYTES", 700 * 16 * 8 * 4)
+    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 700 * 16 * 8 * 4)
     sent = []
     for name in ("block_moments", "column_mean", "potential_rows", "ks_statistics"):
         real = getattr(de, name)
         monkeypatch.setattr(de, name, lambda *a, _real=real, _name=name, **kw: (sent.append(_name), _real(*a, **kw))[1])
-    de.use_engine(client.scheduler.address)
-    yield sent
-    de.use_engine(None)
+    with ComputeContext(scheduler=client.scheduler.address):
+        yield sent
 
 
 def _local(f, *args, **kw):
-    """``f(*args, **kw)`` with the engine off (the reference), then on again."""
-    address = de._engine["address"]
-    de.use_engine(None)
-    try:
+    """``f(*args, **kw)`` with the engine off (the reference)."""
+    with ComputeContext():
         return f(*args, **kw)
-    finally:
-        de.use_engine(address)
 
 
 def _close(a, b, rel=1e-9) -> bool:
@@ -206,7 +202,7 @@ def test_a_memory_map_travels_as_its_path_not_its_bytes(client, tmp_path, monkey
 
 
 def test_block_moments_and_column_mean_on_the_cluster_equal_the_local_pass(engine, tmp_path, monkeypatch):
-    monkeypatch.setattr(moments, "ROWS_PER_BLOCK", 40)  # several tasks with several blocks
+    monkeypatch.setattr(blocks, "ROWS_PER_BLOCK", 40)  # several tasks with several blocks
     M = _mapped(tmp_path)
     assert de.takes(M, "cpu") and de.takes(np.asarray(M), "cpu") and not de.takes(M[:700], "cpu")
     assert not de.takes(np.array(M), "cpu")  # rows only this process holds
@@ -223,7 +219,7 @@ def test_block_moments_and_column_mean_on_the_cluster_equal_the_local_pass(engin
 
 
 def test_potential_rows_on_the_cluster_equal_the_local_pass(engine, tmp_path, monkeypatch):
-    monkeypatch.setattr(kernels, "CHUNK_BYTES", 24 * 400**2)  # blocks of 400 rows: 5 of them, the last 100
+    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 24 * 400**2)  # blocks of 400 rows: 5 of them, the last 100
     M = _mapped(tmp_path, n=1700)
     got = gaussian_potential_rows(M, 2.0, transform=unit_rows, device="cpu", desc=None)
     want = _local(gaussian_potential_rows, M, 2.0, transform=unit_rows, device="cpu", desc=None)
@@ -266,8 +262,7 @@ def test_the_engine_is_off_on_a_gpu_and_for_rows_in_memory(engine, tmp_path):
     with de.shared(X):
         assert de.takes(X, "cpu") and not de.takes(X.copy(), "cpu")
     assert not de.takes(X, "cpu")
-    de.use_engine(None)
-    with de.shared(X):
+    with ComputeContext(), de.shared(X):
         assert not de.takes(X, "cpu") and not de._engine["shared"]
 
 
@@ -279,7 +274,7 @@ def test_scheduler_setting_and_no_dask_import_without_an_engine():
     code = ("import sys, numpy as np; from embeval_report.chapters import setup; "
             "from embeval_report.kernels import moments, pairs, dask_engine as de; from embeval_report.metrics import drift; "
             "X = np.ones((50, 3)); moments.block_moments(X, device='cpu'); pairs.gaussian_potential_rows(X, desc=None); "
-            "de.use_engine(None); print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))")
+            "print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -5,7 +5,7 @@ import numpy as np
 
 from embeval_report.cli import main
 from embeval_report.demo import streaming_embeddings
-from embeval_report.isotropy import measure_isotropy
+from embeval_report.metrics.isotropy import measure_isotropy
 
 
 def test_demo_set_is_deterministic_and_well_formed():

@@ -1,4 +1,4 @@
-"""embeval_report.display: escaping, Table (HTML + pandoc markdown), figures, callouts."""
+"""embeval_report.present.display: escaping, Table (HTML + pandoc markdown), figures, callouts."""
 import base64
 import math
 import os
@@ -10,10 +10,10 @@ import pytest
 
 os.environ.setdefault("IPYTHONDIR", tempfile.mkdtemp(prefix="ipython-"))
 
-from embeval_report.report.display import (  # noqa: E402
+from embeval_report.present.display import (  # noqa: E402
     Link, Table, callout, escape, show_figure, show_markdown, show_table,
 )
-from embeval_report.report.format import number as format_number  # noqa: E402
+from embeval_report.present.format import number as format_number  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_escape_html_and_markdown_specials():
 
 
 def test_escaped_strings_render_literally_through_pandoc():
-    from embeval_report.render import _pandoc
+    from embeval_report.report.render.common import _pandoc
 
     raw = "id_1 *not bold* <b>x</b> [link](http://e.com) $x$ @ref #tag | pipe"
     out = _pandoc(escape(raw), "plain", [])
@@ -97,7 +97,7 @@ def test_table_markdown_is_a_pandoc_pipe_table_with_caption(frame):
 
 
 def test_table_markdown_converts_to_a_table_with_caption():
-    from embeval_report.render import _pandoc
+    from embeval_report.report.render.common import _pandoc
 
     md = Table(pd.DataFrame({"a": [1, 2], "b": ["x", "y"]}), caption="Cap")._repr_markdown_()
     html = _pandoc(md, "html5", [])

@@ -19,6 +19,7 @@ from sklearn.metrics.pairwise import cosine_similarity
 from sklearn.neighbors import NearestNeighbors
 from statsmodels.stats.multitest import multipletests
 
+from embeval_report.chapters.registry import chapter as declared
 from embeval_report.chapters import drift as chapter
 from embeval_report.errors import InputError, UndefinedMetricWarning
 from embeval_report.io import load_source
@@ -408,9 +409,9 @@ def test_demo_side_data_plants_a_detectable_genre_drift(tmp_path):
 def test_notebook_metadata():
     nb = nbformat.read(notebooks_dir() / "80_drift.ipynb", as_version=4)
     nbformat.validate(nb)
-    meta = nb.metadata["embeval"]
-    assert (meta["name"], meta["title"], meta["order"], meta["requires"]) == (
-        "drift", "Drift over time", 80, ["snapshots"])
+    spec = declared("drift")
+    assert nb.metadata["embeval"]["name"] == "drift" and spec.notebook.name == "80_drift.ipynb"
+    assert (spec.title, spec.order, spec.requires) == ("Drift over time", 80, ("snapshots",))
     tags = [c.metadata.get("tags", []) for c in nb.cells]
     assert ["parameters"] in tags and ["remove-input"] in tags
 
@@ -424,29 +425,6 @@ def test_formulas_typeset_in_typst(tmp_path):
 
 
 # --------------------------------------------------------------------------- old import path (public API)
-
-
-def test_old_module_path_keeps_the_public_api(tmp_path):
-    import embeval_report.drift as old
-
-    for name in ("Snapshot", "snapshot_slug", "check_time_order", "load_snapshots", "MIN_MATCHED", "mmd_test",
-                 "MMDTest", "benjamini_hochberg", "ks_dimensions", "KSDimensions", "hanley_mcneil_se",
-                 "domain_classifier_auc", "DomainClassifier", "stable_core_rotation", "snapshot_drift", "SnapshotDrift",
-                 "measure_drift", "DriftResult", "sigma_above_trend", "drift_pattern", "headline_metrics",
-                 "alert_table", "neighbourhood_table", "distribution_table", "movers_table", "drift_by_group",
-                 "group_drift_series", "group_columns", "narrative", "alert_callout", "dashboard_figure",
-                 "distribution_figure", "entity_figure", "demo_side_data", "demo_snapshots", "DEMO_DRIFT_FROM",
-                 "MMD_SAMPLE", "K_OVERLAP", "ALPHA", "DRIFT_FLOOR", "TRIM", "ALERT_CHECKS"):
-        assert hasattr(old, name), name
-    # the old call shape: load_snapshots(es) reads the manifest field
-    X, _ = clustered(30, 4, seed=40)
-    ids = [f"e{i}" for i in range(30)]
-    table(ids, X).to_csv(tmp_path / "a.csv", index=False)
-    es = load_source(write_set(tmp_path, X, ids, [{"name": "a", "vectors": "a.csv"}]))
-    (s,) = old.load_snapshots(es)
-    assert s.name == "a" and len(s.index) == 30
-    reject, adj = old.benjamini_hochberg([0.01, 0.5])
-    assert reject.tolist() == [True, False]
 
 
 # --------------------------------------------------------------------------- degenerate inputs

@@ -149,13 +149,19 @@ def test_render_command_rerenders(report, tmp_path):
 
 
 def test_failing_chapter_still_yields_a_report(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from embeval_report import resources
+
     nbs = tmp_path / "notebooks"
     shutil.copytree(notebooks_dir(), nbs)
     broken = nbformat.read(nbs / "10_isotropy.ipynb", as_version=4)
-    broken.metadata["embeval"].update(name="broken", title="Broken chapter", order=20)
     broken.cells.insert(3, nbformat.v4.new_code_cell("raise RuntimeError('planted failure <x>')"))
-    nbformat.write(broken, nbs / "20_broken.ipynb")
-    monkeypatch.setattr(registry, "notebooks_dir", lambda: nbs)
+    nbformat.write(broken, nbs / "21_broken.ipynb")
+    monkeypatch.setattr(resources, "notebooks_dir", lambda: nbs)
+    declared = registry._declared()
+    spec = replace(registry.chapter("isotropy"), name="broken", title="Broken chapter", order=21)
+    monkeypatch.setattr(registry, "_declared", lambda: tuple(sorted((*declared, spec), key=lambda c: c.order)))
     out = tmp_path / "out"
     assert main(["run", str(write_set(tmp_path)), "--out", str(out), "--formats", "html",
                  "--chapters", "isotropy,broken"]) == 4  # report written

@@ -21,7 +21,7 @@ from embeval_report.errors import UndefinedMetricWarning
 from embeval_report.kernels import neighbours
 from embeval_report.metrics import hubness as hb
 from embeval_report.metrics.thresholds import verdict
-from embeval_report.report.display import Table
+from embeval_report.present.display import Table
 from embeval_report.stats import bootstrap_ci
 
 
@@ -382,21 +382,3 @@ def test_hub_captions_say_when_fewer_points_are_hubs():
     r = hb.measure_hubness(X, 10, n_boot=0)
     hubs, anti = ch._hub_captions(r, 10)
     assert "most listed points" in hubs and "least listed points" in anti and "0 of them are antihubs" in anti
-
-
-def test_old_module_paths_keep_every_public_name():
-    """``embeval_report.hubness`` / ``.correction`` (the pre-0.1 flat modules) still resolve every public name."""
-    import importlib
-    old = {"hubness": "K_DEFAULT HUB_SIZE SKHUBNESS METRICS SKEW_READING k_occurrence histogram_measures "
-                      "occurrence_measures histogram_bootstrap occurrence_cis HubnessResult top_slot_share "
-                      "measure_hubness centroid_cosines csls_knn cosine_mean_sd mutual_proximity_knn REDUCTIONS "
-                      "neighbour_overlap label_agreement ReductionEffect hubness_reduction_effect "
-                      "reduction_display_table reduction_metrics META_COLUMNS KIND_COLUMNS hub_table hubness_by_group "
-                      "kind_column CrossHubness cross_kind_hubness cross_display_table cross_hub_table "
-                      "frequency_association impact_callout narrative k_occurrence_figure reduction_figure",
-           "correction": "WHITEN_FLOOR REFERENCE COLUMNS whiten CorrectionComparison compare_corrections "
-                         "display_table narrative comparison_figure"}
-    for module, names in old.items():
-        mod = importlib.import_module(f"embeval_report.{module}")
-        assert [n for n in names.split() if not hasattr(mod, n)] == [], module
-    assert importlib.import_module("embeval_report.hubness").narrative is ch.narrative

@@ -8,8 +8,8 @@ from scipy.stats import entropy
 from sklearn.metrics.pairwise import cosine_similarity
 
 from embeval_report import kernels
-from embeval_report.isotropy import (all_but_the_top, all_but_the_top_effect, cosine_moments, measure_isotropy,
-                                     spectral_metrics)
+from embeval_report.metrics.isotropy import (all_but_the_top, all_but_the_top_effect, cosine_moments, measure_isotropy,
+                                             spectral_metrics)
 
 
 def anisotropic(n, d, seed, shift=0.0):
@@ -92,7 +92,7 @@ def test_apcs_interval_matches_u_statistic_standard_error():
 def test_result_does_not_depend_on_chunking(monkeypatch):
     X = anisotropic(700, 12, 5, shift=2.0)
     whole = measure_isotropy(X, n_boot=20, seed=3)
-    monkeypatch.setattr(kernels, "CHUNK_BYTES", 12 * 8 * 4 * 37)  # 37-row chunks
+    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 12 * 8 * 4 * 37)  # 37-row chunks
     chunked = measure_isotropy(X, n_boot=20, seed=3)
     for k in whole.values:
         assert chunked.values[k] == pytest.approx(whole.values[k], rel=1e-9)
@@ -152,7 +152,9 @@ def test_all_but_the_top_effect_is_exact():
 def test_isotropy_by_group_matches_per_group_metrics():
     import pandas as pd
 
-    from embeval_report.isotropy import group_column, group_narrative, isotropy_by_group
+    from embeval_report.chapters.isotropy import group_narrative
+    from embeval_report.io.embedding_set import group_column
+    from embeval_report.metrics.isotropy import isotropy_by_group
 
     rng = np.random.default_rng(2)
     X = np.vstack([rng.standard_normal((300, 8)), rng.standard_normal((200, 8)) * 0.1 + 2]).astype(np.float32)

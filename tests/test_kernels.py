@@ -11,7 +11,7 @@ from embeval_report.kernels import block_moments, knn, unit_rows
 def test_knn_matches_sklearn_brute_force(metric, monkeypatch):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((300, 8)).astype(np.float32)
-    monkeypatch.setattr(kernels, "CHUNK_BYTES", 300 * 4 * 3 * 29)  # 29-row chunks
+    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 300 * 4 * 3 * 29)  # 29-row chunks
     idx, val = knn(X, 7, metric=metric)
     nn = NearestNeighbors(n_neighbors=8, metric=metric, algorithm="brute").fit(X)
     dist, ref = nn.kneighbors(X)

@@ -73,7 +73,7 @@ def test_batched_scoring_matches_brute_force_and_chunking(score, engine, monkeyp
     np.testing.assert_allclose(cs.scores[cand >= 0], np.concatenate(
         [rk.pair_scores(X, np.full((r >= 0).sum(), s), r[r >= 0], score) for s, r in zip(src, cand)]), rtol=1e-5, atol=1e-5)
     assert np.isnan(cs.scores[cand < 0]).all()
-    monkeypatch.setattr(kernels, "CHUNK_BYTES", 2000)  # a few rows per chunk: same result
+    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 2000)  # a few rows per chunk: same result
     monkeypatch.setattr(rk, "CPU_CHUNK_BYTES", 2000)
     cs2 = rk.score_candidates(X, src, cand, score=score, device="cpu", engine=engine)
     np.testing.assert_array_equal(cs2.raw.optimistic, opt)
@@ -472,13 +472,13 @@ def test_relation_with_too_few_destinations_draws_from_all_ids(tmp_path):
 
 
 def test_old_module_names_keep_link_data_from_set(tmp_path):
-    from embeval_report import graph as old_graph
+    from embeval_report.metrics import graph as mgraph  # noqa: E402
     from embeval_report.io import load_source
     rng = np.random.default_rng(7)
     src, dst = rng.integers(0, 30, 80), rng.integers(0, 30, 80)
     es = load_source(_manifest(tmp_path, rng.standard_normal((30, 4)), {"src": [f"n{i}" for i in src],
                                                                         "dst": [f"n{i}" for i in dst]}))
-    data, edges = old_graph.link_data_from_set(es, n_negatives=7, seed=1)
+    data, edges = mgraph.link_data_from_set(es, n_negatives=7, seed=1)
     assert isinstance(data, g.LinkData) and data.n_negatives == 7 and len(data.train) + len(data.test) == len(edges)
     assert data.split.startswith("seeded random split")
 

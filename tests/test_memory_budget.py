@@ -9,22 +9,17 @@ import torch
 from embeval_report import kernels, stats
 from embeval_report.cli import main
 from embeval_report.io import stores
-from embeval_report.kernels import budget, graph_cache
+from embeval_report.context import DEFAULT_BUDGET, ComputeContext, describe_bytes, parse_bytes
+from embeval_report.kernels import graph_cache
 from embeval_report.kernels import moments as mom
 from embeval_report.kernels.device import RowMap, unit_rows
 from embeval_report.metrics import correction as corr
 from embeval_report.metrics import isotropy as iso
 from embeval_report.metrics import uniformity as uni
-from embeval_report.report.summary import run_conditions
+from embeval_report.chapters.summary import run_conditions
 from embeval_report.settings import ChapterSettings
 
 CPU = torch.device("cpu")
-
-
-@pytest.fixture
-def restore_budget():
-    yield
-    budget.use_memory_budget(None)
 
 
 def _set(n=3000, d=24, seed=0):
@@ -35,22 +30,26 @@ def _set(n=3000, d=24, seed=0):
 @pytest.mark.parametrize("text, expected", [("4GiB", 4 * 2**30), ("512MB", 512 * 10**6), ("2g", 2 * 2**30),
                                             ("1.5 GiB", int(1.5 * 2**30)), ("1048576", 2**20), (300, 300)])
 def test_sizes_parse(text, expected):
-    assert budget.parse_bytes(text) == expected
+    assert parse_bytes(text) == expected
 
 
 @pytest.mark.parametrize("text", ["lots", "4 parsecs", "-1G", ""])
 def test_bad_sizes_are_refused(text):
     with pytest.raises(ValueError, match="expected a size"):
-        budget.parse_bytes(text)
+        parse_bytes(text)
 
 
-def test_default_budget_gives_the_sizes_the_package_always_used(restore_budget):
-    budget.use_memory_budget("8GiB")
-    assert kernels.CHUNK_BYTES == 512 * 2**20 and stores.BLOCK_BYTES == 128 * 2**20
-    budget.use_memory_budget(None)
-    assert (kernels.CHUNK_BYTES, stores.BLOCK_BYTES, stats.RESAMPLING_BYTES, graph_cache.MEMORY_BYTES) == (
+def test_default_budget_gives_the_sizes_the_package_always_used():
+    """A budget shares itself out (chunk 1/16, store block 1/64, resampling 1/8, graphs 1/8); the default budget
+    gives each module's own default size, and the context is left again after the block."""
+    with ComputeContext(memory_budget="8GiB") as ctx:
+        assert kernels.chunk_budget() == 512 * 2**20 and stores.block_data_bytes() == 128 * 2**20 // 4
+        assert (ctx.share("resampling"), ctx.share("graphs"), ctx.budget) == (2**30, 2**30, 8 * 2**30)
+    assert (kernels.chunk_budget(), stores.block_data_bytes()) == (256 * 2**20, 64 * 2**20 // 4)
+    assert (kernels.device.CHUNK_BYTES, stores.BLOCK_BYTES, stats.RESAMPLING_BYTES, graph_cache.MEMORY_BYTES) == (
         256 * 2**20, 64 * 2**20, 512 * 2**20, 512 * 2**20)
-    assert budget.memory_budget() == budget.DEFAULT_BYTES and budget.describe() == "4 GiB"
+    assert ComputeContext().budget == DEFAULT_BUDGET == 4 * 2**30 and describe_bytes(DEFAULT_BUDGET) == "4 GiB"
+    assert ComputeContext(memory_budget="4GiB").share("chunk") == kernels.device.CHUNK_BYTES  # the same numbers
 
 
 def test_a_budget_below_the_floor_is_one_line_exit_2(tmp_path, capsys):
@@ -75,7 +74,7 @@ def test_row_map_reads_what_the_copy_holds(monkeypatch):
     pcs = iso.PrincipalDirections.fit(X, device=CPU)
     copy = iso.apply_rows(X, pcs.remover(2, CPU), device=CPU)
     assert isinstance(copy, np.ndarray)
-    monkeypatch.setattr(budget, "_budget", 4 * X.nbytes - 4)  # a copy no longer fits in a quarter
+    monkeypatch.setattr(ComputeContext, "budget", property(lambda self: 4 * X.nbytes - 4))  # a copy no longer fits
     lazy = iso.apply_rows(X, pcs.remover(2, CPU), device=CPU)
     assert isinstance(lazy, RowMap) and lazy.shape == X.shape and len(lazy) == len(X) and lazy.dtype == np.float32
     idx = np.array([5, 0, 2999, 17])
@@ -93,7 +92,7 @@ def test_row_map_reads_what_the_copy_holds(monkeypatch):
 def test_uniformity_with_a_row_map_equals_the_copy(monkeypatch):
     X = _set(4000, 16, seed=3)
     kept = uni.measure_uniformity(X, sample_size=2000, seed=1, device=CPU)
-    monkeypatch.setattr(budget, "_budget", 1024)
+    monkeypatch.setattr(ComputeContext, "budget", property(lambda self: 1024))
     lazy = uni.measure_uniformity(X, sample_size=2000, seed=1, device=CPU)
     assert lazy.abtt["removed"] == kept.abtt["removed"]
     assert lazy.abtt["uniformity"].value == pytest.approx(kept.abtt["uniformity"].value, rel=1e-6)
@@ -115,13 +114,13 @@ def test_unit_row_sum_is_the_sum_of_block_moments():
 @pytest.mark.parametrize("transform", [None, unit_rows])
 def test_wide_chunks_give_each_block_its_moments(monkeypatch, transform):
     X = _set(9000, 40, seed=5)
-    monkeypatch.setattr(kernels, "CHUNK_BYTES", 40 * 8 * 4 * 700)  # 700-row default chunks: the wide path
-    assert mom._block_chunk_rows(9000, 40, 7, 4) is not None
+    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 40 * 8 * 4 * 700)  # 700-row default chunks: the wide path
+    assert mom.block_chunk_rows(9000, 40, 7, 4) is not None
     shift = X.mean(0).astype(float)
     got = mom.block_moments(X, transform=transform, shift=shift, n_blocks=7, seed=2, device=CPU)
     x = torch.as_tensor(X, dtype=torch.float64)
     x = (transform(x) if transform else x) - torch.as_tensor(shift)
-    block = mom._assignment(9000, 7, 2)
+    block = mom.assign_blocks(9000, 7, 2)
     for b in range(7):
         xb = x[torch.as_tensor(block == b)]
         assert got.count[b] == len(xb)
@@ -132,7 +131,7 @@ def test_wide_chunks_give_each_block_its_moments(monkeypatch, transform):
 def test_wide_chunks_take_a_transform_that_changes_the_width(monkeypatch):
     X = _set(5000, 20, seed=6)
     W = torch.as_tensor(np.random.default_rng(0).standard_normal((20, 7)))
-    monkeypatch.setattr(kernels, "CHUNK_BYTES", 20 * 8 * 4 * 500)
+    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 20 * 8 * 4 * 500)
     got = mom.block_moments(X, transform=lambda x: x @ W, shift=np.zeros(7), n_blocks=5, device=CPU)
     Y = torch.as_tensor(X, dtype=torch.float64) @ W
     assert got.G.shape == (5, 7, 7)
@@ -199,7 +198,7 @@ def test_a_corpus_beyond_the_budget_is_searched_tile_by_tile(monkeypatch, metric
         return original(self, key)
 
     monkeypatch.setattr(nb._CorpusTiles, "__getitem__", spy)
-    monkeypatch.setattr(budget, "_budget", 1024)  # nothing fits: the transposed corpus is made per tile
+    monkeypatch.setattr(ComputeContext, "budget", property(lambda self: 1024))  # nothing fits: the transposed corpus is made per tile
     clear_memory()
     tiled = knn(X, 10, metric=metric, queries=Q, device=CPU)
     assert lazy_used

@@ -9,7 +9,8 @@ import torch
 
 from embeval_report.kernels import moments, moments_cache
 from embeval_report.kernels.device import unit_rows
-from embeval_report.kernels.moments_cache import space_of, use_moments_cache
+from embeval_report.context import CacheFolder, ComputeContext
+from embeval_report.kernels.moments_cache import space_of
 from embeval_report.metrics import isotropy as iso
 from embeval_report.metrics import uniformity as uni
 
@@ -19,9 +20,8 @@ def mapped(tmp_path):
     rng = np.random.default_rng(3)
     X = (rng.standard_normal((3000, 12)) @ rng.standard_normal((12, 12)) + 2).astype(np.float32)
     np.save(tmp_path / "vectors.npy", X)
-    use_moments_cache(tmp_path / "moments")
-    yield np.load(tmp_path / "vectors.npy", mmap_mode="r"), X
-    use_moments_cache(None)
+    with ComputeContext(moments_cache=CacheFolder(tmp_path / "moments")):
+        yield np.load(tmp_path / "vectors.npy", mmap_mode="r"), X
 
 
 def _no_pass(*args, **kwargs):
@@ -100,8 +100,8 @@ def test_uniformity_takes_the_isotropy_chapters_directions_and_abtt_pass(mapped,
     assert D == iso.best_apcs_removal(X, pcs=fit, device="cpu")
     cached = uni.measure_uniformity(Xm, seed=5, sample_size=2000, device="cpu")
     moments_cache._memory.clear()
-    use_moments_cache(None)
-    direct = uni.measure_uniformity(X, seed=5, sample_size=2000, device="cpu")
+    with ComputeContext():  # no cache folder
+        direct = uni.measure_uniformity(X, seed=5, sample_size=2000, device="cpu")
     assert cached.abtt["removed"] == direct.abtt["removed"]
     assert cached.uniformity.value == direct.uniformity.value
     assert cached.abtt["uniformity"].value == pytest.approx(direct.abtt["uniformity"].value, rel=1e-9)

@@ -3,16 +3,15 @@ import numpy as np
 import pytest
 import torch
 
+from embeval_report.context import CacheFolder, ComputeContext
 from embeval_report.kernels import graph_cache, knn
 from embeval_report.kernels import neighbours as nb
 
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    graph_cache.use_graph_cache(None)
     graph_cache.clear_memory()
     yield
-    graph_cache.use_graph_cache(None)
     graph_cache.clear_memory()
 
 
@@ -92,13 +91,13 @@ def test_global_matmul_precision_does_not_change_the_graph():
     np.testing.assert_array_equal(relaxed[1], exact[1])
 
 
-def test_one_graph_per_space_shared_through_the_folder(tmp_path):
+def test_one_graph_per_space_shared_through_the_folder(tmp_path, enter):
     rng = np.random.default_rng(6)
     X = rng.standard_normal((300, 8)).astype(np.float32)
     Y = X.copy()
     Y[0, 0] += 1.0  # another space: one changed coordinate
     events = []
-    graph_cache.use_graph_cache(tmp_path, min_k=11, log=events.append)
+    enter(graph_cache=CacheFolder(tmp_path, min_k=11, log=events.append))
     a = knn(X, 10, device="cpu", desc=None)
     b = knn(X.astype(np.float64), 11, device="cpu", desc=None)  # same float32 rows: the same space
     knn(Y, 10, device="cpu", desc=None)
@@ -115,10 +114,10 @@ def test_one_graph_per_space_shared_through_the_folder(tmp_path):
     assert events[-1]["source"] == "computed"
 
 
-def test_stored_graph_matches_a_direct_computation_at_every_k():
+def test_stored_graph_matches_a_direct_computation_at_every_k(enter):
     rng = np.random.default_rng(7)
     X = rng.standard_normal((400, 10)).astype(np.float32)
-    graph_cache.use_graph_cache(None, min_k=30)
+    enter(graph_cache=CacheFolder(min_k=30))
     shared = knn(X, 5, device="cpu", desc=None)
     direct = nb._search(X, X, [(5, None)], "cosine", True, torch.device("cpu"), None)[0][0]
     np.testing.assert_array_equal(shared[0], direct[0])
@@ -143,7 +142,7 @@ def test_pruned_mutual_proximity_equals_the_dense_reference(monkeypatch):
     np.testing.assert_allclose(np.log(val), np.take_along_axis(logmp, order, 1), rtol=1e-4, atol=1e-5)
 
 
-def test_one_sweep_feeds_cosine_csls_mutual_proximity_and_the_potential(monkeypatch):
+def test_one_sweep_feeds_cosine_csls_mutual_proximity_and_the_potential(monkeypatch, enter):
     """One pass over small tiles yields the cosine, CSLS and mutual-proximity graphs (float64 order)
     and the rows' Gaussian potential, each against its dense float64 reference; each product is
     computed once and read from the cache afterwards."""
@@ -155,7 +154,7 @@ def test_one_sweep_feeds_cosine_csls_mutual_proximity_and_the_potential(monkeypa
     X = (rng.standard_normal((700, 12)) + 0.8 * rng.standard_normal(12)).astype(np.float32)
     monkeypatch.setattr(nb, "CPU_TILE", (64, 160))
     events = []
-    graph_cache.use_graph_cache(None, log=events.append)
+    enter(graph_cache=CacheFolder(log=events.append))
     S = _reference(X, X, "cosine", True)
     k = 9
     r = np.sort(S, axis=1)[:, ::-1][:, :k].mean(1)
@@ -203,7 +202,7 @@ def test_uniformity_reads_the_sweeps_exact_potential_beyond_its_budget():
     assert uniformity(X, sample_size=200, device="cpu").method == "sampled"  # an asked-for sample stays sampled
 
 
-def test_fast_precision_reranks_bfloat16_candidates_and_measures_its_recall(monkeypatch):
+def test_fast_precision_reranks_bfloat16_candidates_and_measures_its_recall(monkeypatch, enter):
     """--precision fast: candidates from bfloat16 products (here forced on the CPU), re-ranked exactly; the
     recall it reports equals the overlap with dense float64 lists of the same seeded queries, and the
     exact graph of the same space is a separate product."""
@@ -214,13 +213,10 @@ def test_fast_precision_reranks_bfloat16_candidates_and_measures_its_recall(monk
     monkeypatch.setattr(device, "FAST_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(nb, "RECALL_QUERIES", 300)
     events = []
-    graph_cache.use_graph_cache(None, log=events.append)
-    device.use_precision("fast")
-    try:
+    enter(graph_cache=CacheFolder(log=events.append))
+    with ComputeContext(precision="fast", graph_cache=CacheFolder(log=events.append)):
         idx, val = knn(X, 10, device="cpu", desc=None)
         recall, m = nb.fast_recall(X)
-    finally:
-        device.use_precision("exact")
     assert events[-1]["metric"] == "cosine-fast" and m == 300
     S = _reference(X, X, "cosine", True)
     exact = np.argsort(-S, axis=1, kind="stable")[:, :10]
@@ -234,11 +230,10 @@ def test_fast_precision_reranks_bfloat16_candidates_and_measures_its_recall(monk
 
 
 def test_precision_setting_is_validated():
-    from embeval_report.kernels import device
     from embeval_report.settings import ChapterSettings
 
     with pytest.raises(ValueError, match="precision"):
         ChapterSettings(precision="half")
     with pytest.raises(ValueError, match="precision"):
-        device.use_precision("half")
+        ComputeContext(precision="half")
     assert ChapterSettings(precision="fast").to_params()["precision"] == "fast"

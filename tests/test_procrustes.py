@@ -4,7 +4,7 @@ import pytest
 from scipy.spatial import procrustes as scipy_procrustes
 from scipy.stats import ortho_group
 
-from embeval_report.procrustes import aligned_cosines, knn_overlap, procrustes_align
+from embeval_report.metrics.procrustes import aligned_cosines, knn_overlap, procrustes_align
 
 
 def test_pure_rotation_gives_perfect_alignment_and_overlap():

@@ -33,7 +33,7 @@ def long_report(report, tmp_path_factory):  # noqa: F811
     import pandas as pd
     from test_render import _code, _outputs
 
-    from embeval_report.report.display import show_table
+    from embeval_report.present.display import show_table
 
     out = _copy(report[0], tmp_path_factory.mktemp("long"))
     rows = pd.DataFrame({"chapter": [f"chapter {i}" for i in range(120)], "metric": [f"metric-{i:03d}" for i in range(120)],

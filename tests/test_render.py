@@ -1,4 +1,4 @@
-"""embeval_report.render: one self-contained HTML and one PDF from executed chapter notebooks."""
+"""embeval_report.report.render: one self-contained HTML and one PDF from executed chapter notebooks."""
 import json
 import os
 import re
@@ -13,7 +13,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 os.environ.setdefault("IPYTHONDIR", tempfile.mkdtemp(prefix="ipython-"))
 
-from embeval_report.report.display import Link, callout, show_figure, show_markdown, show_table  # noqa: E402
+from embeval_report.present.display import Link, callout, show_figure, show_markdown, show_table  # noqa: E402
 from embeval_report.report.render import quarto_available, render_report  # noqa: E402
 
 ANSI_ERROR = "ValueError: planted \x1b[31mfailure\x1b[0m <x>"

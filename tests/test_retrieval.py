@@ -85,7 +85,7 @@ def small_tiles(monkeypatch):
     """Many query blocks and corpus tiles (and small batches of exact re-scoring), on one thread: the
     thousands of tiny operations would otherwise mostly wait at thread-pool barriers on a busy machine."""
     monkeypatch.setattr(rt, "CPU_TILE_COLS", 37)
-    monkeypatch.setattr(kernels, "CHUNK_BYTES", 37 * rt.TILE_ELEMENT_BYTES * 7)
+    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 37 * rt.TILE_ELEMENT_BYTES * 7)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -147,7 +147,7 @@ def test_same_ranks_whatever_the_tiles_and_placement(seed, small_tiles, monkeypa
         monkeypatch.setattr(rt, "LOOP_SLOTS", loop_slots)
         monkeypatch.setattr(rt, "DENSE_SHARE", dense_share)
         results.append(run())
-    monkeypatch.setattr(kernels, "CHUNK_BYTES", 256 * 2**20)  # one block, whole-corpus tiles, defaults
+    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 256 * 2**20)  # one block, whole-corpus tiles, defaults
     monkeypatch.setattr(rt, "CPU_TILE_COLS", 4096)
     monkeypatch.setattr(rt, "LOOP_SLOTS", 16)
     monkeypatch.setattr(rt, "DENSE_SHARE", 4)

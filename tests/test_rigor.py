@@ -13,9 +13,9 @@ from statsmodels.stats.power import TTestPower
 
 from embeval_report.cli import main
 from embeval_report.metrics import rigor as rg
-from embeval_report.report.display import hypothesis_table
-from embeval_report.report.recorder import Recorder
-from embeval_report.report.rigor import fill_test_tables, hypothesis_rows
+from embeval_report.chapters.recorder import Recorder
+from embeval_report.present.display import hypothesis_rows, hypothesis_table
+from embeval_report.report.rigor import with_adjusted_tests
 from embeval_report.stats import HypothesisTest, minimum_detectable_effect, required_units
 
 
@@ -84,18 +84,19 @@ def test_units_record_the_minimum_detectable_effect(tmp_path):
     assert power.loc["ndcg", "mde"] == pytest.approx(minimum_detectable_effect(x.std(ddof=1), len(x)))
 
 
-def test_test_tables_are_filled_after_the_run(tmp_path):
+def test_test_tables_are_shown_adjusted_when_rendered_and_the_notebook_is_left_as_executed(tmp_path):
     tests = rg.collect_tests(_records())
     data, meta = hypothesis_table(tests[tests["chapter"] == "drift"], "drift")._repr_mimebundle_()
     assert "at the end of the run" in data["text/html"] and meta["embeval"]["tests"] == "drift"
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("show_tests(ctx.rec)", outputs=[
         nbformat.v4.new_output("display_data", data=data, metadata=meta)])]
-    nbformat.write(nb, tmp_path / "80_drift.ipynb")
-    assert fill_test_tables(tmp_path, rg.adjust_tests(tests)) == 1
-    out = nbformat.read(tmp_path / "80_drift.ipynb", 4).cells[0].outputs[0]
+    executed = nbformat.writes(nb)
+    assert with_adjusted_tests(nb, rg.adjust_tests(tests)) == 1
+    out = nb.cells[0].outputs[0]
     assert "Holm (report)" in out.data["text/html"] and "at the end of the run" not in out.data["text/html"]
     assert "BH (report)" in out.data["text/markdown"]
+    assert "at the end of the run" in nbformat.reads(executed, 4).cells[0].outputs[0].data["text/html"]
 
 
 def _set_with_runs_and_snapshots(folder, n=300, d=8, seed=0):
@@ -141,7 +142,10 @@ def test_rigor_chapter_in_a_report(tmp_path):
     drift_nb = nbformat.read(next((out / "chapters").glob("*_drift.ipynb")), 4)
     tables = [o for c in drift_nb.cells for o in c.get("outputs", [])
               if o.get("metadata", {}).get("embeval", {}).get("tests") == "drift"]
-    assert len(tables) == 1 and "Holm (report)" in tables[0]["data"]["text/html"]
+    # the executed notebook is left as it ran; the rendered report shows the report-wide adjusted p-values
+    assert len(tables) == 1 and "Holm (report)" not in tables[0]["data"]["text/html"]
+    html = (out / "report.html").read_text()
+    assert html.count('id="tbl-drift-tests"') == 1 and "Holm (report)" in html.split('id="tbl-drift-tests"')[1][:20_000]
     html = (out / "report.html").read_text()
     assert "Statistical rigor" in html and "tbl-rigor-power" in html and "units to detect 0.02" in html
     run = json.loads((out / "run.json").read_text())

@@ -1,9 +1,6 @@
 """Semantic benchmarks against gensim (KeyedVectors.evaluate_word_pairs / evaluate_word_analogies /
 most_similar_cosmul) on gensim's shipped benchmark files, hand-computed analogies, file errors, and
-degenerate inputs (all OOV, one pair, constant scores, identical rows, a 3 x 2 set).
-
-The public API is used through the old module name ``embeval_report.semantic`` (it resolves to
-``metrics.semantic``, ``chapters.semantic``, ``io.words`` and ``stats``)."""
+degenerate inputs (all OOV, one pair, constant scores, identical rows, a 3 x 2 set)."""
 import json
 import math
 import re
@@ -18,11 +15,12 @@ from gensim.models.word2vec import LineSentence
 from gensim.test.utils import datapath
 from statsmodels.stats.proportion import proportion_confint
 
+from embeval_report.chapters.registry import chapter as declared
 from embeval_report import kernels
-from embeval_report import semantic as sem
+from embeval_report.chapters import semantic as sem_chapter  # noqa: E402
+from embeval_report.metrics import semantic as msem  # noqa: E402
 from embeval_report.chapters import semantic as chapter
 from embeval_report.errors import InputError, UndefinedMetricWarning
-from embeval_report.metrics import semantic as msem
 from embeval_report.resources import notebooks_dir
 
 WORDSIM, SIMLEX, QUESTIONS = datapath("wordsim353.tsv"), datapath("simlex999.txt"), datapath("questions-words.txt")
@@ -42,7 +40,7 @@ def planted_kv():
     analogies hold; plus case variants (one in front, so it provides the vector ignoring case) and
     random distractors."""
     rng = np.random.default_rng(7)
-    qa = sem.read_analogies(QUESTIONS)
+    qa = msem.read_analogies(QUESTIONS)
     d, vec = 24, {}
     for section in ("capital-common-countries", "family", "gram2-opposite"):
         offset = 1.5 * rng.standard_normal(d)
@@ -70,18 +68,18 @@ def gensim_sections(sections):
 def test_word_pairs_equal_gensim(lee_kv, path, case_insensitive, restrict_vocab, dummy):
     pearson, spearman, oov_pct = lee_kv.evaluate_word_pairs(
         path, restrict_vocab=restrict_vocab or 300000, case_insensitive=case_insensitive, dummy4unknown=dummy)
-    r = sem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=path, restrict_vocab=restrict_vocab,
+    r = msem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=path, restrict_vocab=restrict_vocab,
                               case_insensitive=case_insensitive, dummy4unknown=dummy, n_boot=0, device="cpu")
     assert r.values["word_pairs_spearman"] == pytest.approx(spearman.statistic, abs=1e-9)
     assert r.values["word_pairs_pearson"] == pytest.approx(pearson.statistic, abs=1e-5)  # gensim: float32 cosines
     assert 100 * r.values["word_pairs_oov_ratio"] == pytest.approx(oov_pct, abs=1e-9)
-    n = len(sem.read_word_pairs(path))
+    n = len(msem.read_word_pairs(path))
     assert r.values["word_pairs_oov"] == round(oov_pct * n / 100)
     assert 0 < r.values["word_pairs_oov"] < n  # the Lee model covers part of each benchmark
 
 
 def test_word_pair_cosines_equal_gensim_similarity(lee_kv):
-    r = sem.word_pair_correlation(lee_kv.vectors, lee_kv.index_to_key, WORDSIM, case_insensitive=False, n_boot=0)
+    r = msem.word_pair_correlation(lee_kv.vectors, lee_kv.index_to_key, WORDSIM, case_insensitive=False, n_boot=0)
     t = r.table[r.table["in_vocab"]]
     ref = [lee_kv.similarity(a, b) for a, b in zip(t["word1"], t["word2"])]
     np.testing.assert_allclose(t["cosine"], ref, atol=1e-6)
@@ -89,15 +87,15 @@ def test_word_pair_cosines_equal_gensim_similarity(lee_kv):
 
 
 def test_correlation_ci_is_a_paired_bootstrap(lee_kv):
-    r = sem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=WORDSIM, n_boot=300, device="cpu")
+    r = msem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=WORDSIM, n_boot=300, device="cpu")
     m = r.metrics["word_pairs_spearman"]
     assert m.ci_low < m.value < m.ci_high and "paired" in m.ci_method
     # the vectorised statistics used by the bootstrap equal SciPy's on every resample row
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((5, 40)), rng.standard_normal((5, 40))
     from scipy import stats
-    np.testing.assert_allclose(sem._spearman_stat(x, y), [stats.spearmanr(a, b).statistic for a, b in zip(x, y)])
-    np.testing.assert_allclose(sem._pearson_stat(x, y), [stats.pearsonr(a, b).statistic for a, b in zip(x, y)])
+    np.testing.assert_allclose(msem._spearman_stat(x, y), [stats.spearmanr(a, b).statistic for a, b in zip(x, y)])
+    np.testing.assert_allclose(msem._pearson_stat(x, y), [stats.pearsonr(a, b).statistic for a, b in zip(x, y)])
 
 
 # --------------------------------------------------------------------------- analogies vs gensim
@@ -106,7 +104,7 @@ def test_correlation_ci_is_a_paired_bootstrap(lee_kv):
 def test_analogies_equal_gensim_on_lee_model(lee_kv, case_insensitive, restrict_vocab):
     score, sections = lee_kv.evaluate_word_analogies(QUESTIONS, restrict_vocab=restrict_vocab or 300000,
                                                      case_insensitive=case_insensitive)
-    r = sem.analogy_accuracy(lee_kv.vectors, lee_kv.index_to_key, QUESTIONS, restrict_vocab=restrict_vocab,
+    r = msem.analogy_accuracy(lee_kv.vectors, lee_kv.index_to_key, QUESTIONS, restrict_vocab=restrict_vocab,
                              case_insensitive=case_insensitive, device="cpu")
     assert r.accuracy_3cosadd == pytest.approx(score, abs=1e-12)
     ref = gensim_sections(sections)
@@ -122,7 +120,7 @@ def test_analogies_equal_gensim_on_lee_model(lee_kv, case_insensitive, restrict_
 def test_analogies_equal_gensim_with_planted_structure(planted_kv, case_insensitive, restrict_vocab, dummy):
     score, sections = planted_kv.evaluate_word_analogies(QUESTIONS, restrict_vocab=restrict_vocab or 300000,
                                                          case_insensitive=case_insensitive, dummy4unknown=dummy)
-    r = sem.measure_semantics(planted_kv.vectors, planted_kv.index_to_key, analogies=QUESTIONS,
+    r = msem.measure_semantics(planted_kv.vectors, planted_kv.index_to_key, analogies=QUESTIONS,
                               restrict_vocab=restrict_vocab, case_insensitive=case_insensitive,
                               dummy4unknown=dummy, device="cpu")
     acc = r.values["analogy_accuracy"]
@@ -137,8 +135,8 @@ def test_analogies_equal_gensim_with_planted_structure(planted_kv, case_insensit
 
 def test_case_variant_in_front_provides_the_vector(planted_kv):
     """'ATHENS' (random) precedes 'Athens' (planted): ignoring case, the first one is used, as in gensim."""
-    r_ci = sem.analogy_accuracy(planted_kv.vectors, planted_kv.index_to_key, QUESTIONS, device="cpu")
-    r_cs = sem.analogy_accuracy(planted_kv.vectors, planted_kv.index_to_key, QUESTIONS, case_insensitive=False,
+    r_ci = msem.analogy_accuracy(planted_kv.vectors, planted_kv.index_to_key, QUESTIONS, device="cpu")
+    r_cs = msem.analogy_accuracy(planted_kv.vectors, planted_kv.index_to_key, QUESTIONS, case_insensitive=False,
                                 device="cpu")
     q = r_ci.questions
     athens = q["in_vocab"] & (q["a"] == "Athens")
@@ -149,11 +147,11 @@ def test_case_variant_in_front_provides_the_vector(planted_kv):
 def test_3cosmul_equals_gensim_most_similar_cosmul(planted_kv):
     """gensim's most_similar_cosmul uses ε = 1e-6 and excludes the exact question keys (case-sensitive)."""
     kv = planted_kv
-    qa = sem.read_analogies(QUESTIONS)
-    vocab = sem.Vocabulary.build(kv.index_to_key, case_insensitive=False)
+    qa = msem.read_analogies(QUESTIONS)
+    vocab = msem.Vocabulary.build(kv.index_to_key, case_insensitive=False)
     rows = vocab.lookup(qa.questions)
     ok = np.flatnonzero((rows >= 0).all(1))[::7][:150]
-    _, mul = sem.solve_analogies(kv.vectors, rows[ok, :3], eps=1e-6, device="cpu")
+    _, mul = msem.solve_analogies(kv.vectors, rows[ok, :3], eps=1e-6, device="cpu")
     for k, qi in enumerate(ok):
         a, b, c, _ = qa.questions[qi]
         assert kv.index_to_key[mul[k]] == kv.most_similar_cosmul(positive=[b, c], negative=[a], topn=1)[0][0]
@@ -169,11 +167,11 @@ def test_3cosadd_equals_brute_force_and_is_chunk_invariant(planted_kv, monkeypat
     M = sb * sc / (sa + 1e-3)
     for A in (S, M):
         A[np.repeat(np.arange(len(abc)), 3), abc.ravel()] = -np.inf
-    add, mul = sem.solve_analogies(X, abc, device="cpu")
+    add, mul = msem.solve_analogies(X, abc, device="cpu")
     np.testing.assert_array_equal(add, S.argmax(1))
     np.testing.assert_array_equal(mul, M.argmax(1))
-    monkeypatch.setattr(kernels, "CHUNK_BYTES", 10_000)  # a few questions per chunk
-    add2, mul2 = sem.solve_analogies(X, abc, device="cpu")
+    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 10_000)  # a few questions per chunk
+    add2, mul2 = msem.solve_analogies(X, abc, device="cpu")
     np.testing.assert_array_equal(add, add2)
     np.testing.assert_array_equal(mul, mul2)
 
@@ -190,7 +188,7 @@ def test_hand_computed_analogy(tmp_path):
     X = np.array([[math.cos(math.radians(t)), math.sin(math.radians(t))] for t in ang.values()])
     f = tmp_path / "q.txt"
     f.write_text(": add\na b c x60\n: mul\na b c x180\n")
-    r = sem.analogy_accuracy(X, list(ang), f, device="cpu")
+    r = msem.analogy_accuracy(X, list(ang), f, device="cpu")
     q = r.questions
     assert list(q["predicted_3cosadd"]) == ["x60", "x60"] and list(q["predicted_3cosmul"]) == ["x180", "x180"]
     assert list(r.sections["accuracy_3cosadd"]) == [1.0, 0.0]
@@ -203,36 +201,36 @@ def test_oov_questions_and_labels(tmp_path):
     ids = ["man", "woman", "king", "queen", "princess"]
     f = tmp_path / "q.txt"
     f.write_text("man woman king queen\nman woman king unicorn\n")  # no section header: section 'all'
-    r = sem.measure_semantics(X, ids, analogies=f, labels=["m", "f", "m", "f", "f"], device="cpu")
+    r = msem.measure_semantics(X, ids, analogies=f, labels=["m", "f", "m", "f", "f"], device="cpu")
     assert r.values["analogy_oov"] == 1 and r.values["analogy_oov_ratio"] == 0.5
     assert r.values["analogy_accuracy"] == 1.0 and r.analogies.sections["section"].tolist() == ["all"]
     assert r.analogies.label_match_3cosadd == 1.0
-    r2 = sem.measure_semantics(X, ids, analogies=f, dummy4unknown=True, device="cpu")
+    r2 = msem.measure_semantics(X, ids, analogies=f, dummy4unknown=True, device="cpu")
     assert r2.values["analogy_accuracy"] == 0.5 and r2.analogies.n_evaluated == 2
 
 
 # --------------------------------------------------------------------------- file formats
 
 def test_csv_formats_read_like_gensim_formats(tmp_path):
-    pairs = sem.read_word_pairs(WORDSIM)
+    pairs = msem.read_word_pairs(WORDSIM)
     csv_path = tmp_path / "pairs.csv"
     pd.DataFrame({"Word1": pairs.word1, "word2": pairs.word2, "score": pairs.score, "note": "x"}).to_csv(
         csv_path, index=False)
-    back = sem.read_word_pairs(csv_path)
+    back = msem.read_word_pairs(csv_path)
     assert list(back.word1) == list(pairs.word1) and np.array_equal(back.score, pairs.score)
     assert len(pairs) == 353 and pairs.line[0] == 3  # two '#' comment lines
-    qa = sem.read_analogies(QUESTIONS)
+    qa = msem.read_analogies(QUESTIONS)
     assert len(qa) == 19544 and len(qa.sections) == 14
     sub = pd.DataFrame(qa.questions[:50], columns=list("abcd")).assign(section=qa.section[:50])
     sub.to_csv(tmp_path / "q.csv", index=False)
-    back = sem.read_analogies(tmp_path / "q.csv")
+    back = msem.read_analogies(tmp_path / "q.csv")
     assert (back.questions == qa.questions[:50]).all() and list(back.section) == list(qa.section[:50])
 
 
 def test_whitespace_pairs_with_header_line(tmp_path):
     f = tmp_path / "p.txt"
     f.write_text("word1 word2 similarity\n\n# comment\nCat  dog 7.5\ncar  bus 3\n")
-    p = sem.read_word_pairs(f)
+    p = msem.read_word_pairs(f)
     assert list(p.word1) == ["Cat", "car"] and list(p.score) == [7.5, 3.0] and list(p.line) == [4, 5]
 
 
@@ -249,7 +247,7 @@ def test_bad_word_pair_files(tmp_path, name, text, message):
     f = tmp_path / name
     f.write_text(text)
     with pytest.raises(InputError, match=message.replace("(", r"\(")):
-        sem.read_word_pairs(f)
+        msem.read_word_pairs(f)
 
 
 @pytest.mark.parametrize("name,text,message", [
@@ -262,29 +260,29 @@ def test_bad_analogy_files(tmp_path, name, text, message):
     f = tmp_path / name
     f.write_text(text)
     with pytest.raises(InputError, match=message):
-        sem.read_analogies(f)
+        msem.read_analogies(f)
 
 
 def test_non_utf8_file(tmp_path):
     f = tmp_path / "p.txt"
     f.write_bytes(b"caf\xe9 tea 3\n")
     with pytest.raises(InputError, match="p.txt: expected UTF-8 text"):
-        sem.read_word_pairs(f)
+        msem.read_word_pairs(f)
 
 
 # --------------------------------------------------------------------------- chapter pieces
 
 def test_result_metrics_narrative_and_figures(lee_kv):
-    r = sem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=WORDSIM, analogies=QUESTIONS,
+    r = msem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=WORDSIM, analogies=QUESTIONS,
                               n_boot=100, device="cpu")
-    assert set(r.metrics) == set(sem.SPECS) == set(sem.METRICS)
+    assert set(r.metrics) == set(msem.SPECS) == set(msem.METRICS)
     assert all(m.verdict is None and m.reference for m in r.metrics.values())
-    text = sem.narrative(r)
+    text = sem_chapter.narrative(r)
     assert "Spearman ρ" in text and "3CosAdd" in text
-    assert sem.coverage_warning(r) is not None  # the Lee model covers ~30 % of WordSim-353
-    assert len(sem.pair_disagreements(r)) == 10 and len(sem.analogy_failures(r)) <= 10
-    assert list(sem.section_summary(r)["section"]) == list(sem.read_analogies(QUESTIONS).sections)
-    for fig in (sem.similarity_scatter(r), sem.section_accuracy_figure(r)):
+    assert sem_chapter.coverage_warning(r) is not None  # the Lee model covers ~30 % of WordSim-353
+    assert len(sem_chapter.pair_disagreements(r)) == 10 and len(sem_chapter.analogy_failures(r)) <= 10
+    assert list(sem_chapter.section_summary(r)["section"]) == list(msem.read_analogies(QUESTIONS).sections)
+    for fig in (sem_chapter.similarity_scatter(r), sem_chapter.section_accuracy_figure(r)):
         assert fig.axes
     import matplotlib.pyplot as plt
     plt.close("all")
@@ -293,9 +291,9 @@ def test_result_metrics_narrative_and_figures(lee_kv):
 def test_notebook_metadata():
     nb = nbformat.read(notebooks_dir() / "60_semantic.ipynb", as_version=4)
     nbformat.validate(nb)
-    meta = nb.metadata["embeval"]
-    assert (meta["name"], meta["title"], meta["order"], meta["requires"]) == (
-        "semantic", "Semantic benchmarks", 60, ["word_pairs|analogies"])
+    spec = declared("semantic")
+    assert nb.metadata["embeval"]["name"] == "semantic" and spec.notebook.name == "60_semantic.ipynb"
+    assert (spec.title, spec.order, spec.requires) == ("Semantic benchmarks", 60, ("word_pairs|analogies",))
     tags = [c.metadata.get("tags", []) for c in nb.cells]
     assert ["parameters"] in tags and ["remove-input"] in tags
 
@@ -307,9 +305,9 @@ def test_demo_side_data(tmp_path):
     X, meta = streaming_embeddings(seed=0)
     np.testing.assert_array_equal(es.vectors, X)  # the side data does not disturb the vectors
     assert {"word_pairs", "analogies"} <= set(es.fields) and es.has("word_pairs|analogies".split("|")[0])
-    pairs, qa = sem.read_word_pairs(es.fields["word_pairs"]), sem.read_analogies(es.fields["analogies"])
+    pairs, qa = msem.read_word_pairs(es.fields["word_pairs"]), msem.read_analogies(es.fields["analogies"])
     assert len(pairs) == 300 and len(qa) == 200 and len(qa.sections) == 8
-    r = sem.measure_semantics(es.vectors, es.ids, word_pairs=pairs, analogies=qa, n_boot=0, device="cpu")
+    r = msem.measure_semantics(es.vectors, es.ids, word_pairs=pairs, analogies=qa, n_boot=0, device="cpu")
     assert r.values["word_pairs_oov"] == 15 and r.values["word_pairs_spearman"] > 0.5
     assert r.values["analogy_oov"] == 0 and r.values["analogy_accuracy"] > 0.05
 
@@ -317,9 +315,9 @@ def test_demo_side_data(tmp_path):
 def test_wilson_interval_matches_statsmodels_with_exact_ends():
     for k, n in ((0, 25), (3, 25), (25, 25), (17, 400)):
         ref = proportion_confint(k, n, alpha=0.05, method="wilson")
-        assert sem.wilson_ci(k, n) == pytest.approx(ref, abs=1e-12)
-    assert sem.wilson_ci(0, 25)[0] == 0.0 and sem.wilson_ci(25, 25)[1] == 1.0
-    assert sem.wilson_ci(0, 0) == (None, None)
+        assert msem.wilson_ci(k, n) == pytest.approx(ref, abs=1e-12)
+    assert msem.wilson_ci(0, 25)[0] == 0.0 and msem.wilson_ci(25, 25)[1] == 1.0
+    assert msem.wilson_ci(0, 0) == (None, None)
 
 
 # --------------------------------------------------------------------------- degenerate inputs
@@ -338,7 +336,7 @@ def run_measure(X, ids, tmp_path, pairs=None, questions=None, **kw):
         files["analogies"] = tmp_path / "q.txt"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        r = sem.measure_semantics(np.asarray(X, float), ids, device="cpu", n_boot=200, **files, **kw)
+        r = msem.measure_semantics(np.asarray(X, float), ids, device="cpu", n_boot=200, **files, **kw)
     return r, [str(w.message) for w in caught if issubclass(w.category, UndefinedMetricWarning)]
 
 
@@ -419,7 +417,7 @@ def test_three_by_two_set_matches_gensim_and_has_no_candidate(tmp_path):
     score, _ = kv.evaluate_word_analogies(str(tmp_path / "q.txt"))
     assert r.values["analogy_accuracy"] == score == 0.0 and r.analogies.n_evaluated == 2
     assert r.analogies.questions["predicted_3cosadd"].isna().all()
-    add, mul = sem.solve_analogies(X, [[0, 1, 2]], device="cpu")
+    add, mul = msem.solve_analogies(X, [[0, 1, 2]], device="cpu")
     assert add.tolist() == mul.tolist() == [-1]
     # three pairs: the correlation is defined; too few distinct resamples for a bootstrap interval, said so
     assert math.isfinite(r.values["word_pairs_spearman"])

@@ -13,10 +13,14 @@ import yaml
 from scipy import stats
 from scipy.stats import ortho_group
 
-from embeval_report import stability as st
+from embeval_report.chapters import stability as st_chapter  # noqa: E402
+from embeval_report.chapters import training_stability as ts_chapter  # noqa: E402
+from embeval_report.demo import stability as demo_stability  # noqa: E402
+from embeval_report.metrics import stability as mst  # noqa: E402
+from embeval_report.metrics import training_stability as mts  # noqa: E402
 from embeval_report.errors import InputError
 from embeval_report.io import EmbeddingSet, load_source
-from embeval_report.procrustes import procrustes_align
+from embeval_report.metrics.procrustes import procrustes_align
 
 
 def noisy_runs(n=300, d=12, sigma=0.3, R=3, seed=0, rotate=True):
@@ -52,7 +56,7 @@ def test_pure_rotation_gives_overlap_one_and_aligned_cosine_one():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((250, 10))
     runs = [X, X @ ortho_group.rvs(10, random_state=1), X @ ortho_group.rvs(10, random_state=2)]
-    r = st.measure_run_stability(runs, k=10, n_boot=50)
+    r = mst.measure_run_stability(runs, k=10, n_boot=50)
     assert np.all(r.overlap == 1.0) and np.all(r.overlap_by_pair == 1.0)
     assert np.allclose(r.aligned_cosine, 1.0, atol=1e-9)
     assert r.values["procrustes_disparity"] == pytest.approx(0.0, abs=1e-10)
@@ -63,8 +67,8 @@ def test_pure_rotation_gives_overlap_one_and_aligned_cosine_one():
 
 def test_translation_leaves_procrustes_metrics_unchanged():
     A, B, _ = noisy_runs(R=3, rotate=False)
-    r0 = st.measure_run_stability([A, B], n_boot=0)
-    r1 = st.measure_run_stability([A + 5.0, B - 2.0], n_boot=0)
+    r0 = mst.measure_run_stability([A, B], n_boot=0)
+    r1 = mst.measure_run_stability([A + 5.0, B - 2.0], n_boot=0)
     for name in ("procrustes_aligned_cosine", "procrustes_disparity", "pairwise_similarity_correlation"):
         assert r1.values[name] == pytest.approx(r0.values[name], rel=1e-9)
 
@@ -73,8 +77,8 @@ def test_independent_runs_overlap_at_chance_k_over_n_minus_1():
     rng = np.random.default_rng(7)
     n, k = 1000, 10
     runs = [rng.standard_normal((n, 16)) for _ in range(3)]
-    r = st.measure_run_stability(runs, k=k, n_boot=0)
-    assert r.chance == st.chance_overlap(n, k) == pytest.approx(k / (n - 1))
+    r = mst.measure_run_stability(runs, k=k, n_boot=0)
+    assert r.chance == mst.chance_overlap(n, k) == pytest.approx(k / (n - 1))
     assert r.values["knn_overlap"] == pytest.approx(k / (n - 1), abs=0.003)
     assert abs(r.values["pairwise_similarity_correlation"]) < 0.02
     assert r.metrics["pairwise_similarity_correlation"].verdict == "problematic"
@@ -82,7 +86,7 @@ def test_independent_runs_overlap_at_chance_k_over_n_minus_1():
 
 def test_per_entity_overlap_and_aligned_cosine_match_brute_force():
     A, B = noisy_runs(n=150, d=6, sigma=0.4, R=2)
-    r = st.measure_run_stability([A, B], k=7, n_boot=0)
+    r = mst.measure_run_stability([A, B], k=7, n_boot=0)
     na, nb = dense_knn(A, 7), dense_knn(B, 7)
     expected = np.array([len(set(a) & set(b)) / 7 for a, b in zip(na, nb)])
     np.testing.assert_allclose(r.overlap_by_pair[0], expected)
@@ -99,7 +103,7 @@ def test_similarity_correlation_is_exact_over_all_pairs():
     rng = np.random.default_rng(3)
     A = rng.standard_normal((200, 5)) + 2.0
     B = np.hstack([A, rng.standard_normal((200, 2))]) + 0.7 * rng.standard_normal((200, 7))  # d differs
-    assert st.similarity_correlation(A, B) == pytest.approx(gram_corr_brute(A, B), rel=1e-10)
+    assert mst.similarity_correlation(A, B) == pytest.approx(gram_corr_brute(A, B), rel=1e-10)
 
 
 def test_similarity_correlation_closed_form_for_noisy_copies():
@@ -108,14 +112,14 @@ def test_similarity_correlation_closed_form_for_noisy_copies():
     base = rng.standard_normal((4000, 32))
     sigma = 0.5
     A, B = (base + sigma * rng.standard_normal(base.shape) for _ in range(2))
-    assert st.similarity_correlation(A, B) == pytest.approx(1 / (1 + sigma ** 2) ** 2, abs=0.015)
+    assert mst.similarity_correlation(A, B) == pytest.approx(1 / (1 + sigma ** 2) ** 2, abs=0.015)
 
 
 def test_block_bootstrap_moments_equal_the_resampled_rows():
     """A replicate with block weights w equals the statistic on the explicitly replicated rows."""
     n, seed = 40, 5
     A, B = noisy_runs(n=n, d=4, sigma=0.5, R=2, seed=2)
-    mom = st.PairMoments.gather(A, B, n_blocks=n, seed=seed)
+    mom = mst.PairMoments.gather(A, B, n_blocks=n, seed=seed)
     row_of_block = np.random.default_rng(seed).permutation(n)  # block_moments' assignment, one row per block
     Ac, Bc = A - A.mean(0), B - B.mean(0)
     np.testing.assert_allclose(mom.sa, Ac[row_of_block], atol=1e-12)
@@ -131,8 +135,8 @@ def test_block_bootstrap_moments_equal_the_resampled_rows():
 
 def test_intervals_bracket_means_and_are_deterministic():
     runs = noisy_runs(n=400, d=8, sigma=0.4, R=3)
-    a = st.measure_run_stability(runs, n_boot=100, seed=4)
-    b = st.measure_run_stability(runs, n_boot=100, seed=4)
+    a = mst.measure_run_stability(runs, n_boot=100, seed=4)
+    b = mst.measure_run_stability(runs, n_boot=100, seed=4)
     for name, m in a.metrics.items():
         assert (m.ci_low, m.ci_high) == (b.metrics[name].ci_low, b.metrics[name].ci_high)
         assert m.ci_low is not None and m.ci_low < m.ci_high
@@ -147,16 +151,16 @@ def test_least_stable_lists_the_noisiest_entities_by_id():
     Y = X.copy()
     Y[:5] = rng.standard_normal((5, 8))  # five entities re-drawn in the second run
     ids = np.array([f"e<{i}>" for i in range(200)], dtype=object)
-    r = st.measure_run_stability([X, Y], n_boot=0)
-    t = st.least_stable(r, ids, pd.DataFrame({"label": ["x"] * 200}, index=ids), n=5)
+    r = mst.measure_run_stability([X, Y], n_boot=0)
+    t = mst.least_stable(r, ids, pd.DataFrame({"label": ["x"] * 200}, index=ids), n=5)
     assert set(t["id"]) == {f"e<{i}>" for i in range(5)}
     assert list(t.columns[:4]) == ["rank", "id", "k-NN overlap", "aligned cosine"] and "label" in t
-    text = st.narrative(r, ids=ids)
+    text = st_chapter.narrative(r, ids=ids)
     assert "e&lt;" in text and "<0>" not in text  # ids are escaped
 
 
 def test_verdict_bands_follow_seed_000_section_217_2_2():
-    from embeval_report.thresholds import verdict
+    from embeval_report.metrics.thresholds import verdict
     assert verdict("pairwise_similarity_correlation", 0.97) == "healthy"
     assert verdict("pairwise_similarity_correlation", 0.90) == "concerning"
     assert verdict("pairwise_similarity_correlation", 0.80) == "problematic"
@@ -186,15 +190,15 @@ def test_word2vec_runs_frequent_words_are_more_stable(tmp_path):
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "seed1.txt", "metadata": "meta.csv",
                                                      "runs": ["seed2.txt", "seed3.txt"]}))
     es = load_source(tmp_path / "m.yaml")
-    inputs = st.load_runs(es)
+    inputs = mst.load_runs(es)
     assert inputs.coverage["missing"].sum() == 0 and len(inputs.ids) == es.n
-    r = st.measure_run_stability(inputs, n_boot=0)
+    r = mst.measure_run_stability(inputs, n_boot=0)
     assert r.values["knn_overlap"] > 2 * r.chance
-    freq = st.frequency_association(r, es.metadata, inputs.index)
+    freq = mst.frequency_association(r, es.metadata, inputs.index)
     assert freq["rho"] > 0.3 and freq["p"] < 1e-10
-    groupings = st.stability_groupings(es, inputs.index)
+    groupings = mst.stability_groupings(es, inputs.index)
     assert [g.name for g in groupings] == ["frequency quartile"]
-    s = st.subset_stability(r, groupings)
+    s = mst.subset_stability(r, groupings)
     means = s.table["k-NN overlap"].to_numpy()
     assert means[3] > means[2] > means[0]  # Q4 (most frequent) > Q3 > Q1 (rarest)
     q1_q4 = s.tests[s.tests["comparison"].str.startswith("Q1") & s.tests["comparison"].str.contains("Q4")]
@@ -231,11 +235,11 @@ def test_subsets_differ_kruskal_mann_whitney_with_holm(tmp_path):
     voc = [{"name": "stable", "ids": str(tmp_path / "stable.txt")}, {"name": "noisy", "ids": str(tmp_path / "noisy.txt")},
            {"name": "mixed", "ids": str(tmp_path / "mixed.txt")}]
     es = make_set(runs[0], ids, vocabularies=voc)
-    r = st.measure_run_stability(runs, n_boot=0)
-    g = st.vocabulary_grouping(es, np.arange(n))
+    r = mst.measure_run_stability(runs, n_boot=0)
+    g = mst.vocabulary_grouping(es, np.arange(n))
     assert g.disjoint and [len(v) for v in g.subsets.values()] == [100, 100, 100]
     assert any("1 not in the embedding set" in note for note in g.notes)
-    s = st.subset_stability(r, [g])
+    s = mst.subset_stability(r, [g])
     t = s.table.set_index("subset")
     assert t.loc["stable", "k-NN overlap"] > t.loc["mixed", "k-NN overlap"] > t.loc["noisy", "k-NN overlap"] + 0.1
     kw = s.tests.iloc[0]
@@ -248,7 +252,7 @@ def test_subsets_differ_kruskal_mann_whitney_with_holm(tmp_path):
     np.testing.assert_allclose(mw["p (Holm)"].to_numpy()[order], holm)
     sn = mw[mw["comparison"].str.startswith("stable vs noisy")].iloc[0]
     assert sn["differs"] and sn["effect A"] > 0.9
-    assert "Holm" in st.subset_text(s)
+    assert "Holm" in st_chapter.subset_text(s)
 
 
 def test_overlapping_vocabularies_are_tested_against_the_rest(tmp_path):
@@ -259,9 +263,9 @@ def test_overlapping_vocabularies_are_tested_against_the_rest(tmp_path):
     (tmp_path / "b.txt").write_text("\n".join(ids[150:]))
     es = make_set(runs[0], ids, vocabularies=[{"name": "a", "ids": str(tmp_path / "a.txt")},
                                               {"name": "b", "ids": str(tmp_path / "b.txt")}])
-    g = st.vocabulary_grouping(es, np.arange(n))
+    g = mst.vocabulary_grouping(es, np.arange(n))
     assert not g.disjoint
-    s = st.subset_stability(st.measure_run_stability(runs, n_boot=0), [g])
+    s = mst.subset_stability(mst.measure_run_stability(runs, n_boot=0), [g])
     assert list(s.tests["comparison"]) == ["a vs the rest (Mann–Whitney U)", "b vs the rest (Mann–Whitney U)"]
 
 
@@ -270,7 +274,7 @@ def test_vocabulary_without_known_ids_is_an_input_error(tmp_path):
     es = make_set(np.eye(20, 5) + 1, [f"w{i}" for i in range(20)],
                   vocabularies=[{"name": "ghosts", "ids": str(tmp_path / "v.txt")}])
     with pytest.raises(InputError, match=r"v\.txt.*none of its 2 ids"):
-        st.vocabulary_grouping(es, np.arange(20))
+        mst.vocabulary_grouping(es, np.arange(20))
 
 
 def test_frequency_quartiles_and_kind_groupings_from_metadata():
@@ -279,7 +283,7 @@ def test_frequency_quartiles_and_kind_groupings_from_metadata():
     meta = pd.DataFrame({"frequency": np.arange(1, n + 1), "kind": ["user"] * 60 + ["item"] * 40},
                         index=pd.Index(ids, name="id"))
     es = make_set(np.random.default_rng(0).standard_normal((n, 4)), ids, meta)
-    gs = st.stability_groupings(es, np.arange(n))
+    gs = mst.stability_groupings(es, np.arange(n))
     assert [g.name for g in gs] == ["frequency quartile", "kind"]
     q = gs[0]
     assert list(q.subsets) == ["Q1: 1 – 25", "Q2: 26 – 50", "Q3: 51 – 75", "Q4: 76 – 100"]
@@ -309,16 +313,16 @@ def test_runs_matched_by_id_report_missing_and_extra(tmp_path):
                 np.vstack([X[keep], np.ones((2, 6), np.float32)]))
     (tmp_path / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nruns: [r1.npy, r2.parquet]\n")
     es = load_source(tmp_path / "m.yaml")
-    inputs = st.load_runs(es)
+    inputs = mst.load_runs(es)
     cov = inputs.coverage.set_index("run")
     assert cov.loc["r2.parquet", ["missing", "extra", "matched"]].tolist() == [3, 2, n - 3]
     assert cov.loc["r2.parquet", "extra ids (first)"] == "new_1, new_2"
     assert list(inputs.excluded) == ids[:3] and len(inputs.ids) == n - 3
     for V in inputs.vectors:
         np.testing.assert_array_equal(V, X[3:])  # rows re-ordered to the main set's
-    r = st.measure_run_stability(inputs, n_boot=0)
+    r = mst.measure_run_stability(inputs, n_boot=0)
     assert r.values["knn_overlap"] == 1.0
-    text = st.coverage_text(inputs)
+    text = st_chapter.coverage_text(inputs)
     assert "lacks 3" in text and "has 2 ids" in text and r"e\_0\*" in text
 
 
@@ -328,7 +332,7 @@ def test_run_without_ids_and_wrong_row_count_is_an_input_error(tmp_path):
     np.save(tmp_path / "short.npy", X[:20])
     (tmp_path / "m.yaml").write_text("vectors: v.npy\nruns: [short.npy]\n")
     with pytest.raises(InputError, match=r"short\.npy: 20 rows but the reference set has 30"):
-        st.load_runs(load_source(tmp_path / "m.yaml"))
+        mst.load_runs(load_source(tmp_path / "m.yaml"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,9 +376,9 @@ def cohort_case(tmp_path):
 
 def test_tranche_cohorts_and_movement_on_a_constructed_case(tmp_path):
     es, expected = cohort_case(tmp_path)
-    runs = st.load_tranches(es)
+    runs = mts.load_tranches(es)
     assert [cp.name for cp in runs["run"]] == ["t1", "t2", "t3"]  # sorted by order
-    r = st.measure_training_stability(es, runs, k=5, n_boot=0)
+    r = mts.measure_training_stability(es, runs, k=5, n_boot=0)
     cov = r.coverage.set_index("tranche")
     assert cov["new"].tolist() == [40, 20, 0] and cov.loc["t1", "extra ids"] == 1
     assert cov.loc["t1", "not yet present"] == 22
@@ -389,7 +393,7 @@ def test_tranche_cohorts_and_movement_on_a_constructed_case(tmp_path):
     assert r.transitions["n"].tolist() == [40, 60]
     assert r.transitions["k-NN overlap"].iloc[0] == 1.0  # t1 → t2: early entities only rotated
     assert "tranche_cross_run_knn_overlap_final" not in r.metrics  # one run
-    assert "anchors" in st.training_narrative(r)
+    assert "anchors" in ts_chapter.training_narrative(r)
 
 
 def test_tranches_across_runs_are_compared_at_each_shared_name(tmp_path):
@@ -404,7 +408,7 @@ def test_tranches_across_runs_are_compared_at_each_shared_name(tmp_path):
             np.save(tmp_path / f"{run}{t}.npy", (X + noise * rng.standard_normal(X.shape)).astype(np.float32))
             entries.append({"name": f"epoch {t}", "vectors": f"{run}{t}.npy", "run": run})
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "ids": "ids.txt", "tranches": entries}))
-    r = st.measure_training_stability(load_source(tmp_path / "m.yaml"), k=5, n_boot=30)
+    r = mts.measure_training_stability(load_source(tmp_path / "m.yaml"), k=5, n_boot=30)
     assert r.cross_run["tranche"].tolist() == ["epoch 1", "epoch 2"]
     assert r.cross_run["k-NN overlap"].iloc[1] > r.cross_run["k-NN overlap"].iloc[0]
     m = r.metrics["tranche_cross_run_knn_overlap_final"]
@@ -424,7 +428,7 @@ def test_bad_tranche_orders_are_input_errors(tmp_path, orders, message):
                for i, o in enumerate(orders)]
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "tranches": entries}))
     with pytest.raises(InputError, match=message):
-        st.load_tranches(load_source(tmp_path / "m.yaml"))
+        mts.load_tranches(load_source(tmp_path / "m.yaml"))
 
 
 def test_dates_order_tranches_and_a_single_checkpoint_is_an_input_error(tmp_path):
@@ -433,10 +437,10 @@ def test_dates_order_tranches_and_a_single_checkpoint_is_an_input_error(tmp_path
     entries = [{"name": "late", "vectors": "v.npy", "order": "2024-03-01"},
                {"name": "early", "vectors": "v.npy", "order": "2024-01-15"}]
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "tranches": entries}))
-    assert [cp.name for cp in st.load_tranches(load_source(tmp_path / "m.yaml"))["run"]] == ["early", "late"]
+    assert [cp.name for cp in mts.load_tranches(load_source(tmp_path / "m.yaml"))["run"]] == ["early", "late"]
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "tranches": entries[:1]}))
     with pytest.raises(InputError, match="at least two checkpoints"):
-        st.load_tranches(load_source(tmp_path / "m.yaml"))
+        mts.load_tranches(load_source(tmp_path / "m.yaml"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -448,7 +452,7 @@ def demo_manifest(tmp_path_factory):
     from embeval_report.demo import write_demo
     folder = tmp_path_factory.mktemp("demo")
     path = write_demo(folder)
-    entries = st.demo_side_data(folder)
+    entries = demo_stability.demo_side_data(folder)
     manifest = yaml.safe_load(path.read_text())
     manifest.update(entries)
     path.write_text(yaml.safe_dump(manifest, sort_keys=False))
@@ -459,14 +463,14 @@ def test_demo_side_data_plants_frequency_and_cohort_effects(demo_manifest):
     path, entries = demo_manifest
     assert set(entries) == {"runs", "tranches", "vocabularies"} and len(entries["runs"]) == 4
     es = load_source(path)
-    inputs = st.load_runs(es)
+    inputs = mst.load_runs(es)
     assert inputs.coverage["missing"].tolist() == [0, 0, 0, 0, 8] and inputs.coverage["extra"].iloc[-1] == 3
-    r = st.measure_run_stability(inputs, n_boot=0)
-    s = st.subset_stability(r, st.stability_groupings(es, inputs.index))
+    r = mst.measure_run_stability(inputs, n_boot=0)
+    s = mst.subset_stability(r, mst.stability_groupings(es, inputs.index))
     t = s.table.set_index("subset")
     assert t.loc["popular items", "k-NN overlap"] > t.loc["niche items", "k-NN overlap"] + 0.1
-    assert st.frequency_association(r, es.metadata, inputs.index)["rho"] > 0.3
-    tr = st.measure_training_stability(es, k=10, n_boot=0)
+    assert mst.frequency_association(r, es.metadata, inputs.index)["rho"] > 0.3
+    tr = mts.measure_training_stability(es, k=10, n_boot=0)
     last = tr.cohorts[tr.cohorts["step"] == tr.cohorts["step"].max()].sort_values("cohort_step")
     assert last["mean movement"].iloc[-1] > 5 * last["mean movement"].iloc[0]  # late cohorts still move
     assert tr.cross_run["tranche"].tolist() == ["tranche 1", "tranche 2", "tranche 3", "final"]
@@ -490,7 +494,7 @@ def test_chapters_run_end_to_end(tmp_path):
     doc = json.loads((out / "metrics.json").read_text())
     ch = doc["chapters"]
     assert ch["stability"]["status"] == "ok" and ch["training_stability"]["status"] == "ok"
-    assert set(ch["stability"]["metrics"]) == set(st.METRICS) | {"mde_knn_overlap", "mde_procrustes_aligned_cosine"}
+    assert set(ch["stability"]["metrics"]) == set(mst.METRICS) | {"mde_knn_overlap", "mde_procrustes_aligned_cosine"}
     assert ch["stability"]["metrics"]["pairwise_similarity_correlation"]["verdict"] in ("healthy", "concerning",
                                                                                        "problematic")
     assert {"tranche_knn_overlap_last", "tranche_movement_last"} <= set(ch["training_stability"]["metrics"])
@@ -516,19 +520,19 @@ def test_block_bootstrap_up_to_d_647_then_jackknife():
 
 def test_jackknife_replicates_are_the_statistics_without_each_group(monkeypatch):
     from embeval_report import stats
-    from embeval_report.kernels.moments import _assignment
+    from embeval_report.kernels.blocks import assign_blocks
     monkeypatch.setattr(stats, "RESAMPLING_BYTES", 1000)  # no room for per-block moments
     A, B = noisy_runs(n=120, d=5, sigma=0.5, R=2, seed=3)
-    r = st.measure_run_stability([A, B], k=5, n_boot=200, seed=2)
-    r0 = st.measure_run_stability([A, B], k=5, n_boot=0, seed=2)
+    r = mst.measure_run_stability([A, B], k=5, n_boot=200, seed=2)
+    r0 = mst.measure_run_stability([A, B], k=5, n_boot=0, seed=2)
     assert r.plan.method == "jackknife" and r.n_blocks == 20 and "jackknife" in r.ci_method
     assert r.values == r0.values  # same point estimates
     for name, m in r.metrics.items():
         assert m.has_ci and m.ci_low <= m.value <= m.ci_high, name
     # replicate g: the statistic on the rows outside group g (centring held at the full-sample mean)
-    group = _assignment(120, 20, 2)
+    group = assign_blocks(120, 20, 2)
     plan = r.plan
-    _, reps = st.pair_replicates(A, B, plan, plan.replicates(lambda w: w), seed=2)
+    _, reps = mst.pair_replicates(A, B, plan, plan.replicates(lambda w: w), seed=2)
     Ac, Bc = A - A.mean(0), B - B.mean(0)
     for g in (0, 7, 19):
         keep = group != g
@@ -546,25 +550,25 @@ def test_identical_rows_give_undefined_metrics_with_a_warning():
     from embeval_report.errors import UndefinedMetricWarning
     X = np.tile(np.arange(1, 9, dtype=float), (200, 1))
     with pytest.warns(UndefinedMetricWarning, match="undefined"):
-        r = st.measure_run_stability([X, X.copy(), X.copy()], n_boot=50)
+        r = mst.measure_run_stability([X, X.copy(), X.copy()], n_boot=50)
     for name in ("procrustes_aligned_cosine", "procrustes_disparity", "pairwise_similarity_correlation"):
         m = r.metrics[name]
         assert np.isnan(m.value) and m.to_json()["value"] is None and m.verdict is None and m.note
     assert r.values["knn_overlap"] == 1.0
-    text = st.narrative(r)
+    text = st_chapter.narrative(r)
     assert "nan" not in text and "undefined" in text and "No verdict" in text
 
 
 def test_a_run_identical_to_the_main_set():
     X = np.random.default_rng(4).standard_normal((150, 6))
-    r = st.measure_run_stability([X, X.copy()], n_boot=50)
+    r = mst.measure_run_stability([X, X.copy()], n_boot=50)
     assert r.values["knn_overlap"] == 1.0 and r.values["pairwise_similarity_correlation"] == pytest.approx(1.0)
     assert r.values["procrustes_disparity"] == pytest.approx(0.0, abs=1e-12)
     assert r.metrics["procrustes_disparity"].ci_low >= 0.0  # clipped to the metric's range
     assert r.metrics["pairwise_similarity_correlation"].verdict == "healthy"
     from embeval_report.errors import UndefinedMetricWarning
     with pytest.warns(UndefinedMetricWarning, match="cannot differ"):
-        s = st.subset_stability(r, [st.category_grouping(np.array(["a", "b"] * 75), column="kind")])
+        s = mst.subset_stability(r, [mst.category_grouping(np.array(["a", "b"] * 75), column="kind")])
     assert len(s.table) == 2 and not len(s.tests)  # every overlap is 1: nothing to test
 
 
@@ -572,9 +576,9 @@ def test_a_run_identical_to_the_main_set():
 def test_tiny_sets_and_d_above_n(n, d):
     rng = np.random.default_rng(n)
     X = rng.standard_normal((n, d))
-    k = st.usable_k(10, n)
+    k = mst.usable_k(10, n)
     assert k == n - 2
-    r = st.measure_run_stability([X, X + 0.1 * rng.standard_normal((n, d))], k=k)
+    r = mst.measure_run_stability([X, X + 0.1 * rng.standard_normal((n, d))], k=k)
     assert r.plan.method == "jackknife" and r.k == k and r.chance == pytest.approx(k / (n - 1))
     assert 0 <= r.values["knn_overlap"] <= 1 and np.isfinite(r.values["pairwise_similarity_correlation"])
     for m in r.metrics.values():
@@ -590,12 +594,12 @@ def test_too_few_shared_entities(tmp_path):
     (tmp_path / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nruns: [r.parquet]\n")
     es = load_source(tmp_path / "m.yaml")
     with pytest.raises(InputError, match="k = 10 needs at least 12 shared entities, found 5"):
-        st.load_runs(es)  # the public reader keeps its k check
+        mst.load_runs(es)  # the public reader keeps its k check
     from embeval_report.io.side_data import load_side_data
     from embeval_report.chapters import stability as chapter
     side = load_side_data(es)
-    inputs = st.match_runs(es, side.runs)
-    assert len(inputs.index) == 5 and st.usable_k(10, 5) == 3
+    inputs = mst.match_runs(es, side.runs)
+    assert len(inputs.index) == 5 and mst.usable_k(10, 5) == 3
     assert chapter.precheck(es, side, None) is None
     write_table(tmp_path / "r.parquet", ids[:2], X[:2])
     reason = chapter.precheck(es, load_side_data(es), None)
@@ -610,12 +614,12 @@ def test_vocabulary_outside_the_compared_entities_is_left_out_with_a_note(tmp_pa
     es = make_set(np.random.default_rng(0).standard_normal((n, 4)), ids,
                   vocabularies=[{"name": "late", "ids": str(tmp_path / "v.txt")},
                                 {"name": "early", "ids": str(tmp_path / "u.txt")}])
-    g = st.vocabulary_grouping(es, np.arange(40))  # w50, w51 are missing from some run
+    g = mst.vocabulary_grouping(es, np.arange(40))  # w50, w51 are missing from some run
     assert list(g.subsets) == ["early"] and any("“late”" in note and "left out" in note for note in g.notes)
     from embeval_report.io.runs import read_vocabularies
-    g2 = st.vocabulary_grouping(es, np.arange(40), read_vocabularies(es, es.fields["vocabularies"]))
+    g2 = mst.vocabulary_grouping(es, np.arange(40), read_vocabularies(es, es.fields["vocabularies"]))
     assert list(g2.subsets) == ["early"]  # the validated side data gives the same grouping
-    only_late = st.vocabulary_grouping(es, np.arange(40), read_vocabularies(es, es.fields["vocabularies"][:1]))
+    only_late = mst.vocabulary_grouping(es, np.arange(40), read_vocabularies(es, es.fields["vocabularies"][:1]))
     assert only_late.subsets == {} and only_late.notes
 
 
@@ -642,10 +646,10 @@ def test_tranches_that_share_no_entities_and_identical_checkpoints(tmp_path):
         {"name": "t1", "vectors": "c.parquet"}, {"name": "t2", "vectors": "c.parquet"}]}))
     es = load_source(tmp_path / "m.yaml")
     with pytest.warns(UndefinedMetricWarning, match="no spread"):
-        r = st.measure_training_stability(es, k=5, n_boot=0)
+        r = mts.measure_training_stability(es, k=5, n_boot=0)
     assert np.isnan(r.values["tranche_movement_last"]) and r.metrics["tranche_movement_last"].note
     assert r.values["tranche_knn_overlap_last"] == 1.0
-    assert "nan" not in st.training_narrative(r)
+    assert "nan" not in ts_chapter.training_narrative(r)
 
 
 def test_degenerate_chapters_through_the_cli(tmp_path):

@@ -1,6 +1,6 @@
 """The Summary chapter's tables and narrative from recorded results."""
-from embeval_report.report import summary
-from embeval_report.report.display import Link
+from embeval_report.chapters import summary
+from embeval_report.present.display import Link
 
 
 def run_and_results():

@@ -15,6 +15,7 @@ import torch
 from embeval_report.errors import InputError
 from embeval_report.io.training_log import read_training_log, training_log_frame
 from embeval_report.metrics import convergence as cv
+from embeval_report.metrics import training_runs as tr
 from embeval_report.metrics.training_checks import monitor_checks
 
 
@@ -100,17 +101,17 @@ def synthetic(kind, n=120, seed=0):
 
 
 def test_planted_convergence_divergence_overfitting_and_oscillation():
-    d = cv.diagnose_run(synthetic("healthy").frame)
+    d = tr.diagnose_run(synthetic("healthy").frame)
     # 2 exp(-0.08 t) falls within 1 % of the total change (0.02) at t = ln(100)/0.08 = 57.6, plus EMA lag
     assert 55 <= d.convergence <= 80 and not d.div.diverged and not d.osc.oscillating
-    d = cv.diagnose_run(synthetic("diverge").frame)
+    d = tr.diagnose_run(synthetic("diverge").frame)
     assert d.div.diverged and d.div.reason == "non-finite" and d.step(d.div.first_nonfinite, False) == 1010
     assert 60 <= d.div.onset <= 80 and d.convergence is None
     assert d.early.reason == "patience" and d.div.onset < d.early.stop < 100  # stops on the rise, before the NaN
-    d = cv.diagnose_run(synthetic("overfit").frame)
+    d = tr.diagnose_run(synthetic("overfit").frame)
     assert d.monitor == "val_loss" and d.over.overfitting and 45 <= d.over.onset <= 55
     assert d.early.reason == "patience" and 45 <= d.early.best <= 56
-    d = cv.diagnose_run(synthetic("oscillate").frame)
+    d = tr.diagnose_run(synthetic("oscillate").frame)
     assert d.osc.oscillating and d.osc.period == pytest.approx(8, abs=0.5) and d.osc.fisher_p < 1e-6
 
 
@@ -166,8 +167,8 @@ def test_seed_monitor_checks_and_gradients():
 
 
 def test_several_runs_summary():
-    runs = [cv.diagnose_run(synthetic(k, seed=i).frame, k) for i, k in enumerate(["healthy", "healthy", "diverge"])]
-    values, cis = cv.summarize_runs(runs)
+    runs = [tr.diagnose_run(synthetic(k, seed=i).frame, k) for i, k in enumerate(["healthy", "healthy", "diverge"])]
+    values, cis = tr.summarize_runs(runs)
     assert values["diverged_runs"] == pytest.approx(1 / 3)
     finals = [r.final_loss for r in runs[:2]]
     assert values["final_loss"] == pytest.approx(np.mean(finals))

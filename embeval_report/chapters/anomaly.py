@@ -3,6 +3,8 @@ read off the embeddings — separate the labelled anomalies from normal rows, wh
 cost, and how soon incidents would be caught (computed in :mod:`embeval_report.metrics.anomaly`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
@@ -10,15 +12,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..errors import ChapterSkipped
 from ..io.anomaly_scores import anomaly_labels, event_columns, label_column
 from ..metrics import anomaly as an
-from ..report.display import callout, escape, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.format import percent, value_with_ci
-from ..report.plotting import PALETTE, WIDTH
+from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.format import percent, value_with_ci
+from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
-from .setup import ChapterContext
+from .declaration import INF, ChapterSpec, K, Option
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["AnomalyReport", "comparison_table", "compute", "cost_figure", "curves_figure", "distribution_figure",
            "narrative", "precheck", "show_comparison", "show_cost", "show_curves", "show_detection",
@@ -59,9 +63,6 @@ def precheck(es, side, settings) -> str | None:
 def compute(ctx: ChapterContext) -> AnomalyReport:
     """Score the rows (baselines, and the user's detector when given), evaluate, and record."""
     es, side = ctx.es, ctx.side
-    reason = precheck(es, side, ctx.settings)
-    if reason:
-        raise ChapterSkipped(reason)
     column, y = anomaly_labels(es.metadata)
     k = max(1, min(int(ctx.option("k")), es.n - 2))
     baselines = an.baseline_scores(es.vectors, k, seed=ctx.seed, device=ctx.device)
@@ -398,3 +399,20 @@ def show_protocol(rep: AnomalyReport) -> None:
              if p["events"] else "no event column")]
     show_table(pd.DataFrame(rows, columns=["setting", "value"]), caption="The evaluation protocol.",
                label="tbl-anomaly-protocol")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+COST_FN = Option("cost_fn", 10_000.0, "anomaly: cost of a missed anomaly (false negative), e.g. the fraud loss", bounds=(0, INF))
+COST_FP = Option("cost_fp", 100.0, "anomaly: cost of a false alarm (false positive), e.g. the investigation", bounds=(0, INF))
+
+CHAPTER = ChapterSpec(
+    name="anomaly", title="Anomaly detection", order=88,
+    description="Anomaly and fraud detection on labelled rows: ROC-AUC, average precision, detection rate at fixed false-positive rates, partial AUC, precision@n, expected cost and time to detection, for your detector and four embedding baselines (seed 001 §21.4.3).",
+    requires=("metadata.is_anomaly|metadata.anomaly",), optional=("anomaly_scores",),
+    needs="an `is_anomaly` 0/1 column in `metadata` (1 = anomaly; blank = unlabelled) or a `anomaly` column in "
+          "`metadata`",
+    options=(K, COST_FN, COST_FP), graph=True, precheck=precheck, demo="anomaly",
+)

@@ -7,6 +7,8 @@ It reads the node-classification chapter's recorded probe (:func:`recorded_probe
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
@@ -17,12 +19,16 @@ import pandas as pd
 from ..errors import ChapterSkipped, InputError
 from ..io import kind_column
 from ..metrics import clustering as cl
-from ..report.display import definitions_markdown, escape, show_figure, show_markdown, show_table
-from ..report.display import metrics_table as metric_rows
-from ..report.plotting import PALETTE, WIDTH
-from ..report.recorder import read_results
+from ..present.format import metric_text
+from ..present.display import definitions_markdown, escape, show_figure, show_markdown, show_table
+from ..present.display import metrics_table as metric_rows
+from ..present.plotting import PALETTE, WIDTH
+from .recorder import read_results
 from .node_classification import LABEL_COLUMN, chapter_labels, exclusion_text, plain, precheck, share_heatmap
-from .setup import ChapterContext
+from .declaration import INF, ChapterSpec, Option
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["ClusteringReport", "compute", "precheck", "recorded_probe"]
 
@@ -189,12 +195,12 @@ def _separation_paragraph(r: cl.ClusteringResult) -> str:
         text += "; ".join(f"of {' and of '.join(ws)} is {note}" for note, ws in notes.items()) + "."
         for name, w in which:
             if math.isfinite(v[name]):
-                text += f" That of {w} is {m[name].text('.3f')} (*{silhouette_reading(v[name])}*)."
+                text += f" That of {w} is {metric_text(m[name], '.3f')} (*{silhouette_reading(v[name])}*)."
         return text
     text = (f"**Separation.** Computed over {where}, the mean cosine silhouette of the k-means clusters is "
-            f"{m['silhouette'].text('.3f')}, *{silhouette_reading(sil)}* in Kaufman & Rousseeuw's reading; the "
+            f"{metric_text(m['silhouette'], '.3f')}, *{silhouette_reading(sil)}* in Kaufman & Rousseeuw's reading; the "
             f"classes themselves, "
-            f"taken as clusters, have silhouette {m['label_silhouette'].text('.3f')} (*{silhouette_reading(lsil)}*).")
+            f"taken as clusters, have silhouette {metric_text(m['label_silhouette'], '.3f')} (*{silhouette_reading(lsil)}*).")
     if sil - lsil > 0.15:
         text += (" The space has clearer groups than the classes: k-means finds structure, but it is organised by "
                  "something other than the label.")
@@ -265,8 +271,8 @@ def clustering_narrative(r: cl.ClusteringResult, *, probe_accuracy: float | None
     col = escape(ls.column)
     parts = [
         f"**The k-means clusters {alignment_reading(v['ari'])}.** k-means with k = {r.k} (the number of `{col}` "
-        f"classes) on the L2-normalised vectors of {ls.n:,} entities gives ARI {m['ari'].text('.3f', 'seed range')}, "
-        f"NMI {m['nmi'].text('.3f', 'seed range')} and AMI {m['ami'].text('.3f', 'seed range')}"
+        f"classes) on the L2-normalised vectors of {ls.n:,} entities gives ARI {metric_text(m['ari'], '.3f', 'seed range')}, "
+        f"NMI {metric_text(m['nmi'], '.3f', 'seed range')} and AMI {metric_text(m['ami'], '.3f', 'seed range')}"
         + (f" (the {100 * r.level:.0f} % range over {r.info['n_seed_runs']} k-means runs with other seeds)"
            if m["ari"].ci_low is not None else "") + ". A random partition has ARI 0 in expectation and a perfect one "
         "1; NMI is not corrected for chance (it is above 0 even for a random partition), AMI is. Matching each "
@@ -446,3 +452,18 @@ def show_by_kind(rep: ClusteringReport) -> None:
         return
     show_table(rep.by_group, caption=f"k-means within each value of “{rep.kind_column}” (one seeded run; matched %: "
                                      "entities in their class's cluster).", label="tbl-cl-by-kind")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+SILHOUETTE_SAMPLE = Option("silhouette_sample", 10_000, "rows the cosine silhouette is computed on",
+                           bounds=(1, INF))
+
+CHAPTER = ChapterSpec(
+    name="clustering", title="Clustering alignment", order=96,
+    description="Do the natural groups match the labels? k-means with k = number of classes on unit vectors: ARI, NMI, AMI, cosine silhouette, t-SNE coloured by class and cluster, k sweep (seed 000 §218.4).",
+    requires=("metadata.label",),
+    options=(SILHOUETTE_SAMPLE,),
+)

@@ -4,6 +4,8 @@ dimension estimate side by side, and the estimators' diagnostics (computed in
 :mod:`embeval_report.metrics.collapse`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 import matplotlib.pyplot as plt
@@ -13,11 +15,14 @@ import pandas as pd
 from ..metrics import collapse as col
 from ..metrics.collapse import DEAD_RULE, RANK_RULE, SEED_ABSOLUTE_THRESHOLD, CollapseResult
 from ..metrics.spec import json_number
-from ..report.display import callout, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.format import interval, percent
-from ..report.plotting import PALETTE, WIDTH
-from .setup import ChapterContext
+from ..present.display import callout, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.format import interval, metric_text, percent
+from ..present.plotting import PALETTE, WIDTH
+from .declaration import ChapterSpec
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 #: the spectral estimates of the dimension table, with what each counts
 LINEAR = (("effective_rank", "linear: entropy of centred singular values"),
@@ -102,7 +107,7 @@ def dead_dimension_table(r: CollapseResult) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------
 
 def collapse_callout(r: CollapseResult) -> dict:
-    """Arguments ``kind``, ``text``, ``title`` of :func:`embeval_report.report.display.callout` for the box
+    """Arguments ``kind``, ``text``, ``title`` of :func:`embeval_report.present.display.callout` for the box
     that states seed 001's collapse rule for this set."""
     if r.no_variance:
         return dict(kind="danger", title="Complete collapse: every vector is the same",
@@ -134,9 +139,9 @@ def _spread_paragraph(r: CollapseResult) -> str:
     side = "above" if er >= rank_cut * d else "below"
     return (
         f"**How much of d is used.** Over all {r.n:,} vectors the centred spectrum has effective rank "
-        f"{m['effective_rank'].text('.1f')}, {er / d:.0%} of the nominal d = {d} and {side} the seed's "
+        f"{metric_text(m['effective_rank'], '.1f')}, {er / d:.0%} of the nominal d = {d} and {side} the seed's "
         f"{percent(rank_cut, 0)} collapse line. The variance itself is {'concentrated' if pr < 0.5 * d else 'spread out'}: "
-        f"the participation ratio is {pr:.1f} ({pr / d:.0%} of d) and the stable rank {m['stable_rank'].text('.1f')}, "
+        f"the participation ratio is {pr:.1f} ({pr / d:.0%} of d) and the stable rank {metric_text(m['stable_rank'], '.1f')}, "
         f"so the top direction alone carries {1 / sr:.0%} of the variance. The three count directions differently: "
         "the effective rank weights each by its singular value σ (a standard deviation), the participation ratio by "
         "σ² (a variance), the stable rank by σ²/σ₁², so on a decaying spectrum stable rank ≤ PR and the effective "
@@ -150,7 +155,7 @@ def _spread_paragraph(r: CollapseResult) -> str:
 def _rankme_paragraph(r: CollapseResult) -> str:
     d, rk, er = r.d, r.values["rankme"], r.values["effective_rank"]
     gap = rk - er
-    return (f"RankMe, computed on the *uncentred* vectors as Garrido et al. define it, is {r.metrics['rankme'].text('.1f')}. "
+    return (f"RankMe, computed on the *uncentred* vectors as Garrido et al. define it, is {metric_text(r.metrics['rankme'], '.1f')}. "
             + (f"It is {abs(gap):.1f} below the centred effective rank: the mean vector ({r.info['mean_norm_share']:.0%} "
                "of the raw second moment) is one large extra singular value that concentrates the uncentred spectrum."
                if gap < -0.05 * d else
@@ -186,7 +191,7 @@ def _intrinsic_paragraph(r: CollapseResult) -> str:
                 if ident.n_duplicates else ""))
     if not (_finite(ident.twonn) and _finite(ident.mle)):
         return ("**Intrinsic dimension.** " + "; ".join(
-            f"{label} {m[name].text('.1f') if _finite(est) else 'is undefined (every neighbour at the same distance)'}"
+            f"{label} {metric_text(m[name], '.1f') if _finite(est) else 'is undefined (every neighbour at the same distance)'}"
             for label, name, est in (("TwoNN", "intrinsic_dim_twonn", ident.twonn),
                                      (f"the MLE (k = {ident.k})", "intrinsic_dim_mle", ident.mle)))
                 + f", {where}. Equidistant neighbours (a regular grid or simplex) carry no scale information.")
@@ -206,9 +211,9 @@ def _intrinsic_paragraph(r: CollapseResult) -> str:
     agree = abs(ident.twonn - ident.mle) <= 0.25 * mean_id
     asked = r.info.get("intrinsic_k_requested", ident.k)
     lowered = f", lowered from {asked} to fit {ident.n_rows} distinct vectors" if ident.k < asked else ""
-    return (f"**Intrinsic dimension.** TwoNN gives {m['intrinsic_dim_twonn'].text('.1f')} and the MLE "
+    return (f"**Intrinsic dimension.** TwoNN gives {metric_text(m['intrinsic_dim_twonn'], '.1f')} and the MLE "
             f"(k = {ident.k}{lowered}) "
-            f"{m['intrinsic_dim_mle'].text('.1f')}, {where}. That is {mean_id / r.d:.0%} of d and {reading} "
+            f"{metric_text(m['intrinsic_dim_mle'], '.1f')}, {where}. That is {mean_id / r.d:.0%} of d and {reading} "
             + ("The two estimators agree." if agree else
                "The two estimators disagree by more than 25 %: TwoNN looks at the smallest scale (two neighbours), "
                f"the MLE at {ident.k} neighbours, so the dimension changes with scale (see the MLE-versus-k curve).")
@@ -403,3 +408,15 @@ def show_diagnostics(r: CollapseResult) -> None:
                             f"intrinsic dimension for k = {min(ident.mle_by_k)}–{max(ident.mle_by_k)} "
                             f"neighbours (bar: 95 % interval at the reported k = {ident.k}).",
                     label="fig-collapse-diagnostics")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="collapse", title="Dimension collapse and intrinsic dimension", order=30,
+    description="How much of d is used? Effective rank, stable rank, RankMe, dead dimensions, TwoNN and MLE intrinsic dimension (seed 001 §21.1.3).",
+    requires=("vectors",),
+    precheck=precheck,
+)

@@ -10,9 +10,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..report.display import show_figure, show_markdown, show_table
-from ..report.format import p_value
-from ..report.plotting import PALETTE, WIDTH, use_style
+from ..present.display import show_figure, show_markdown, show_table
+from ..present.format import p_value
+from ..present.plotting import PALETTE, WIDTH, use_style
 
 __all__ = ["ComparisonReport", "difference_figure", "load", "narrative", "ship_sentence", "show_differences",
            "show_models", "show_ranks", "show_summary", "show_table_of_differences", "show_wins", "verdict_table",

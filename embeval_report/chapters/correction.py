@@ -3,20 +3,24 @@ uniformity and hubness, and what they cost the neighbourhoods (computed in
 :mod:`embeval_report.metrics.correction`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..errors import ChapterSkipped
 from ..metrics import correction as corr
 from ..metrics.hubness import usable_k
-from ..report.display import escape, metrics_table, show_figure, show_markdown, show_table
-from ..report.format import interval, percent
-from ..report.plotting import PALETTE, WIDTH
+from ..present.display import escape, metrics_table, show_figure, show_markdown, show_table
+from ..present.format import interval, percent
+from ..present.plotting import PALETTE, WIDTH
 from .hubness import fixed_text
-from .setup import ChapterContext
+from .declaration import ChapterSpec, K
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["CorrectionReport", "comparison_figure", "compute", "display_table", "narrative", "precheck",
            "show_comparison", "show_metrics", "show_summary"]
@@ -40,9 +44,6 @@ def precheck(es, side, settings) -> str | None:
 
 def compute(ctx: ChapterContext) -> CorrectionReport:
     """Apply each correction, measure the corrected sets, and record the what-if metrics."""
-    reason = precheck(ctx.es, ctx.side, ctx.settings)
-    if reason:
-        raise ChapterSkipped(reason)
     meta = ctx.es.metadata
     labels = meta["label"].to_numpy() if meta is not None and "label" in meta else None
     requested = int(ctx.option("k"))
@@ -195,3 +196,15 @@ def show_metrics(rep: CorrectionReport) -> None:
     show_table(t, caption="What-if metrics recorded in metrics.json (exact values on the corrected sets"
                           + ("; the skewness estimated from sampled queries, with its interval)." if sampled else ")."),
                label="tbl-correction-metrics")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="correction", title="Anisotropy correction", order=50,
+    description="Centring, all-but-the-top and whitening: isotropy, uniformity and hubness before and after, and what they cost the neighbourhoods (seed 000 §217.0.9, §217.0.12).",
+    requires=("vectors",),
+    options=(K,), graph=True, precheck=precheck,
+)

@@ -3,6 +3,8 @@ metrics, who moved, and the distribution tests (computed in :mod:`embeval_report
 :mod:`embeval_report.metrics.two_sample`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
@@ -13,11 +15,14 @@ import pandas as pd
 from ..errors import ChapterSkipped
 from ..metrics import drift as dr
 from ..metrics.thresholds import SEVERITY, THRESHOLDS
-from ..report.display import callout, escape, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.format import interval, number, percent, value_with_ci
-from ..report.plotting import PALETTE, WIDTH
-from .setup import ChapterContext
+from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.format import interval, number, percent, value_with_ci
+from ..present.plotting import PALETTE, WIDTH
+from .declaration import INF, ChapterSpec, Option
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 #: the Table 217.3 bands, as the captions, narrative and figures quote them
 RATIO, CORRELATION, ANOMALOUS, SIGMA = (THRESHOLDS[dr.ALERT_CHECKS[k]] for k in (
@@ -56,9 +61,6 @@ def compute(ctx: ChapterContext) -> DriftReport:
     es, snapshots = ctx.es, ctx.side.snapshots
     if not snapshots:
         raise ChapterSkipped("no snapshots given (manifest field `snapshots`)")
-    reason = precheck(es, ctx.side, ctx.settings)
-    if reason:
-        raise ChapterSkipped(reason)
     result = dr.measure_drift(es.vectors, snapshots, mmd_sample=ctx.option("mmd_sample"), level=ctx.level,
                               seed=ctx.seed, device=ctx.device)
     ctx.rec.add(*result.metrics.values())
@@ -322,7 +324,7 @@ _CHECK_WORD = {"mean_drift": "mean drift", "pairwise_similarity_correlation": "p
 
 
 def alert_callout(result: dr.DriftResult) -> dict:
-    """Arguments ``kind``, ``text``, ``title`` of :func:`embeval_report.report.display.callout` for the latest snapshot."""
+    """Arguments ``kind``, ``text``, ``title`` of :func:`embeval_report.present.display.callout` for the latest snapshot."""
     row = result.alerts.iloc[-1]
     fired = [dr.SPECS[c].label for c in dr.ALERT_CHECKS if SEVERITY[dr._level(row[f"check_{c}"])] > 0]
     level = row["verdict"]
@@ -555,3 +557,17 @@ def show_distribution(rep: DriftReport) -> None:
                         f"permutation distribution. Middle: domain-classifier AUC with Hanley–McNeil {ci} (0.5: no "
                         "drift). Right: share of dimensions whose distribution changed significantly.",
                 label="fig-drift-distribution")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+MMD_SAMPLE = Option("mmd_sample", 1000, "rows per side of the MMD permutation test", bounds=(1, INF))
+
+CHAPTER = ChapterSpec(
+    name="drift", title="Drift over time", order=80,
+    description="Do later snapshots of the same entities drift from the baseline? Aligned per-entity drift, k-NN overlap, pairwise similarity correlation, anomalous fraction, Procrustes distance with Table 217.3 alerts and the Figure 217.7 dashboard; MMD, KS + BH and domain-classifier distribution tests; who moved (seed 000 §217.2.3, §220.1; seed 003).",
+    requires=("snapshots",),
+    options=(MMD_SAMPLE,), precheck=precheck, demo="drift",
+)

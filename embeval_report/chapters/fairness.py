@@ -2,6 +2,8 @@
 and does it associate groups with concepts? (computed in :mod:`embeval_report.metrics.fairness`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
@@ -11,12 +13,15 @@ import pandas as pd
 from ..errors import ChapterSkipped
 from ..metrics import fairness as fm
 from ..metrics.classification import MAX_PROBE_ENTITIES
-from ..report.display import callout, escape, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.format import interval, value_with_ci
-from ..report.plotting import PALETTE, WIDTH
+from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.format import interval, metric_text, value_with_ci
+from ..present.plotting import PALETTE, WIDTH
 from ..stats import adjust_pvalues
-from .setup import ChapterContext
+from .declaration import INF, ChapterSpec, K, Option
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["FairnessReport", "association_table", "bias_types_table", "compute", "group_display_table",
            "gaps_table", "groups_figure", "narrative", "precheck", "show_association", "show_bias_types", "show_gaps",
@@ -100,7 +105,7 @@ def _record(r: fm.FairnessResult) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 def _ci(r: fm.FairnessResult, attr: str, key: str, fmt: str) -> str:
-    return r.metrics[f"{key}__{fm.slug(attr)}"].text(fmt)
+    return metric_text(r.metrics[f"{key}__{fm.slug(attr)}"], fmt)
 
 
 def _group_value(c: fm.GroupComparison, group: str, measure: str) -> float:
@@ -412,3 +417,19 @@ def show_protocol(rep: FairnessReport) -> None:
             ("WEAT p-values", f"exact up to {i['exact_limit']:,} partitions, else {i['n_perm']:,} random partitions")]
     show_table(pd.DataFrame(rows, columns=["setting", "value"]), caption="The evaluation protocol.",
                label="tbl-fairness-protocol")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+MIN_GROUP_SIZE = Option("min_group_size", 30, "fairness: groups with fewer members are reported as too small to compare", bounds=(1, INF))
+WEAT_PERMUTATIONS = Option("weat_permutations", 10_000, "fairness: sampled partitions of a WEAT permutation test (exact when the "
+                           "partitions are fewer)", bounds=(99, INF))
+
+CHAPTER = ChapterSpec(
+    name="fairness", title="Fairness and bias", order=98,
+    description="Quality per protected group (held-out probe accuracy, neighbourhood label agreement, k-occurrence, within-group APCS) with gaps, intersections and WEAT association tests (seed 000 §222).",
+    requires=("fairness|association_tests",),
+    options=(K, MIN_GROUP_SIZE, WEAT_PERMUTATIONS), precheck=precheck, demo="fairness",
+)

@@ -3,6 +3,8 @@ across kinds of entity, and CSLS / mutual proximity before and after (computed i
 :mod:`embeval_report.metrics.hubness`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
@@ -17,11 +19,14 @@ from ..kernels.neighbours import fast_recall
 from ..metrics import hubness as hub
 from ..metrics import hubness_sampled as hs
 from ..metrics.thresholds import SEVERITY
-from ..report.display import callout, escape, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.format import interval
-from ..report.plotting import PALETTE, WIDTH
-from .setup import ChapterContext
+from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.format import interval, metric_text
+from ..present.plotting import PALETTE, WIDTH
+from .declaration import ChapterSpec, K
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["HubnessReport", "KIND_COLUMNS", "SKEW_READING", "compute", "cross_display_table", "fixed_text", "impact_callout", "k_occurrence_figure",
            "kind_column", "narrative", "precheck", "reduction_display_table", "reduction_figure", "sampled_narrative", "show_cross",
@@ -74,9 +79,6 @@ def precheck(es, side, settings) -> str | None:
 def compute(ctx: ChapterContext) -> HubnessReport:
     """Measure the k-NN graph, the reductions and retrieval across kinds, and record every number."""
     es, X, meta = ctx.es, ctx.es.vectors, ctx.es.metadata
-    reason = precheck(es, ctx.side, ctx.settings)
-    if reason:
-        raise ChapterSkipped(reason)
     requested = int(ctx.option("k"))
     k = hub.usable_k(requested, es.n)
     if ctx.sample_size is not None and 3 <= ctx.sample_size < es.n:
@@ -184,7 +186,7 @@ def _ids_text(ids, rows, limit: int = 3) -> str:
 
 
 def impact_callout(r: hub.HubnessResult, cross: hub.CrossHubness | None = None) -> dict:
-    """Arguments ``kind``, ``text``, ``title`` of :func:`embeval_report.report.display.callout`: the business
+    """Arguments ``kind``, ``text``, ``title`` of :func:`embeval_report.present.display.callout`: the business
     reading of seed 000 §217.1.2 with this set's numbers."""
     k, v = r.k, r.values
     text = ("In a recommender, hubs are the items shown to everyone regardless of taste, and antihubs are never "
@@ -255,7 +257,7 @@ def narrative(r: hub.HubnessResult, ids=None, metadata: pd.DataFrame | None = No
     sk = m["k_occurrence_skewness"]
     if math.isfinite(v["k_occurrence_skewness"]):
         reading = SKEW_READING.get(sk.verdict, "hubness")
-        skew_text = (f"Its skewness is {sk.text('.2f')}, in the seed's *{reading}* band ({SKEW_BANDS.text}).")
+        skew_text = (f"Its skewness is {metric_text(sk, '.2f')}, in the seed's *{reading}* band ({SKEW_BANDS.text}).")
     else:
         reading = "no hubness"
         skew_text = (f"Every point is in exactly {k} lists, so its skewness is undefined (no spread): there are no "
@@ -272,11 +274,11 @@ def narrative(r: hub.HubnessResult, ids=None, metadata: pd.DataFrame | None = No
         f"**Concentration.** The 1 % of points with the largest $N_{{{k}}}$ fill {r.top_share:.1%} of the "
         f"{r.n * k:,} neighbour slots (an even spread would give 1 %). {nh:,} points ({nh / r.n:.1%}) are hubs "
         f"($N_{{{k}}} \\ge {r.hub_size:g}k = {r.hub_size * k:g}$) and take "
-        f"{m['hub_occurrence'].text('.1%')} of all slots. The Robin Hood index is "
-        f"{m['robin_hood_index'].text('.3f')}: that share of the slots would have to move from over- to "
+        f"{metric_text(m['hub_occurrence'], '.1%')} of all slots. The Robin Hood index is "
+        f"{metric_text(m['robin_hood_index'], '.3f')}: that share of the slots would have to move from over- to "
         f"under-listed points to list every point equally often; the Gini index of $N_{{{k}}}$ is "
-        f"{m['k_occurrence_gini'].text('.3f')}. At the other end, {na:,} points "
-        f"({m['antihub_occurrence'].text('.1%')}) are antihubs, in nobody's {k}-NN list. The seed's own rule "
+        f"{metric_text(m['k_occurrence_gini'], '.3f')}. At the other end, {na:,} points "
+        f"({metric_text(m['antihub_occurrence'], '.1%')}) are antihubs, in nobody's {k}-NN list. The seed's own rule "
         f"($N_{{{k}}} > k + 2\\,\\mathrm{{sd}} = {r.info['seed_hub_threshold']:.1f}$) marks "
         f"{r.info['n_hubs_2sd']:,} points ({v['hub_fraction_2sd']:.1%}) as hubs.")
 
@@ -548,3 +550,15 @@ def show_reduction(rep: HubnessReport) -> None:
                         "Right: Lorenz curves: the share of all neighbour slots held by the least-listed share of "
                         "points; the farther below the diagonal, the more unequal.",
                 label="fig-hubness-reduction")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="hubness", title="Hubness", order=40,
+    description="Do a few points crowd every nearest-neighbour list? k-occurrence skewness, Robin Hood and Gini indices, hub and antihub occurrence, the hubs by id, and CSLS / mutual proximity before and after (seed 000 §217.1).",
+    requires=("vectors",),
+    options=(K,), graph=True, precheck=precheck,
+)

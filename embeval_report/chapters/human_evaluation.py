@@ -3,6 +3,8 @@ annotator quality), the consensus labels, and how well the embedding agrees with
 in :mod:`embeval_report.metrics.agreement`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,14 +12,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..errors import ChapterSkipped
 from ..metrics import agreement as ag
-from ..report.display import callout, escape, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.format import percent, value_with_ci
-from ..report.plotting import PALETTE, WIDTH
+from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.format import percent, value_with_ci
+from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest, percentile_interval, weighted_bootstrap, wilson_ci
-from .setup import ChapterContext
+from .declaration import INF, ChapterSpec, Option
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["HumanEvaluationReport", "compute", "consensus_table", "narrative", "precheck", "quality_figure",
            "rater_table", "show_agreement", "show_consensus", "show_embedding", "show_protocol", "show_raters",
@@ -58,9 +62,6 @@ def precheck(es, side, settings) -> str | None:
 
 def compute(ctx: ChapterContext) -> HumanEvaluationReport:
     """Agreement, rater quality, consensus (written to the results folder) and embedding agreement."""
-    reason = precheck(ctx.es, ctx.side, ctx.settings)
-    if reason:
-        raise ChapterSkipped(reason)
     ann = ctx.side.annotations
     data = ag.RatingData.of(ann.ratings, ann.level)
     res = ag.agreement(data, level=ctx.level, seed=ctx.seed)
@@ -500,3 +501,20 @@ def show_protocol(rep: HumanEvaluationReport) -> None:
             ("intervals", a.ci_method)]
     show_table(pd.DataFrame(rows, columns=["setting", "value"]), caption="The annotations.",
                label="tbl-human-protocol")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+MIN_RATER_ACCURACY = Option("min_rater_accuracy", 0.7, "a rater is flagged below this gold accuracy or agreement with the other raters "
+                            "(seed 001 §21.3.2)", bounds=(0, 1))
+MIN_RATER_TASKS = Option("min_rater_tasks", 10, "gold (or shared) items a rater needs before being judged on them (seed 001 §21.3.2)", bounds=(0, INF))
+MIN_SECONDS = Option("min_seconds", 10.0, "a rater whose median time per rating is below this is flagged (seed 001 §21.3.2)", bounds=(0, INF))
+
+CHAPTER = ChapterSpec(
+    name="human_evaluation", title="Human evaluation", order=97,
+    description="How far human ratings can be trusted and whether the embedding agrees with them: Krippendorff's α, Fleiss' κ, pairwise Cohen's κ, Gwet's AC1, rater quality checks, Dawid–Skene consensus labels (seed 001 §21.3).",
+    requires=("annotations",), optional=("annotation_level", "queries"),
+    options=(MIN_RATER_ACCURACY, MIN_RATER_TASKS, MIN_SECONDS), precheck=precheck, demo="human_evaluation",
+)

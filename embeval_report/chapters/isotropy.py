@@ -3,6 +3,8 @@ the spectrum and cosine figures, and all-but-the-top before/after (computed in
 :mod:`embeval_report.metrics.isotropy`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
@@ -13,11 +15,14 @@ import pandas as pd
 from ..io import group_column
 from ..metrics import isotropy as iso
 from ..metrics.thresholds import condition_number_reading
-from ..report.display import callout, escape, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.format import interval
-from ..report.plotting import PALETTE, WIDTH
-from .setup import ChapterContext
+from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.format import interval, metric_text
+from ..present.plotting import PALETTE, WIDTH
+from .declaration import ChapterSpec
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ def narrative(r: iso.IsotropyResult, abtt: pd.DataFrame | None = None) -> str:
         overall = "**The space is close to isotropic:** every Table 217.2 check is in the healthy band."
     parts = [overall + f" These are exact values over all {r.n:,} vectors of dimension {r.d}."]
     parts.append(
-        f"The mean cosine over all {r.n * (r.n - 1):,} ordered pairs is APCS = {m['apcs'].text('.4f')}: "
+        f"The mean cosine over all {r.n * (r.n - 1):,} ordered pairs is APCS = {metric_text(m['apcs'], '.4f')}: "
         f"{_apcs_reading(v['apcs'])}. Its spread is {v['apcs_std']:.4f}, against ≈ {1 / math.sqrt(r.d):.4f} "
         f"(= 1/√d) for directions drawn uniformly on the sphere. The mean vector carries {r.mean_norm_share:.1%} of "
         "the raw second moment; a large share is the 'common direction' that all-but-the-top removes.")
@@ -118,7 +123,7 @@ def narrative(r: iso.IsotropyResult, abtt: pd.DataFrame | None = None) -> str:
     kappa_txt = ("infinite: the covariance is singular (rank "
                  f"{r.info['rank']} < d = {r.d}), so some directions carry no variance at all"
                  if not math.isfinite(kappa) else
-                 f"{m['condition_number'].text('.1f')}, which Table 217.1 reads as "
+                 f"{metric_text(m['condition_number'], '.1f')}, which Table 217.1 reads as "
                  f"*{condition_number_reading(kappa)}*")
     parts.append(
         f"The variance is spread over PR = {v['participation_ratio']:.1f} effective dimensions "
@@ -297,3 +302,13 @@ def show_abtt(rep: IsotropyReport) -> None:
                 caption="APCS and participation ratio as more principal components are removed (D = 0: mean "
                         "removed only). Shaded: the healthy band of Table 217.2.", label="fig-isotropy-abtt")
 
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="isotropy", title="Isotropy", order=10,
+    description="Is the space used evenly? Condition number, participation ratio, APCS, spectrum, all-but-the-top (seed 000 §217.0, seed 001 §21.1.1).",
+    requires=("vectors",),
+)

@@ -3,6 +3,8 @@ tie and filter policies, per-relation results, rank distribution, graph-heuristi
 edge-operator probes and the negative-sampling quality (computed in :mod:`embeval_report.metrics.linkpred`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass, field
 
@@ -24,11 +26,14 @@ from ..metrics.edge_probes import (
 )
 from ..metrics.graph import HEURISTIC_FORMULAS, HEURISTIC_SHORT, LinkData, link_data
 from ..metrics.ranks import KS, SCORE_FORMULAS, SCORE_NAMES, Ranks
-from ..report.display import callout, escape, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.format import interval
-from ..report.plotting import PALETTE, WIDTH
-from .setup import ChapterContext
+from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.format import interval, metric_text
+from ..present.plotting import PALETTE, WIDTH
+from .declaration import INF, ChapterSpec, Option
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["LinkPredictionReport", "baseline_display_table", "compute", "heuristic_definitions", "narrative",
            "precheck", "probe_curves_figure", "probe_display_table", "protocol_markdown", "quality_table", "rank_figure",
@@ -191,7 +196,7 @@ def heuristic_definitions() -> str:
 # ---------------------------------------------------------------------------------------------
 
 def _text(m, fmt: str = ".3f") -> str:
-    return "undefined" if m.value is None or not math.isfinite(m.value) else m.text(fmt)
+    return "undefined" if m.value is None or not math.isfinite(m.value) else metric_text(m, fmt)
 
 
 def protocol_markdown(r: lp.LinkPredictionResult) -> str:
@@ -235,8 +240,8 @@ def narrative(r: lp.LinkPredictionResult) -> str:
     parts.append(
         f"**The vectors rank true edges {'well above' if amri > 0.5 else 'above' if amri > 0.1 else 'about at'} "
         f"chance.** Among each test edge's "
-        f"{N - 1:.0f} negatives the true destination has mean rank {m['mean_rank'].text('.1f')} and MRR "
-        f"{m['mrr'].text('.3f')}, against {e['mean_rank']:.1f} and {e['mrr']:.3f} for random scores; the adjusted "
+        f"{N - 1:.0f} negatives the true destination has mean rank {metric_text(m['mean_rank'], '.1f')} and MRR "
+        f"{metric_text(m['mrr'], '.3f')}, against {e['mean_rank']:.1f} and {e['mrr']:.3f} for random scores; the adjusted "
         f"mean rank index is AMRI = {_text(m['amri'])} (0 = chance, 1 = perfect): {strength}. "
         f"Hits@10 = {v['hits_at_10']:.1%} (chance {e['hits_at_10']:.1%}), Hits@1 = {v['hits_at_1']:.1%}. "
         f"[{escape(r.tag)}]")
@@ -526,3 +531,29 @@ def show_hardness(rep: LinkPredictionReport) -> None:
                    "false negatives ('beats positives': the share of all positive scores below it).",
                    label="tbl-linkpred-suspects")
 
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+#: options of both link-prediction chapters
+LINK_OPTIONS = (
+    Option("n_negatives", 100, "sampled negatives per test edge (ignored when a negatives file is given)",
+           bounds=(0, INF)),
+    Option("negative_strategy", "uniform", "how negatives are sampled: uniform, or batch (PyTorch-BigGraph's "
+           "same-batch negatives)", ("uniform", "batch")),
+    Option("negative_pool", "entities", "where negatives come from: entities (all ids) or destinations (ids that "
+           "are destinations of the relation)", ("entities", "destinations")),
+    Option("ties", "realistic", "tie policy of the headline ranks", ("realistic", "optimistic", "pessimistic")),
+    Option("filtered", False, "headline ranks filtered (known edges removed from the negatives)"),
+    Option("test_fraction", 0.2, "share of edges held out when no test_edges are given", bounds=(0, 1)),
+    Option("heuristic_queries", 2000, "test edges ranked by the graph-heuristic baselines (the vectors rank all)",
+           bounds=(0, INF)),
+)
+
+CHAPTER = ChapterSpec(
+    name="link_prediction", title="Link prediction", order=90,
+    description="Do the vectors rank held-out edges above their negatives? MR, MRR, Hits@1/10/50, AUC and chance-adjusted AMRI (seed 002, PyTorch-BigGraph), raw vs filtered ranks and tie policies, per relation; edge-operator probes; graph-heuristic baselines; negative-sampling quality (seed 000 §218.1, §219.2).",
+    requires=("edges",), optional=("test_edges", "negatives", "score"),
+    options=LINK_OPTIONS, precheck=precheck, demo="graph",
+)

@@ -3,6 +3,8 @@ profile, shown as the seed's monitoring dashboard (seed 000 §220.2; Figure 217.
 alert levels). The scoring is :mod:`embeval_report.monitoring.score`; this module only reads the history."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
@@ -12,11 +14,14 @@ import pandas as pd
 from ..errors import ChapterSkipped
 from ..monitoring import score as sc
 from ..monitoring.history import MonitorHistory
-from ..report.display import callout, escape, show_figure, show_markdown, show_table, show_tests
-from ..report.display import show_metrics as show_metric_table
-from ..report.plotting import PALETTE, WIDTH
+from ..present.display import callout, escape, show_figure, show_markdown, show_table, show_tests
+from ..present.display import show_metrics as show_metric_table
+from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
-from .setup import ChapterContext
+from .declaration import ChapterSpec
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["MonitoringReport", "batches_table", "compute", "dashboard_figure", "latest_table", "narrative",
            "precheck", "show_batches", "show_dashboard", "show_latest", "show_metrics", "show_summary", "show_tests"]
@@ -247,3 +252,15 @@ def show_metrics(rep: MonitoringReport) -> None:
     show_metric_table(rep.metrics, caption="Recorded numbers: the latest batch's signals (the verdict is the alert "
                                            "level: ok = healthy, warning = concerning, critical = problematic) and "
                                            "the alert counts over the history.", label="tbl-monitoring-metrics")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="monitoring", title="Monitoring new batches", order=82,
+    description="The history of `embeval-report monitor`: each new batch scored against the reference profile (mean and norm shift, isotropy drift, MMD, per-dimension KS, domain classifier, k-NN anomalies) as the seed's monitoring dashboard with Table 217.3 and §220.2 alert levels (seed 000 §220).",
+    requires=("monitor_history",),
+    precheck=precheck, demo="monitoring",
+)

@@ -7,6 +7,8 @@ Also the pieces the clustering chapter shares: :func:`precheck`, :func:`exclusio
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
@@ -17,10 +19,13 @@ from ..errors import ChapterSkipped, InputError
 from ..io import kind_column
 from ..metrics import classification as nc
 from ..metrics.labels import LabelSet, label_problem, prepare_labels
-from ..report.display import definitions_markdown, escape, show_figure, show_markdown, show_table
-from ..report.format import interval
-from ..report.plotting import PALETTE, WIDTH
-from .setup import ChapterContext
+from ..present.display import definitions_markdown, escape, show_figure, show_markdown, show_table
+from ..present.format import interval, metric_text
+from ..present.plotting import PALETTE, WIDTH
+from .declaration import ChapterSpec
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 LABEL_COLUMN = "label"
 
@@ -217,14 +222,14 @@ def classification_narrative(r: nc.ClassificationResult, by_group: pd.DataFrame 
     parts = [
         f"**The `{col}` is {reading} linearly decodable from the vectors.** A logistic-regression probe on the "
         f"standardised vectors predicts the {ls.n_classes} classes of {ls.n:,} entities with accuracy "
-        f"{m['accuracy'].text('.3f')} in {r.n_folds}-fold stratified cross-validation. Always answering the most "
+        f"{metric_text(m['accuracy'], '.3f')} in {r.n_folds}-fold stratified cross-validation. Always answering the most "
         f"frequent class ({top_class}) scores {maj:.3f}, and guessing at the class frequencies "
         f"{v['stratified_accuracy']:.3f} (expected {v['chance_accuracy_expected']:.3f}); "
         + (f"the probe is {100 * (acc - maj):.1f} points above the majority class and closes {gain:.0%} of the gap "
            f"between it and a perfect score. " if reading != "not detectably" else
            f"the probe does no better than always answering the majority class ({100 * (acc - maj):+.1f} points; the "
            f"interval includes the baseline). ")
-        + f"Macro-F1, which weighs every class equally, is {m['macro_f1'].text('.3f')}, "
+        + f"Macro-F1, which weighs every class equally, is {metric_text(m['macro_f1'], '.3f')}, "
         f"against {v['majority_macro_f1']:.3f} for the majority class"
         + (": the smaller classes are predicted clearly worse than the large ones."
            if acc - v["macro_f1"] > 0.05 and reading != "not detectably" else ".")]
@@ -371,3 +376,15 @@ def show_by_kind(rep: NodeClassificationReport) -> None:
     show_table(by_group_table(rep.by_group, r.level),
                caption=f"The probe within each value of “{rep.kind_column}” (own {r.n_folds}-fold CV; lift: accuracy "
                        "minus the majority-class accuracy, in points).", label="tbl-nc-by-kind")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="node_classification", title="Node classification", order=94,
+    description="Is the label linearly decodable? A logistic-regression probe with stratified 5-fold CV: accuracy, micro- and macro-F1 against majority and stratified baselines, learning curve, per-class F1, confusion matrix (seed 000 §218.3).",
+    requires=("metadata.label",),
+    precheck=precheck,
+)

@@ -4,6 +4,8 @@ novelty, diversity, serendipity, popularity bias, personalization), beside a mos
 recommender (computed in :mod:`embeval_report.metrics.recommendation`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
@@ -13,13 +15,16 @@ from scipy import stats as sps
 
 from ..errors import ChapterSkipped
 from ..metrics import recommendation as rc
-from ..report.display import callout, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.display import show_tests as show_recorded_tests
-from ..report.format import percent
-from ..report.plotting import PALETTE, WIDTH
+from ..present.display import callout, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.display import show_tests as show_recorded_tests
+from ..present.format import metric_text, percent
+from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest, mean_ci
-from .setup import ChapterContext
+from .declaration import INF, ChapterSpec, Option
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["RecommendationReport", "baseline_table", "compute", "distribution_figure", "lorenz_figure", "narrative",
            "popularity_figure", "popularity_table", "precheck", "show_baselines", "show_distributions", "show_lorenz",
@@ -57,9 +62,6 @@ def precheck(es, side, settings) -> str | None:
 def compute(ctx: ChapterContext) -> RecommendationReport:
     """Split the interactions, recommend from the embeddings and the baselines, and record every number."""
     es, side = ctx.es, ctx.side
-    reason = precheck(es, side, ctx.settings)
-    if reason:
-        raise ChapterSkipped(reason)
     inter, given = side.interactions, side.test_interactions
     roles = inter.roles
     notes = []
@@ -122,7 +124,7 @@ def _lift(result: rc.RecommendationResult, ctx: ChapterContext) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------
 
 def _v(r: rc.RecommendationResult, name: str, fmt: str = ".3f") -> str:
-    return r.metrics[name].text(fmt)
+    return metric_text(r.metrics[name], fmt)
 
 
 def narrative(rep: RecommendationReport) -> str:
@@ -375,3 +377,21 @@ def show_protocol(rep: RecommendationReport) -> None:
     rows.append(("ties", "equal scores: the lower catalogue position first"))
     show_table(pd.DataFrame(rows, columns=["setting", "value"]), caption="The evaluation protocol.",
                label="tbl-recommendation-protocol")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+REC_HOLDOUT = Option("rec_holdout", 2, "recommendation: interactions held out per user when no test_interactions are given "
+                     "(the latest when timestamped, else a seeded draw)", bounds=(0, INF))
+REC_SAMPLED_NEGATIVES = Option("rec_sampled_negatives", 0, "recommendation: also rank each test item among this many sampled negatives "
+                               "(0 = off; sampled metrics disagree with full ranking)", bounds=(-1, INF))
+REC_MIN_RATING = Option("rec_min_rating", -INF, "recommendation: held-out interactions rated below this are not relevant")
+
+CHAPTER = ChapterSpec(
+    name="recommendation", title="Recommendation", order=87,
+    description="Top-10 recommendation from user·item scores over the whole catalogue: accuracy on held-out interactions, coverage, concentration, novelty, diversity, serendipity, popularity bias and personalization, beside most-popular and random baselines (seed 001 §21.4.2).",
+    requires=("interactions",), optional=("test_interactions", "users", "items", "score"),
+    options=(REC_HOLDOUT, REC_SAMPLED_NEGATIVES, REC_MIN_RATING), precheck=precheck, demo="recommendation",
+)

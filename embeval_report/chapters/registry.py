@@ -1,111 +1,88 @@
-"""The chapter registry: one notebook per chapter in ``notebooks/``, described by its metadata.
+"""The chapter registry: every chapter module's :data:`CHAPTER` declaration, and what is derived from them.
 
-Each chapter notebook carries ``metadata["embeval"]``::
-
-    {"name": "isotropy", "title": "Isotropy", "order": 10,
-     "requires": ["vectors"], "description": "..."}
-
-``"stage": 1`` (or higher) marks a chapter that reads the other chapters' results: it runs after
-all of them, in stage order (statistical rigor 1, the summary 2).
-
-``requires`` lists inputs (``"a|b"`` when either will do) as :meth:`embeval_report.io.EmbeddingSet.has`
-understands them (``"metadata.label"``, ``"runs"``, ...). The chapter's code is the module
-``embeval_report.chapters.<name>`` (``"module"`` in the metadata when it differs); its optional
-``precheck(es, side, settings)`` returns the reason a chapter cannot run on valid but degenerate
-input, so the runner skips it with that reason instead of starting a kernel.
+A chapter is the module ``embeval_report.chapters.<name>`` declaring ``CHAPTER = ChapterSpec(...)``
+(:mod:`.declaration`) and its notebook ``notebooks/<order>_<name>.ipynb``. From the declarations come
+the chapters in report order (:func:`discover`), every option with its default (:func:`options`), the
+chapters that read the shared k-NN graph and the demo's side-data writers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+import pkgutil
+from functools import lru_cache
 from pathlib import Path
 
 from ..errors import InputError
-from ..resources import notebooks_dir
+from ..settings import ChapterSettings
+from .declaration import ChapterSpec, Option
 
-#: human wording of each input a chapter may need, used for "not run" explanations
-INPUT_HELP = {
-    "vectors": "the embedding vectors",
-    "ids": "an `ids` file or column",
-    "metadata": "a `metadata` table keyed by id",
-    "runs": "a `runs` list of other training runs",
-    "snapshots": "a `snapshots` list of later versions",
-    "tranches": "`tranches` (checkpoints along training)",
-    "edges": "an `edges` list (src, dst)",
-    "positive_pairs": "`positive_pairs` (CSV of id pairs)",
-    "word_pairs": "`word_pairs` (word1, word2, human score)",
-    "analogies": "`analogies` (a:b::c:d)",
-    "test_edges": "`test_edges` (held-out src, dst)",
-    "negatives": "`negatives` (src, dst, negative)",
-    "vocabularies": "`vocabularies` (named id lists)",
-    "qrels": "`qrels` (relevance judgements of queries; `queries` for query vectors)",
-    "training_log": "a `training_log` (CSV/TSV/JSONL of step, loss, ... or a TensorBoard folder)",
-    "monitor_history": "`monitor_history` (the JSONL file `embeval-report monitor --history` writes)",
-    "metadata.is_anomaly": "an `is_anomaly` 0/1 column in `metadata` (1 = anomaly; blank = unlabelled)",
-    "anomaly_scores": "`anomaly_scores` (your detector's scores: id, score)",
-    "fairness": "`fairness: {attributes: [...]}` (protected-attribute columns of `metadata`)",
-    "association_tests": "`association_tests` (WEAT target and attribute word sets)",
-    "annotations": "`annotations` (human ratings: item, rater, label)",
-    "interactions": "`interactions` (user_id, item_id[, timestamp][, rating])",
-}
+#: modules of this package that are not chapters
+HELPERS = frozenset({"declaration", "registry", "setup", "recorder", "findings", "comparison"})
 
 
-@dataclass(frozen=True)
-class Chapter:
-    name: str
-    title: str
-    order: int
-    requires: tuple[str, ...]
-    description: str
-    notebook: Path
-    module: str = ""
-    stage: int = 0       # 0: content; 1, 2, ...: run after every content chapter, in stage order (they read results)
+@lru_cache(maxsize=1)
+def _declared() -> tuple[ChapterSpec, ...]:
+    from dataclasses import replace
 
-    @property
-    def filename(self) -> str:
-        """Executed notebook name inside ``OUT/chapters/``."""
-        return f"{self.order:02d}_{self.name}.ipynb"
-
-    def missing(self, es) -> list[str]:
-        """Inputs this chapter needs that the embedding set lacks (``a|b``: either will do)."""
-        return [r for r in self.requires if not any(es.has(alt) for alt in r.split("|"))]
-
-    def precheck(self, es, side, settings) -> str | None:
-        """Why the chapter cannot run on this (valid but degenerate) input, or ``None``."""
-        import importlib
-
-        try:
-            mod = importlib.import_module(f"embeval_report.chapters.{self.module or self.name}")
-        except ModuleNotFoundError:
-            return None
-        check = getattr(mod, "precheck", None)
-        return check(es, side, settings) if check else None
-
-
-def describe_input(req: str) -> str:
-    """Human wording of a requirement such as ``metadata.label`` or ``word_pairs|analogies``."""
-    if "|" in req:
-        return " or ".join(describe_input(alt) for alt in req.split("|"))
-    if req.startswith("metadata."):
-        return f"a `{req.split('.', 1)[1]}` column in `metadata`"
-    return INPUT_HELP.get(req, f"manifest field `{req}`")
-
-
-def discover(folder: Path | None = None) -> list[Chapter]:
-    """All chapters, in report order (the summary, order 0, first)."""
-    import nbformat  # here, not at import: its JSON-schema validator costs every chapter kernel 1.4 s
-
-    out = []
-    for path in sorted(Path(folder or notebooks_dir()).glob("*.ipynb")):
-        meta = nbformat.read(path, as_version=4).metadata.get("embeval")
-        if not meta:
+    found = []
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        if info.name in HELPERS or info.name.startswith("_"):
             continue
-        out.append(Chapter(name=meta["name"], title=meta["title"], order=int(meta["order"]),
-                           requires=tuple(meta.get("requires", ())), description=meta.get("description", ""),
-                           notebook=path, module=meta.get("module", ""), stage=int(meta.get("stage", 0))))
-    return sorted(out, key=lambda c: c.order)
+        module = importlib.import_module(f"{__package__}.{info.name}")
+        spec = getattr(module, "CHAPTER", None)
+        if isinstance(spec, ChapterSpec):
+            found.append(replace(spec, module=module.__name__))
+    names = [c.name for c in found]
+    if len(set(names)) != len(names):
+        raise RuntimeError(f"two chapter modules declare the same chapter name: {sorted(names)}")
+    return tuple(sorted(found, key=lambda c: c.order))
 
 
-def select(chapters: list[Chapter], names: list[str] | None) -> list[Chapter]:
+def discover() -> list[ChapterSpec]:
+    """Every chapter in report order (the summary, order 0, first), including ``compare``'s chapter (stage -1)."""
+    return [c for c in _declared() if c.stage >= 0]
+
+
+def chapter(name: str) -> ChapterSpec:
+    """One chapter's declaration by name (``compare``'s comparison chapter included)."""
+    for c in _declared():
+        if c.name == name:
+            return c
+    raise KeyError(f"no chapter {name!r}")
+
+
+@lru_cache(maxsize=1)
+def options() -> dict[str, Option]:
+    """Every option of every chapter, by name (an option several chapters read is one shared object)."""
+    out: dict[str, Option] = {}
+    for c in _declared():
+        for o in c.options:
+            if out.setdefault(o.name, o) != o:
+                raise RuntimeError(f"option {o.name!r} is declared twice with different definitions "
+                                   f"({c.name} and an earlier chapter): share one Option object")
+    return out
+
+
+def option_chapters(name: str) -> list[str]:
+    """The chapters that read option ``name``."""
+    return [c.name for c in _declared() if any(o.name == name for o in c.options)]
+
+
+def graph_chapters() -> tuple[str, ...]:
+    """The chapters that read the run's shared cosine k-NN graph."""
+    return tuple(c.name for c in _declared() if c.graph)
+
+
+def demo_writers() -> list[str]:
+    """The :mod:`embeval_report.demo` modules that write the chapters' demo side data, in chapter order."""
+    out = []
+    for c in _declared():
+        if c.demo and c.demo not in out:
+            out.append(c.demo)
+    return out
+
+
+def select(chapters: list[ChapterSpec], names: list[str] | None) -> list[ChapterSpec]:
     """The chapters named in ``names`` (all when ``None``); the chapters that read the others' results
     (``stage`` > 0: statistical rigor, the summary) are always kept."""
     if not names:
@@ -115,3 +92,22 @@ def select(chapters: list[Chapter], names: list[str] | None) -> list[Chapter]:
     if unknown:
         raise InputError(f"--chapters: unknown chapter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     return [c for c in chapters if c.name in names or c.stage > 0]
+
+
+def resolve_settings(params: dict | None = None, **overrides) -> ChapterSettings:
+    """The settings of a run from the command line's values or a notebook's ``settings`` dict: the device
+    resolved once (``auto``: CUDA when torch sees a GPU), every declared option parsed and filled with its
+    default (``explicit`` keeps the names the user set). Settings the runner already resolved pass unchanged.
+    Raises ValueError for an unknown option or a bad value (the command line turns it into one line)."""
+    from ..kernels.device import resolve_device
+
+    p = dict(params or {}, **overrides)
+    p["device"] = resolve_device(p.get("device", "auto")).type
+    given = dict(p.pop("options", None) or {})
+    declared = options()
+    unknown = [k for k in given if k not in declared]
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(declared)}")
+    explicit = p.pop("explicit", None)
+    values = {name: o.parse(given[name]) if name in given else o.default for name, o in declared.items()}
+    return ChapterSettings(**p, options=values, explicit=tuple(given) if explicit is None else tuple(explicit))

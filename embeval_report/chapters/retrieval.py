@@ -2,21 +2,25 @@
 say how well the relevant documents come back (computed in :mod:`embeval_report.metrics.retrieval`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..errors import ChapterSkipped
 from ..io import group_column
 from ..metrics import retrieval as rt
-from ..report.display import show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.format import number, percent, value_with_ci
-from ..report.plotting import PALETTE, WIDTH
+from ..present.display import show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.format import number, percent, value_with_ci
+from ..present.plotting import PALETTE, WIDTH
 from ..stats import mean_ci
-from .setup import ChapterContext
+from .declaration import ChapterSpec
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["RetrievalReport", "compute", "curves_figure", "distribution_figure", "group_table", "narrative",
            "precheck", "show_curves", "show_distribution", "show_groups", "show_metrics", "show_protocol",
@@ -49,9 +53,6 @@ def precheck(es, side, settings) -> str | None:
 def compute(ctx: ChapterContext) -> RetrievalReport:
     """Rank the corpus for every judged query and record the metrics."""
     es, side = ctx.es, ctx.side
-    reason = precheck(es, side, ctx.settings)
-    if reason:
-        raise ChapterSkipped(reason)
     if "queries" in side:
         q = side.queries
         Q, qids, meta, source = q.vectors, q.ids, q.metadata, q.file
@@ -255,3 +256,15 @@ def show_protocol(rep: RetrievalReport) -> None:
                 if p["self_judgements_dropped"] else ""))]
     show_table(pd.DataFrame(rows, columns=["setting", "value"]), caption="The evaluation protocol.",
                label="tbl-retrieval-protocol")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="retrieval", title="Retrieval", order=85,
+    description="Retrieval quality on judged queries: recall, precision, MAP, MRR and nDCG with trec_eval's definitions over an exact ranking of the whole corpus (seed 001 §21.2).",
+    requires=("qrels",), optional=("queries", "exclude_self"),
+    precheck=precheck, demo="retrieval",
+)

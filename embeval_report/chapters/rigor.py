@@ -2,6 +2,8 @@
 how large a change each headline mean could detect (computed in :mod:`embeval_report.metrics.rigor`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
@@ -9,12 +11,14 @@ import numpy as np
 import pandas as pd
 
 from ..metrics import rigor as rg
-from ..report.display import Table, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.plotting import PALETTE, WIDTH
-from ..report.recorder import read_results
-from ..report.rigor import read_adjusted, hypothesis_rows
-from .setup import ChapterContext
+from ..present.display import Table, hypothesis_rows, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.plotting import PALETTE, WIDTH
+from .recorder import read_adjusted, read_results
+from .declaration import ChapterSpec, MDE
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["RigorReport", "compute", "narrative", "power_display", "pvalue_figure", "show_power", "show_pvalues",
            "show_summary", "show_tests"]
@@ -165,3 +169,15 @@ def show_tests(rep: RigorReport) -> None:
                           "Benjamini–Hochberg); * rejected at α = 0.05. Families of many tests (one per dimension) "
                           "are one row here; each chapter's own table states the null hypotheses, and results/rigor_tests.csv lists "
                           "every test.", label="tbl-rigor-tests"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="rigor", title="Statistical rigor", order=99,
+    description="Every hypothesis test of the report adjusted together (Holm, Benjamini-Hochberg), and the smallest change each headline mean can detect (seed 001 §21.5).",
+    requires=(),
+    options=(MDE,), stage=1,
+)

@@ -3,6 +3,8 @@ metric table, the similarity scatter and disagreements, and the analogy sections
 (computed in :mod:`embeval_report.metrics.semantic`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +16,13 @@ from scipy import stats as sstats
 
 from ..metrics import semantic as sem
 from ..metrics.semantic import SemanticResult
-from ..report.display import callout, definitions_markdown, metrics_table, show_figure, show_markdown, show_table
-from ..report.format import ci_suffix, interval, percent
-from ..report.plotting import PALETTE, WIDTH
-from .setup import ChapterContext
+from ..present.display import callout, definitions_markdown, metrics_table, show_figure, show_markdown, show_table
+from ..present.format import ci_suffix, interval, percent
+from ..present.plotting import PALETTE, WIDTH
+from .declaration import ChapterSpec
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 #: usual wording of a correlation's strength: upper bound of |ρ| -> word ("strong" above the last)
 STRENGTH = ((0.1, "negligible"), (0.3, "weak"), (0.5, "moderate"))
@@ -339,3 +344,14 @@ def show_analogies(rep: SemanticReport) -> None:
                        + (" (in parentheses: their label in the metadata)" if rep.label_column else "")
                        + ". Line = line in the file.",
                label="tbl-semantic-failures")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="semantic", title="Semantic benchmarks", order=60,
+    description="Do cosine similarities agree with human judgements, and do analogies hold? Word-pair Spearman/Pearson and 3CosAdd/3CosMul analogy accuracy (seed 001 §21.1).",
+    requires=("word_pairs|analogies",),
+)

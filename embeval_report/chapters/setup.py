@@ -7,26 +7,30 @@ Every notebook has the same parameters cell (papermill injects the run's values 
     results_dir = "../results"
     settings = {}          # ChapterSettings: seed, device, sample_size, level, options
 
-and then ``ctx = open_chapter("<name>", source, prepared, results_dir, settings)``, which returns
-the loaded set, its side data, the settings and the recorder.
+and then::
+
+    ctx = open_chapter("<name>", source, prepared, results_dir, settings)
+    report = ctx.run(chapter.compute)
+
+:func:`open_chapter` returns the loaded set, its side data, the resolved settings, the recorder and the
+chapter's compute context; :meth:`ChapterContext.run` computes inside that context (the run's graph and
+moments caches, precision, memory budget, Dask engine), which is left again when the computation ends.
 """
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import UndefinedMetricWarning
+from ..context import CacheFolder, ComputeContext
+from ..errors import ChapterSkipped, UndefinedMetricWarning
 from ..io import EmbeddingSet, load_prepared, load_source
 from ..io.side_data import SideData, load_side_data
-from ..kernels.budget import use_memory_budget
-from ..kernels.dask_engine import use_engine
-from ..kernels.device import use_precision
-from ..kernels.graph_cache import use_graph_cache
-from ..kernels.moments_cache import use_moments_cache
-from ..progress import set_chapter
-from ..report.recorder import Recorder
 from ..settings import ChapterSettings
+from .declaration import ChapterSpec
+from .recorder import Recorder
+from .registry import chapter as declared_chapter
+from .registry import resolve_settings
 
 #: the parameters cell of every chapter notebook, letter for letter (a test checks it)
 PARAMETERS_CELL = """\
@@ -39,13 +43,15 @@ settings = {}        # seed, device, sample_size, level and options, e.g. {"seed
 
 @dataclass
 class ChapterContext:
-    """The embedding set, side data, settings and recorder of one chapter execution."""
+    """The embedding set, side data, settings, recorder and compute context of one chapter execution."""
 
     chapter: str
     es: EmbeddingSet
     side: SideData
     settings: ChapterSettings
     rec: Recorder
+    compute: ComputeContext = field(default_factory=ComputeContext)
+    spec: ChapterSpec | None = None
 
     #: settings read directly from the context: ``ctx.seed``, ``ctx.device``, ``ctx.sample_size``, ``ctx.level``
     SHORTCUTS = ("seed", "device", "sample_size", "level")
@@ -56,8 +62,12 @@ class ChapterContext:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def option(self, name: str):
-        """A chapter option's value (see :data:`embeval_report.settings.OPTIONS`)."""
+        """A chapter option's value (declared in the chapter's :data:`CHAPTER`; the default unless set)."""
         return self.settings.option(name)
+
+    def run(self, compute):
+        """``compute(self)`` inside this chapter's compute context (see the module docstring)."""
+        return self.compute.run(compute, self)
 
 
 def open_chapter(chapter: str, source: str = "", prepared: str | None = None, results_dir: str | None = "../results",
@@ -66,34 +76,43 @@ def open_chapter(chapter: str, source: str = "", prepared: str | None = None, re
     apply the report's figure style, and start recording.
 
     In JupyterLab, re-running a report's notebook reads the original ``source`` again (validating
-    it and its side data) and writes its records next to the report (``../results``).
+    it and its side data and checking the chapter can run on it) and writes its records next to the report
+    (``../results``).
     """
     warnings.filterwarnings("ignore", category=FutureWarning)
-    set_chapter(chapter)
-    if prepared and Path(prepared).exists():
-        es, side = load_prepared(prepared), SideData.open(Path(prepared) / "side")
+    spec = declared_chapter(chapter)
+    s = settings if isinstance(settings, ChapterSettings) else resolve_settings(settings or {})
+    runner_cache = Path(prepared) if prepared and Path(prepared).exists() else None
+    if runner_cache is not None:  # the runner validated the input and ran the chapter's check
+        es, side = load_prepared(prepared), SideData.open(runner_cache / "side")
     else:
         es = load_source(source)
         side = load_side_data(es)
-    s = settings if isinstance(settings, ChapterSettings) else ChapterSettings.resolve(settings or {})
-    from ..report.plotting import use_style
+        reason = spec.check(es, side, s)
+        if reason:
+            raise ChapterSkipped(reason)
+    from ..present.plotting import use_style
 
     use_style()
     rec = Recorder(chapter, results_dir)
     # one k-NN graph per vector space per run: stored next to the prepared set, read by every chapter;
     # k + 1 neighbours, so the tie check next to a k-NN list shares the same computation
-    use_graph_cache(Path(prepared) / "neighbours" if prepared and Path(prepared).exists() else None,
-                    min_k=int(s.option("k")) + 1, log=lambda event: rec.append("neighbour_graphs", event))
-    # the column mean, second moments and principal directions of the set: one pass per run (moments_cache)
-    use_moments_cache(Path(prepared) / "moments" if prepared and Path(prepared).exists() else None,
-                      log=lambda event: rec.append("moment_passes", event))
-    use_precision(s.precision)
-    use_memory_budget(s.memory_budget)
-    use_engine(s.scheduler)  # the run's Dask cluster, if any: connected at the first pass sent to it
+    compute = s.compute(
+        chapter=chapter,
+        graph_cache=CacheFolder(runner_cache and runner_cache / "neighbours", min_k=_graph_k(s) + 1,
+                                log=lambda event: rec.append("neighbour_graphs", event)),
+        # the column mean, second moments and principal directions of the set: one pass per run
+        moments_cache=CacheFolder(runner_cache and runner_cache / "moments",
+                                  log=lambda event: rec.append("moment_passes", event)))
     rec.note(n=es.n, d=es.d, seed=s.seed, device=s.device, sample_size=s.sample_size, precision=s.precision,
-             **({"options": s.options} if s.options else {}))
+             **({"options": s.set_options} if s.set_options else {}))
     _show_undefined_warnings(rec)
-    return ChapterContext(chapter, es, side, s, rec)
+    return ChapterContext(chapter, es, side, s, rec, compute, spec)
+
+
+def _graph_k(settings: ChapterSettings) -> int:
+    """The k every shared graph is stored with at least (the ``k`` option; 0 when no chapter declares it)."""
+    return int(settings.options.get("k", 0))
 
 
 def _show_undefined_warnings(rec: Recorder) -> None:
@@ -109,7 +128,7 @@ def _show_undefined_warnings(rec: Recorder) -> None:
             return None
         seen.add(text)
         rec.append("warnings", text)
-        from ..report.display import callout, escape
+        from ..present.display import callout, escape
 
         callout("note", escape(text), title="Undefined for this input")
         return None

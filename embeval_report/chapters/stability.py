@@ -3,6 +3,8 @@ per-entity distribution and the least stable entities, the subsets, and how the 
 (computed in :mod:`embeval_report.metrics.stability`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
@@ -13,12 +15,15 @@ import pandas as pd
 from ..errors import ChapterSkipped
 from ..metrics import stability as st
 from ..metrics.stability_subsets import Grouping, SubsetStability
-from ..report.display import callout, escape, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.format import interval
-from ..report.plotting import PALETTE, WIDTH
+from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.format import interval, metric_text
+from ..present.plotting import PALETTE, WIDTH
 from ..stats import BCA_MAX, MEAN_CI_RESAMPLES, HypothesisTest
-from .setup import ChapterContext
+from .declaration import ChapterSpec, K
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 BANDS = st.SPECS["pairwise_similarity_correlation"].bands
 
@@ -102,7 +107,7 @@ def subset_tests(subsets: SubsetStability, freq: dict | None) -> list[Hypothesis
 
 def _text(m, fmt: str) -> str:
     """A metric's value with its interval, or "undefined"."""
-    return m.text(fmt) if m.value is not None and math.isfinite(m.value) else "undefined"
+    return metric_text(m, fmt) if m.value is not None and math.isfinite(m.value) else "undefined"
 
 
 def _p(p: float) -> str:
@@ -158,7 +163,7 @@ def _correlation_text(r: st.RunStabilityResult) -> str:
             "concerning": "**The model is moderately stable across training runs.**",
             "problematic": "**The model is unstable across training runs.**"}.get(corr.verdict, "")
     return (f"{head} The pairwise similarity correlation, the correlation between the similarity of every pair of "
-            f"entities in one run and in another, is {corr.text('.3f')} on average over {runs}; the seed's "
+            f"entities in one run and in another, is {metric_text(corr, '.3f')} on average over {runs}; the seed's "
             f"stability guideline reads this as {band_text(corr.verdict)}. This metric carries the chapter's verdict "
             "(seed 000 §217.2.2); the other metrics have no published bands and are read against their chance level "
             "and their ceiling of 1." + (f" Across pairs it ranges from {sp['similarity correlation']['min']:.3f} to "
@@ -173,7 +178,7 @@ def _procrustes_text(r: st.RunStabilityResult) -> str:
     d = m["procrustes_disparity"]
     text = (f"After Procrustes alignment (mean-centring and the best rotation of one run onto the other), an entity's "
             f"vector has cosine {_text(m['procrustes_aligned_cosine'], '.3f')} with its counterpart on average, and "
-            f"the residual disparity is {d.text('.4f')} (Procrustes distance $d_P$ = "
+            f"the residual disparity is {metric_text(d, '.4f')} (Procrustes distance $d_P$ = "
             f"{math.sqrt(max(v['procrustes_disparity'], 0)):.3f} on a scale from 0, identical up to rotation, to √2).")
     if _excludes(d):
         text += (" The disparity's interval lies above the value: the fitted rotation has d(d − 1)/2 free parameters "
@@ -198,7 +203,7 @@ def narrative(r: st.RunStabilityResult, inputs: st.RunInputs | None = None, subs
              else "so neighbour lists are mostly different from one run to the next")
     parts.append(
         f"Locally, an entity keeps on average {v['knn_overlap']:.1%} of its {r.k} nearest neighbours from one run to "
-        f"another: k-NN overlap {m['knn_overlap'].text('.3f')}, {ratio:,.{0 if ratio >= 10 else 1}f} times the "
+        f"another: k-NN overlap {metric_text(m['knn_overlap'], '.3f')}, {ratio:,.{0 if ratio >= 10 else 1}f} times the "
         f"{r.chance:.4f} (= k/(n − 1)) expected if the runs were unrelated, {local}. "
         + (f"Pairs of runs range from {sp['k-NN overlap']['min']:.3f} to {sp['k-NN overlap']['max']:.3f}. "
            if P > 1 else "")
@@ -270,7 +275,7 @@ def subset_text(s: SubsetStability) -> str:
 
 
 def verdict_callout(r: st.RunStabilityResult) -> dict:
-    """Arguments for :func:`~embeval_report.report.display.callout`: the verdict and the band it came from."""
+    """Arguments for :func:`~embeval_report.present.display.callout`: the verdict and the band it came from."""
     m = r.metrics["pairwise_similarity_correlation"]
     kind = {"healthy": "success", "concerning": "warning", "problematic": "danger"}.get(m.verdict, "note")
     text = (f"Pairwise similarity correlation {_text(m, '.3f')}: **{m.verdict or 'no verdict'}** "
@@ -461,3 +466,15 @@ def show_coverage(rep: StabilityReport) -> None:
     show_markdown(coverage_text(rep.inputs))
     show_table(rep.inputs.coverage, caption="Each run's rows matched by id to the main set.",
                label="tbl-stability-coverage")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="stability", title="Stability across training runs", order=70,
+    description="Do retrains of the model agree? k-NN neighbourhood overlap per entity, Procrustes-aligned cosine and disparity, pairwise similarity correlation (verdict), the least stable entities, and stability by vocabulary, frequency bin and kind (seed 003; seed 000 §217.2).",
+    requires=("runs",), optional=("vocabularies",),
+    options=(K,), precheck=precheck, demo="stability",
+)

@@ -3,6 +3,8 @@ performance by horizon, several cuts and the random-split comparison (computed i
 :mod:`embeval_report.metrics.temporal`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
@@ -13,11 +15,16 @@ from ..errors import ChapterSkipped, InputError
 from ..io.graph import EdgeList, read_score
 from ..metrics import temporal as tp
 from ..metrics.graph import HEURISTIC_FORMULAS, HEURISTIC_SHORT, format_time
-from ..report.display import callout, escape, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.plotting import PALETTE, WIDTH
+from ..present.format import metric_text
+from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.plotting import PALETTE, WIDTH
 from .link_prediction import MIN_ENTITIES
-from .setup import ChapterContext
+from .declaration import ChapterSpec
+from .link_prediction import LINK_OPTIONS
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["TemporalReport", "compute", "horizon_figure", "precheck", "show_cuts", "show_horizons", "show_leakage",
            "show_metrics", "show_summary", "temporal_narrative", "temporal_protocol_markdown", "temporal_unavailable"]
@@ -93,7 +100,7 @@ def temporal_protocol_markdown(t: tp.TemporalResult) -> str:
 def _text(m, fmt: str = ".3f", ci: bool = True) -> str:
     if m.value is None or not math.isfinite(m.value):
         return "undefined"
-    return m.text(fmt) if ci else format(m.value, fmt)
+    return metric_text(m, fmt) if ci else format(m.value, fmt)
 
 
 def _excludes_zero(m) -> bool:
@@ -242,3 +249,15 @@ def show_leakage(rep: TemporalReport) -> None:
         return
     show_table(t.leakage, caption="MRR under the temporal split and under a random split with the same test share "
                                   f"[{t.tag}].", label="tbl-temporal-leakage")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="temporal_link_prediction", title="Temporal link prediction", order=92,
+    description="Train before a cut, test after it: MRR, Hits@10 and AUC by horizon, at several cuts, and against a random split to show its leakage (seed 000 §218.2). Needs timestamps on the edges.",
+    requires=("edges",), optional=("score",),
+    options=LINK_OPTIONS, precheck=precheck, demo="graph",
+)

@@ -3,6 +3,8 @@ convergence, early stopping, divergence, oscillation, overfitting, regime change
 settled (computed in :mod:`embeval_report.metrics.convergence`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
@@ -10,15 +12,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..errors import ChapterSkipped, InputError
+from ..errors import InputError
 from ..io.training_log import TrainingLog
 from ..metrics import convergence as cv
-from ..report.display import callout, escape, show_figure, show_markdown, show_table
-from ..report.display import show_metrics as show_metric_table
-from ..report.format import number
-from ..report.plotting import PALETTE, WIDTH
+from ..metrics import training_runs as tr
+from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import show_metrics as show_metric_table
+from ..present.format import metric_text, number
+from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
-from .setup import ChapterContext
+from .declaration import INF, ChapterSpec, Option
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["TrainingReport", "checks_table", "compute", "curves_figure", "events_table", "narrative", "precheck",
            "runs_table", "schedule_figure", "show_checks", "show_curves", "show_events", "show_metrics",
@@ -69,12 +75,9 @@ def _settings(ctx: ChapterContext, log: TrainingLog) -> dict:
 def compute(ctx: ChapterContext) -> TrainingReport:
     """Diagnose every run of the log, and record the metrics, the runs and the hypothesis tests."""
     log: TrainingLog = ctx.side.training_log
-    reason = precheck(ctx.es, ctx.side, ctx.settings)
-    if reason:
-        raise ChapterSkipped(reason)
     s = _settings(ctx, log)
-    diags = [cv.diagnose_run(log.run(r), r, **s) for r in log.runs if int(log.run(r)["loss_logged"].sum()) >= 10]
-    values, cis = cv.summarize_runs(diags, ctx.level, ctx.seed)
+    diags = [tr.diagnose_run(log.run(r), r, **s) for r in log.runs if int(log.run(r)["loss_logged"].sum()) >= 10]
+    values, cis = tr.summarize_runs(diags, ctx.level, ctx.seed)
     several = len(diags) > 1
     metrics = {}
     for spec in cv.SPECS.values():
@@ -83,7 +86,7 @@ def compute(ctx: ChapterContext) -> TrainingReport:
             lo, hi = spec.clip(lo, hi)
             note = "" if lo is not None else ("one run: give several runs for an interval" if not several else
                                               "defined for one run only")
-            label = spec.label + (" (mean over runs)" if several and spec.name in cv.run_values(diags[0]) else "")
+            label = spec.label + (" (mean over runs)" if several and spec.name in tr.run_values(diags[0]) else "")
             metrics[spec.name] = spec.record(values[spec.name], (lo, hi), ci_method=how, label=label, note=note)
     ctx.rec.add(*metrics.values())
     for t in _tests(diags):
@@ -142,7 +145,7 @@ def _step(v) -> str:
     return "—" if v is None else f"{int(v):,}"
 
 
-def _status(d: cv.RunDiagnosis) -> str:
+def _status(d: tr.RunDiagnosis) -> str:
     words = []
     if d.div.diverged:
         words.append("diverged")
@@ -160,7 +163,7 @@ def runs_table(diags) -> pd.DataFrame:
     """One row per run: checks, final and best losses, convergence, early stopping, and a one-word status."""
     rows = []
     for d in diags:
-        v = cv.run_values(d)
+        v = tr.run_values(d)
         rows.append({"run": d.name, "checks": len(d.loss), "status": _status(d),
                      "final loss": number(v["final_loss"]), "final val loss": number(v["final_val_loss"]),
                      "best val loss": number(v["best_val_loss"]), "converged at": _step(v["convergence_step"]),
@@ -223,7 +226,7 @@ def checks_table(diags) -> pd.DataFrame:
 
 def _m(rep: TrainingReport, name: str, fmt: str = ".3g") -> str:
     m = rep.metrics.get(name)
-    return "—" if m is None or m.value is None else m.text(fmt)
+    return "—" if m is None or m.value is None else metric_text(m, fmt)
 
 
 def narrative(rep: TrainingReport) -> str:
@@ -240,7 +243,7 @@ def narrative(rep: TrainingReport) -> str:
                  f"{watched} with patience {s['patience']} checks and min_delta {s['min_delta']:g}"
                  f" ({'relative' if s['relative'] else 'absolute'}).")
     for d in diags:
-        v = cv.run_values(d)
+        v = tr.run_values(d)
         bits = []
         if d.div.diverged:
             bits.append(f"**diverged**: the loss rises from {x} {_step(d.step(d.div.onset, False))}"
@@ -283,7 +286,7 @@ def narrative(rep: TrainingReport) -> str:
     return "\n\n".join(parts)
 
 
-def _saved(d: cv.RunDiagnosis) -> str:
+def _saved(d: tr.RunDiagnosis) -> str:
     total = d.monitored_steps[-1] - d.monitored_steps[0]
     left = d.monitored_steps[-1] - d.step(d.early.stop)
     return f"{left / total:.0%}" if total > 0 else "nothing"
@@ -337,7 +340,7 @@ def curves_figure(rep: TrainingReport) -> plt.Figure:
     return fig
 
 
-def _ylim(d: cv.RunDiagnosis, log: bool) -> tuple[float, float]:
+def _ylim(d: tr.RunDiagnosis, log: bool) -> tuple[float, float]:
     vals = [d.loss[np.isfinite(d.loss)]]
     if d.over is not None:
         vals.append(d.over.val[np.isfinite(d.over.val)])
@@ -459,3 +462,36 @@ def show_checks(rep: TrainingReport) -> None:
                "them to per-epoch losses: on noisy per-step logs the raw-difference oscillation rule fires on noise "
                "alone, which is why the chapter's own oscillation test uses the smoothed curve and a periodogram.",
                label="tbl-training-checks")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+MIN_DELTA = Option("min_delta", 0.001, "training diagnostics: smallest improvement early stopping counts (relative to the best "
+                   "value with min_delta_mode=rel, absolute with abs as in Lightning)", bounds=(-1e-300, INF))
+MIN_DELTA_MODE = Option("min_delta_mode", "rel", "training diagnostics: min_delta relative to the best value (rel) or absolute (abs)",
+                        ("rel", "abs"))
+PATIENCE = Option("patience", 5, "training diagnostics: checks without improvement before early stopping fires",
+                  bounds=(0, INF))
+MONITOR = Option("monitor", "auto", "training diagnostics: the log column early stopping watches (auto: val_loss when "
+                 "logged, else the smoothed training loss)")
+MONITOR_MODE = Option("monitor_mode", "min", "training diagnostics: whether the monitored value should fall (min) or rise (max)",
+                      ("min", "max"))
+SMOOTHING = Option("smoothing", 0.1, "training diagnostics: weight of the exponential moving average (seed's smoothing_alpha)",
+                   bounds=(0, 1))
+TAIL_WINDOW = Option("tail_window", 50, "training diagnostics: final checks of the tail tests (seed's window_size)",
+                     bounds=(4, INF))
+CONVERGENCE_TOL = Option("convergence_tol", 0.01, "training diagnostics: converged when within this share of the total change of "
+                         "the final level", bounds=(0, 1))
+CP_PENALTY = Option("cp_penalty", 3.0, "training diagnostics: PELT penalty of the change-point search (seed: 3)",
+                    bounds=(0, INF))
+LOG_SCALE = Option("log_scale", "auto", "training diagnostics: loss axis on a log scale (auto: when the loss spans a decade)",
+                   ("auto", "true", "false"))
+
+CHAPTER = ChapterSpec(
+    name="training_diagnostics", title="Training diagnostics", order=76,
+    description="Convergence, early stopping (Lightning's rule), divergence, oscillation, overfitting, change points and tail stationarity from the training log, with the seed's TrainingMonitor checks (seed 000 §219.1).",
+    requires=("training_log",), optional=("runs",),
+    options=(MIN_DELTA, MIN_DELTA_MODE, PATIENCE, MONITOR, MONITOR_MODE, SMOOTHING, TAIL_WINDOW, CONVERGENCE_TOL, CP_PENALTY, LOG_SCALE), precheck=precheck, demo="training_log",
+)

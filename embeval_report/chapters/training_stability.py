@@ -3,6 +3,8 @@ checkpoint, and the movement of entity cohorts (computed in
 :mod:`embeval_report.metrics.training_stability`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from dataclasses import dataclass
 
@@ -26,18 +28,20 @@ from ..metrics.training_stability import (
     load_tranches,
     measure_training_stability,
 )
-from ..report.display import escape, show_figure, show_markdown, show_metrics, show_table
-from ..report.format import interval
-from ..report.plotting import PALETTE, WIDTH
+from ..present.display import escape, show_figure, show_markdown, show_metrics, show_table
+from ..present.format import interval, metric_text
+from ..present.plotting import PALETTE, WIDTH
 from ..stats import BCA_MAX
-from .setup import ChapterContext
 from .stability import BANDS, smaller_k_note
+from .declaration import ChapterSpec, K
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 __all__ = ["TrainingReport", "precheck", "compute", "training_narrative", "transitions_display_table",
            "to_final_display_table", "cross_run_display_table", "cohort_display_table", "trajectory_figure",
            "cohort_figure", "show_summary", "show_training_metrics", "show_trajectory", "show_cohorts",
            "show_checkpoints",
-           # the metric functions, reachable through the old module name ``embeval_report.stability``
            "SPECS", "TRAINING_METRICS", "REF_TRANCHE", "REF_MOVEMENT", "Checkpoint", "TrainingResult", "cohort_table",
            "compare_spaces", "load_tranches", "measure_training_stability"]
 
@@ -93,7 +97,7 @@ def _trajectory_text(r: TrainingResult) -> str | None:
     rising = (last["k-NN overlap"].mean() - first["k-NN overlap"].mean()) if len(tt) > len(first) else 0.0
     trend = ("rises" if rising > 0.02 else "falls" if rising < -0.02 else "stays about level")
     move = r.metrics["tranche_movement_last"]
-    moved = (f"entities move by 1 − cos = {move.text('.4f')} on average after alignment and"
+    moved = (f"entities move by 1 − cos = {metric_text(move, '.4f')} on average after alignment and"
              if move.value is not None and math.isfinite(move.value) else "entities")
     kept = r.values["tranche_knn_overlap_last"]
     return (f"Between consecutive checkpoints the k-NN overlap {trend} from {first['k-NN overlap'].mean():.3f} "
@@ -332,3 +336,15 @@ def show_cohorts(rep: TrainingReport) -> None:
 def show_checkpoints(rep: TrainingReport) -> None:
     show_table(rep.result.coverage, caption="The checkpoints, in training order within each run.",
                label="tbl-training-checkpoints")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="training_stability", title="Stability over training time", order=75,
+    description="How the space settles during training: k-NN overlap and aligned cosine between consecutive checkpoints and against the final one, stability across runs at each checkpoint, and the movement of entity cohorts by the checkpoint that introduced them (seed 003 §3, §5).",
+    requires=("tranches",),
+    options=(K,), precheck=precheck, demo="stability",
+)

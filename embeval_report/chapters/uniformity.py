@@ -3,6 +3,8 @@ alignment–uniformity plane and the distance histogram (computed in
 :mod:`embeval_report.metrics.uniformity`)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 import matplotlib.pyplot as plt
@@ -12,11 +14,14 @@ from scipy import stats as sstats
 from ..metrics import uniformity as uni
 from ..metrics.thresholds import THRESHOLDS
 from ..metrics.uniformity import T_DEFAULT, UniformityResult
-from ..report.display import callout, escape, show_figure, show_markdown
-from ..report.display import show_metrics as show_metric_table
-from ..report.format import interval, percent
-from ..report.plotting import PALETTE, WIDTH
-from .setup import ChapterContext
+from ..present.display import callout, escape, show_figure, show_markdown
+from ..present.display import show_metrics as show_metric_table
+from ..present.format import interval, metric_text, percent
+from ..present.plotting import PALETTE, WIDTH
+from .declaration import ChapterSpec
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
 
 #: the trade-off box's "typical good" values (seed 001 §21.1.2), the only bands of this chapter
 UNIFORMITY_BOX, ALIGNMENT_BOX = THRESHOLDS["uniformity"], THRESHOLDS["alignment"]
@@ -134,7 +139,7 @@ def narrative(r: UniformityResult) -> str:
     near = float(np.mean(r.random_sq_distances < 0.2))
     near_ref = float(sstats.beta.sf(0.95, (r.d - 1) / 2, (r.d - 1) / 2)) if r.d >= 2 else math.nan
     parts = [
-        f"{_reading(gap, u.value)} Uniformity is {r.metrics['uniformity'].text('.3f')}, {how}. Uniformly random "
+        f"{_reading(gap, u.value)} Uniformity is {metric_text(r.metrics['uniformity'], '.3f')}, {how}. Uniformly random "
         f"directions in d = {r.d} reach {ref:.3f}, the lowest value a large set can have, and a collapsed set (all "
         f"vectors equal) has 0: this set is "
         + (f"{gap:.3f} above the optimum." if gap >= 0 else
@@ -152,7 +157,7 @@ def narrative(r: UniformityResult) -> str:
         parts.append("No positive pairs were given, so alignment is not reported (see the note below for what "
                      "would enable it).")
     else:
-        txt = (f"Alignment over {escape(r.pairs.description)} is {r.metrics['alignment'].text('.3f')}, on a scale "
+        txt = (f"Alignment over {escape(r.pairs.description)} is {metric_text(r.metrics['alignment'], '.3f')}, on a scale "
                "from 0 (positives coincide) to 2 (unrelated directions).")
         if a.alpha == 2:
             c = _closeness(a.value, r.random_pair_sq_distance)
@@ -361,3 +366,15 @@ def show_plane(r: UniformityResult) -> None:
 
 def show_distances(r: UniformityResult) -> None:
     show_figure(distance_distribution(r), caption=distance_caption(r), label="fig-uniformity-distances")
+
+
+# ---------------------------------------------------------------------------------------------
+# The chapter's declaration
+# ---------------------------------------------------------------------------------------------
+
+CHAPTER = ChapterSpec(
+    name="uniformity", title="Uniformity and alignment", order=20,
+    description="Are vectors spread over the sphere, and are positive pairs close? Wang & Isola uniformity (exact, all pairs) and alignment (seed 001 §21.1.2).",
+    requires=("vectors",), optional=("positive_pairs",),
+    precheck=precheck,
+)

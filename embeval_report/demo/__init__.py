@@ -12,16 +12,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from .anomaly import demo_side_data as anomaly_side_data
-from .drift import demo_side_data as drift_side_data
-from .fairness import demo_side_data as fairness_side_data
-from .graph import demo_side_data as graph_side_data
-from .human_evaluation import demo_side_data as human_evaluation_side_data
-from .monitoring import demo_side_data as monitoring_side_data
-from .recommendation import demo_side_data as recommendation_side_data
-from .retrieval import demo_side_data as retrieval_side_data
-from .training_log import demo_side_data as training_log_side_data
-from .stability import demo_side_data as stability_side_data
+import importlib
+
+from ..chapters.registry import demo_writers
 from .text import write_text_demo
 from .world import (
     GENRES,
@@ -39,8 +32,8 @@ __all__ = ["GENRES", "RELATED_GENRES", "StreamingWorld", "editorial_judgements",
 
 
 def write_demo(folder, *, seed: int = 0) -> Path:
-    """Write the demo set (vectors.npy, ids.txt, metadata.csv, word_pairs.tsv, analogies.txt, the side
-    data of :data:`SIDE_DATA`, manifest.yaml); return the manifest."""
+    """Write the demo set (vectors.npy, ids.txt, metadata.csv, word_pairs.tsv, analogies.txt, the side data of
+    every chapter that declares a demo module, manifest.yaml); return the manifest."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     vectors, meta = streaming_embeddings(seed=seed)
@@ -62,11 +55,8 @@ def write_demo(folder, *, seed: int = 0) -> Path:
         "word_pairs": "word_pairs.tsv",
         "analogies": "analogies.txt",
     }
-    for write_side_data in (stability_side_data, drift_side_data, graph_side_data,
-                            retrieval_side_data, recommendation_side_data, anomaly_side_data,
-                            human_evaluation_side_data, monitoring_side_data,
-                            fairness_side_data, training_log_side_data):  # runs, snapshots, edges, queries, interactions, ...
-        manifest.update(write_side_data(folder, seed=seed))
+    for module in demo_writers():  # runs, snapshots, edges, queries, interactions, ... (``demo=`` of each chapter)
+        manifest.update(importlib.import_module(f"{__name__}.{module}").demo_side_data(folder, seed=seed))
     path = folder / "manifest.yaml"
     path.write_text("# embeval-report demo: a streaming platform's user and item embeddings\n"
                     + yaml.safe_dump(manifest, sort_keys=False))

@@ -37,7 +37,8 @@ from ..errors import InputError
 from .files import NA_STRINGS, as_ids, check_unique, existing_file, library_errors, read_ids_file, resolve_path
 from .manifest import CORE_FIELDS, MANIFEST_FIELDS, MANIFEST_SUFFIXES, read_manifest
 from .stores import finalize_source, is_store, open_source, store_label, store_path
-from .vectors import DELIMITERS, VECTOR_FORMATS, finalize, load_vectors, read_raw, table_columns
+from .matrix import finalize
+from .vectors import DELIMITERS, VECTOR_FORMATS, load_vectors, read_raw, table_columns
 
 # ------------------------------------------------------------------- embedding set
 

@@ -37,12 +37,16 @@ class ManifestField:
         Whether the field must be given.
     keys : Mapping[str, ManifestField]
         The schema of each item of a "mapping_list".
+    needs : str
+        How a chapter that needs the field names it ("needs an `edges` list (src, dst)"); default: the field's
+        name.
     """
 
     kind: str
     description: str
     required: bool = False
     keys: Mapping[str, ManifestField] = field(default_factory=dict)
+    needs: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in FIELD_KINDS:
@@ -84,43 +88,79 @@ MANIFEST_FIELDS: dict[str, ManifestField] = {
     "name": ManifestField("str", "display name of the embedding set (default: the manifest file name)"),
     "vectors": ManifestField("vectors_path", "file with the embedding matrix, a Zarr store or HDF5 file (or a mapping "
                              "{zarr: store, array, ids} / {hdf5: file, dataset, ids}), or a PyTorch-BigGraph "
-                             "checkpoint folder (required unless `model` and `texts` are given)"),
-    "ids": ManifestField("path_or_column", "file with one id per line, or the name of an id column"),
-    "metadata": ManifestField("path", "table (.csv/.tsv/.parquet) with an 'id' column and free columns"),
-    "runs": ManifestField("vectors_list", "vectors files (or Zarr stores) of further training runs of the same items"),
-    "snapshots": ManifestField("mapping_list", "vectors of the same items over time", keys=_SNAPSHOT_KEYS),
-    "tranches": ManifestField("mapping_list", "checkpoints along training (seed 003's tranches)", keys=_TRANCHE_KEYS),
+                             "checkpoint folder (required unless `model` and `texts` are given)",
+                             needs="the embedding vectors"),
+    "ids": ManifestField("path_or_column", "file with one id per line, or the name of an id column",
+                         needs="an `ids` file or column"),
+    "metadata": ManifestField("path", "table (.csv/.tsv/.parquet) with an 'id' column and free columns",
+                              needs="a `metadata` table keyed by id"),
+    "runs": ManifestField("vectors_list", "vectors files (or Zarr stores) of further training runs of the same items",
+                          needs="a `runs` list of other training runs"),
+    "snapshots": ManifestField("mapping_list", "vectors of the same items over time", keys=_SNAPSHOT_KEYS,
+                               needs="a `snapshots` list of later versions"),
+    "tranches": ManifestField("mapping_list", "checkpoints along training (seed 003's tranches)", keys=_TRANCHE_KEYS,
+                              needs="`tranches` (checkpoints along training)"),
     "vocabularies": ManifestField("mapping_list", "named id subsets for restricted stability",
-                                  keys=_VOCABULARY_KEYS),
-    "positive_pairs": ManifestField("path", "table of id pairs that should be similar"),
-    "word_pairs": ManifestField("path", "table of word pairs with human similarity scores"),
-    "analogies": ManifestField("path", "analogy questions (a : b :: c : d)"),
-    "edges": ManifestField("path", "graph edges between ids"),
-    "test_edges": ManifestField("path", "held-out graph edges for link prediction"),
-    "negatives": ManifestField("path", "negative id pairs (non-edges)"),
+                                  keys=_VOCABULARY_KEYS,
+                                  needs="`vocabularies` (named id lists)"),
+    "positive_pairs": ManifestField("path", "table of id pairs that should be similar",
+                                    needs="`positive_pairs` (CSV of id pairs)"),
+    "word_pairs": ManifestField("path", "table of word pairs with human similarity scores",
+                                needs="`word_pairs` (word1, word2, human score)"),
+    "analogies": ManifestField("path", "analogy questions (a : b :: c : d)",
+                               needs="`analogies` (a:b::c:d)"),
+    "edges": ManifestField("path", "graph edges between ids",
+                           needs="an `edges` list (src, dst)"),
+    "test_edges": ManifestField("path", "held-out graph edges for link prediction",
+                                needs="`test_edges` (held-out src, dst)"),
+    "negatives": ManifestField("path", "negative id pairs (non-edges)",
+                               needs="`negatives` (src, dst, negative)"),
     "score": ManifestField("str", "how link prediction scores an edge from two vectors: dot, cosine or neg_l2"),
     "queries": ManifestField("mapping", "the retrieval queries: vectors, ids, metadata", keys=_QUERY_KEYS),
-    "qrels": ManifestField("path", "relevance judgements: TREC qrels or a table query_id,doc_id,relevance"),
+    "qrels": ManifestField("path", "relevance judgements: TREC qrels or a table query_id,doc_id,relevance",
+                           needs="`qrels` (relevance judgements of queries; `queries` for query vectors)"),
     "annotations": ManifestField("path", "human ratings: a table item (or query_id, doc_id), rater, label "
-                                 "[, seconds, gold, position]"),
+                                 "[, seconds, gold, position]",
+                                 needs="`annotations` (human ratings: item, rater, label)"),
     "annotation_level": ManifestField("str", "level of measurement of the annotations: nominal, ordinal or interval"),
     "exclude_self": ManifestField("bool", "retrieval: a document whose id equals the query id is not ranked"),
-    "monitor_history": ManifestField("path", "JSONL history written by `embeval-report monitor --history`"),
-    "anomaly_scores": ManifestField("path", "anomaly: your detector's scores, a table id,score[,more score columns]"),
-    "fairness": ManifestField("mapping", "fairness: protected-attribute columns of `metadata`", keys=_FAIRNESS_KEYS),
-    "association_tests": ManifestField("path", "fairness: WEAT tests (YAML or CSV: two target and two attribute sets)"),
-    "interactions": ManifestField("path", "recommendation: table user_id, item_id[, timestamp][, rating]"),
+    "monitor_history": ManifestField("path", "JSONL history written by `embeval-report monitor --history`",
+                                     needs="`monitor_history` (the JSONL file `embeval-report monitor --history` writes)"),
+    "anomaly_scores": ManifestField("path", "anomaly: your detector's scores, a table id,score[,more score columns]",
+                                    needs="`anomaly_scores` (your detector's scores: id, score)"),
+    "fairness": ManifestField("mapping", "fairness: protected-attribute columns of `metadata`", keys=_FAIRNESS_KEYS,
+                              needs="`fairness: {attributes: [...]}` (protected-attribute columns of `metadata`)"),
+    "association_tests": ManifestField("path", "fairness: WEAT tests (YAML or CSV: two target and two attribute sets)",
+                                       needs="`association_tests` (WEAT target and attribute word sets)"),
+    "interactions": ManifestField("path", "recommendation: table user_id, item_id[, timestamp][, rating]",
+                                  needs="`interactions` (user_id, item_id[, timestamp][, rating])"),
     "test_interactions": ManifestField("path", "recommendation: held-out interactions (else a split is made)"),
     "users": ManifestField("path", "recommendation: one user id per line (else the metadata `kind` column)"),
     "items": ManifestField("path", "recommendation: one item id per line, the catalogue (else metadata `kind`)"),
     "training_log": ManifestField("path_or_folder", "training log: CSV/TSV/JSONL with step or epoch, loss[, val_loss, "
-                                  "lr, grad_norm, run, metrics], or a TensorBoard event folder"),
+                                  "lr, grad_norm, run, metrics], or a TensorBoard event folder",
+                                  needs="a `training_log` (CSV/TSV/JSONL of step, loss, ... or a TensorBoard folder)"),
     "entity": ManifestField("str", "the entity type to read from a PyTorch-BigGraph checkpoint folder"),
     "model": ManifestField("model", "a sentence-transformers model folder (or mapping) that embeds `texts`"),
     "texts": ManifestField("path", "the corpus texts (.jsonl/.csv/.tsv/.parquet with id and text), embedded with `model`"),
 }
 
 CORE_FIELDS = ("name", "vectors", "ids", "metadata", "entity", "model", "texts")
+
+
+def describe_input(req: str) -> str:
+    """How a chapter's requirement reads in a "not run" line: a manifest field (its ``needs`` wording),
+    ``metadata.<column>``, or ``a|b`` when either will do.
+
+    >>> describe_input("metadata.label|edges")
+    'a `label` column in `metadata` or an `edges` list (src, dst)'
+    """
+    if "|" in req:
+        return " or ".join(describe_input(alt) for alt in req.split("|"))
+    if req.startswith("metadata."):
+        return f"a `{req.split('.', 1)[1]}` column in `metadata`"
+    spec = MANIFEST_FIELDS.get(req)
+    return spec.needs if spec is not None and spec.needs else f"manifest field `{req}`"
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 
 

@@ -224,11 +224,11 @@ def load_model(spec: ModelSpec, device: Any = "auto"):
     """Load a sentence-transformers model from a local folder or the local Hugging Face cache.
 
     ``device`` is ``"auto" | "cpu" | "cuda"`` or a torch device (see
-    :func:`~embeval_report.kernels.device.resolve_device`). Raises InputError (one line) when the
+    :func:`~embeval_report.context.resolve_device`). Raises InputError (one line) when the
     folder is not a sentence-transformers model (nor a plain transformers model, which
     sentence-transformers loads with mean pooling) or the model cannot be read.
     """
-    from ..kernels.device import resolve_device
+    from ..context import resolve_device
 
     folder = model_folder(spec)
     if not any((folder / marker).is_file() for marker in ("modules.json", "config.json")):

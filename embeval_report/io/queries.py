@@ -16,7 +16,8 @@ import pandas as pd
 from ..errors import InputError
 from .files import as_ids, check_unique, read_ids_file
 from .stores import is_store, store_label
-from .vectors import finalize, read_raw
+from .matrix import finalize
+from .vectors import read_raw
 
 
 @dataclass(frozen=True)

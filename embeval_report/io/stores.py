@@ -9,7 +9,7 @@ block: a block holds a quarter of it in source rows (Zarr holds a block about th
 decompresses: compressed chunks, decoded chunks, the result; then come the float32 cast and the masks).
 A Zarr or HDF5 chunk is always decoded whole, so the peak is at least about three chunks; the ids (when
 given) are held in memory too. A source of at most one block takes the in-memory path of
-:func:`~embeval_report.io.vectors.finalize`, with the same messages.
+:func:`~embeval_report.io.matrix.finalize`, with the same messages.
 """
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from ..context import current
 from ..errors import InputError
 from .files import as_ids, check_count, check_unique, library_errors, one_line
+from .matrix import check_shape, finalize, pick_array_name, row_ref
 
 #: working-memory budget of one block in bytes (a block reads a quarter of it in source rows); a source of
 #: at most a quarter of it is read whole, in memory
@@ -37,7 +39,7 @@ STORE_KEYS = {"zarr": ("array", "ids"), "hdf5": ("dataset", "ids")}
 
 def block_data_bytes() -> int:
     """Bytes of source rows in one block: a quarter of :data:`BLOCK_BYTES`."""
-    return max(1, BLOCK_BYTES // 4)
+    return max(1, (current().share("block") or BLOCK_BYTES) // 4)
 
 
 def is_zarr_store(path: str | os.PathLike) -> bool:
@@ -162,9 +164,8 @@ def _missing(label: str, kind: str, name: str, names: list[str]) -> InputError:
 
 
 def _pick(names: list[str], label: str) -> str:
-    from .vectors import _pick_array_name
 
-    return _pick_array_name(names, label)
+    return pick_array_name(names, label)
 
 
 def _open_zarr(path: Path, array: str | None, ids: str | None, label: str) -> ArraySource:
@@ -248,9 +249,8 @@ def _open_hdf5(path: Path, dataset: str | None, ids: str | None, label: str) -> 
 def read_store(spec: Any, label: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Read a whole store into memory (for inputs that are matched or used whole: queries, runs)."""
     with open_source(spec, label) as source:
-        from .vectors import _check_shape
 
-        _check_shape(source, source.label)
+        check_shape(source, source.label)
         return source.read(0, source.shape[0]), source.ids
 
 
@@ -260,15 +260,14 @@ def read_store(spec: Any, label: str | None = None) -> tuple[np.ndarray, np.ndar
 def finalize_source(source: ArraySource, ids: Any, vectors_label: str, ids_label: str,
                     out_dir: str | os.PathLike | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Validate ``source`` block by block and return (float32 memmap (n, d), ids) as
-    :func:`~embeval_report.io.vectors.finalize` does, with the same messages.
+    :func:`~embeval_report.io.matrix.finalize` does, with the same messages.
 
     The float32 copy is written to ``out_dir/vectors.npy`` (the runner passes its prepared cache), else to a
     temporary file that is removed once mapped; a C-ordered float32 ``.npy`` is used in place (linked from
     ``out_dir``), since it is already what the chapters memory-map. A source of at most one block is read whole and goes through ``finalize``.
     """
-    from .vectors import _check_shape, _row_ref, finalize
 
-    _check_shape(source, vectors_label)
+    check_shape(source, vectors_label)
     if source.nbytes <= block_data_bytes():
         return finalize(np.array(source.read(0, source.shape[0])), ids, vectors_label, ids_label)
     if ids is not None:
@@ -276,7 +275,7 @@ def finalize_source(source: ArraySource, ids: Any, vectors_label: str, ids_label
         check_count(ids, source.shape[0], ids_label, vectors_label)
         check_unique(ids, ids_label)
     if source.is_npy_float32:  # already what the chapters read: validated in place, linked, never copied
-        _scan(source, None, vectors_label, ids, _row_ref)
+        _scan(source, None, vectors_label, ids, row_ref)
         if out_dir is None or not _link(Path(source.array.filename), Path(out_dir) / "vectors.npy"):
             return source.array, ids
         vectors = np.load(Path(out_dir) / "vectors.npy", mmap_mode="r")
@@ -291,7 +290,7 @@ def finalize_source(source: ArraySource, ids: Any, vectors_label: str, ids_label
     tmp = target.with_name(target.name + ".tmp")
     try:
         with _npy_writer(tmp, source.shape) as f:
-            _scan(source, f, vectors_label, ids, _row_ref)
+            _scan(source, f, vectors_label, ids, row_ref)
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -1,9 +1,9 @@
-"""Vectors files: one reader per format, and the validation every matrix goes through."""
+"""Vectors files: one reader per format; every matrix read is validated by :mod:`.matrix`."""
 from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from .matrix import finalize, pick_array_name
 from .files import (
     NAN_STRINGS,
     as_ids,
     cell_problem,
-    check_count,
     check_unique,
     existing_file,
     is_float,
@@ -26,7 +26,6 @@ from .files import (
     one_line,
 )
 
-_CHECK_BLOCK = 1 << 22  # elements per block when scanning large arrays
 
 
 def load_vectors(
@@ -65,82 +64,6 @@ def load_vectors(
     return finalize(raw, ids, label, label)
 
 
-# ------------------------------------------------------------ vector validation
-
-
-def finalize(raw: np.ndarray, ids: Any, vectors_label: str, ids_label: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """Validate raw vectors and ids; return float32 C-contiguous vectors and str ids."""
-    raw = np.asarray(raw)
-    _check_shape(raw, vectors_label)
-    if ids is not None:
-        ids = as_ids(ids, ids_label)
-        check_count(ids, raw.shape[0], ids_label, vectors_label)
-        check_unique(ids, ids_label)
-    vectors = _to_float32(raw, vectors_label, ids)
-    zero = _first_row(vectors, lambda block: ~block.any(axis=1))
-    if zero is not None:
-        raise InputError(
-            f"{vectors_label}, {_row_ref(zero, ids)}: zero vector (all {vectors.shape[1]} values are 0); "
-            "expected a direction"
-        )
-    return vectors, ids
-
-
-def _check_shape(raw: np.ndarray, label: str) -> None:
-    if raw.ndim != 2:
-        raise InputError(f"{label}: expected a 2-D array (vectors x dimensions), found shape {raw.shape}")
-    n, d = raw.shape
-    if n < 2:
-        found = "no vectors (0 rows)" if n == 0 else "only 1 vector"
-        raise InputError(f"{label}: {found}; expected at least 2 vectors")
-    if d == 0:
-        raise InputError(f"{label}: vectors have 0 dimensions; expected at least 1 value per vector")
-    if raw.dtype.kind not in "iuf":
-        raise InputError(f"{label}: expected numbers, found values of type {raw.dtype}")
-
-
-def _to_float32(raw: np.ndarray, label: str, ids: np.ndarray | None) -> np.ndarray:
-    """Cast to writable float32 C-contiguous (no copy when already so), rejecting NaN, inf and overflow."""
-    bad = _first_non_finite(raw) if raw.dtype.kind == "f" else None
-    if bad is not None:
-        value = raw[bad]
-        text = "NaN" if np.isnan(value) else str(float(value))
-        raise InputError(f"{label}, {_row_ref(bad[0], ids)}, column {bad[1] + 1}: {text}; expected finite numbers")
-    with np.errstate(over="ignore"):
-        vectors = np.ascontiguousarray(raw, dtype=np.float32)
-    if not vectors.flags.writeable:  # e.g. a read-only view into a pandas frame
-        vectors = vectors.copy()
-    bad = _first_non_finite(vectors) if raw.dtype.kind == "f" and raw.dtype.itemsize > 4 else None
-    if bad is not None:
-        raise InputError(
-            f"{label}, {_row_ref(bad[0], ids)}, column {bad[1] + 1}: {raw[bad]:g} does not fit in float32 "
-            f"(largest magnitude {np.finfo(np.float32).max:g})"
-        )
-    return vectors
-
-
-def _first_non_finite(arr: np.ndarray) -> tuple[int, int] | None:
-    """(row, column) of the first NaN or infinite value, or None."""
-    row = _first_row(arr, lambda block: ~np.isfinite(block).all(axis=1))
-    if row is None:
-        return None
-    return row, int(np.flatnonzero(~np.isfinite(arr[row]))[0])
-
-
-def _first_row(arr: np.ndarray, row_mask: Callable[[np.ndarray], np.ndarray]) -> int | None:
-    """Index of the first row where ``row_mask`` is True, scanning in blocks to bound memory."""
-    step = max(1, _CHECK_BLOCK // max(1, arr.shape[1]))
-    for start in range(0, arr.shape[0], step):
-        mask = row_mask(arr[start:start + step])
-        if mask.any():
-            return start + int(np.argmax(mask))
-    return None
-
-
-def _row_ref(row: int, ids: np.ndarray | None) -> str:
-    return f"row {row + 1}" + (f" (id {ids[row]!r})" if ids is not None else "")
-
-
 # --------------------------------------------------------------------- readers
 
 
@@ -174,7 +97,7 @@ def _read_npy(path: Path, label: str) -> tuple[np.ndarray, None]:
 
 def _read_npz(path: Path, label: str) -> tuple[np.ndarray, np.ndarray | None]:
     with library_errors(label, "a NumPy .npz file"), np.load(path, allow_pickle=False) as archive:
-        name = _pick_array_name(archive.files, label)
+        name = pick_array_name(archive.files, label)
         return archive[name], archive["ids"] if "ids" in archive.files else None
 
 
@@ -183,7 +106,7 @@ def _read_safetensors(path: Path, label: str) -> tuple[np.ndarray, None]:
 
     with library_errors(label, "a safetensors file"):
         with safe_open(str(path), framework="np") as f:
-            name = _pick_array_name(f.keys(), label)
+            name = pick_array_name(f.keys(), label)
             if f.get_slice(name).get_dtype() not in ("BF16", "F8_E4M3", "F8_E5M2"):
                 return f.get_tensor(name), None
         with safe_open(str(path), framework="pt") as f:  # dtypes numpy lacks
@@ -201,7 +124,7 @@ def _read_torch(path: Path, label: str) -> tuple[np.ndarray, Any]:
         raise InputError(
             f"{label}: expected a tensor or a dict with 'vectors' or 'embeddings', found {type(obj).__name__}"
         )
-    name = _pick_array_name(obj, label)
+    name = pick_array_name(obj, label)
     if not isinstance(obj[name], torch.Tensor):
         raise InputError(f"{label}: entry {name!r} should be a tensor, found {type(obj[name]).__name__}")
     ids = obj.get("ids")
@@ -216,21 +139,6 @@ def _tensor_to_numpy(tensor: Any) -> np.ndarray:
     if tensor.is_floating_point() and tensor.dtype not in (torch.float16, torch.float32, torch.float64):
         tensor = tensor.float()
     return tensor.numpy()
-
-
-def _pick_array_name(names: Iterable[str], label: str) -> str:
-    """'vectors', else 'embeddings', else the only entry besides 'ids'."""
-    names = [n for n in names if n != "ids"]
-    for preferred in ("vectors", "embeddings"):
-        if preferred in names:
-            return preferred
-    if len(names) == 1:
-        return names[0]
-    found = ", ".join(map(repr, names)) or "none"
-    raise InputError(
-        f"{label}: expected a single array or one named 'vectors' or 'embeddings' (plus optional 'ids'), "
-        f"found {found}"
-    )
 
 
 def _read_gensim(path: Path, label: str) -> tuple[np.ndarray, list[str]]:

@@ -8,11 +8,11 @@
 * :mod:`.graph_cache` — one k-NN graph (and the other products of its sweep) per vector space per run, shared by the chapters;
 * :mod:`.moments_cache` — one pass per run for the column mean, row sums and block moments of the memory-mapped set.
 """
-from .device import CHUNK_BYTES, as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
+from .device import as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
 from .moments import BlockMoments, block_moments, column_mean
 from .neighbours import knn, neighbour_sets_overlap, self_sweep
 from .pairs import gaussian_potential_rows, pair_cosines, random_pairs, swept_potential_rows
 
-__all__ = ["CHUNK_BYTES", "as_numpy", "chunk_budget", "chunk_rows", "iter_chunks", "resolve_device", "unit_rows", "BlockMoments",
+__all__ = ["as_numpy", "chunk_budget", "chunk_rows", "iter_chunks", "resolve_device", "unit_rows", "BlockMoments",
            "block_moments", "column_mean", "knn", "neighbour_sets_overlap", "self_sweep",
            "gaussian_potential_rows", "pair_cosines", "random_pairs", "swept_potential_rows"]

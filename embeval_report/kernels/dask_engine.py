@@ -18,8 +18,9 @@ every entry point raises one :class:`~embeval_report.errors.InputError` line nam
   (:func:`~.moments.block_moments`, :func:`~.moments.column_mean`, :func:`~.pairs.gaussian_potential_rows`)
   as tasks, the same numbers to rounding.
 
-**The engine of a process.** :func:`use_engine` names a scheduler (the runner passes its address to every
-chapter); the kernels then send a pass to it when :func:`takes` says so: the pass runs on the CPU, its rows
+**The engine of a run.** The compute context names a scheduler
+(:attr:`~embeval_report.context.ComputeContext.scheduler`: the runner passes its address to every chapter);
+the kernels then send a pass to it when :func:`takes` says so: the pass runs on the CPU, its rows
 are more than one chunk and the workers read them themselves — from the file of a memory map
 (:class:`FileRows`: a task carries the path, never the rows), from a Zarr store, or from the row blocks
 an in-memory array was sent in once by :func:`shared`.
@@ -36,6 +37,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from ..context import current
 from ..errors import InputError
 
 #: rows per block when the caller names none: a block pair's float32 product tile is 64 MiB at most
@@ -77,32 +79,31 @@ def worker_count(client) -> int:
     return len(client.scheduler_info().get("workers", {}))
 
 
-#: this process's engine: the scheduler's address (None: every pass local), its client (connected at the first
-#: pass sent), the in-memory arrays sent by :func:`shared` and the files the workers were found to read
-_engine: dict = {"address": None, "client": None, "shared": {}, "readable": {}}
+#: this process's connections: a client per scheduler address (None: it did not answer), the in-memory arrays
+#: sent by :func:`shared` and the files the workers were found to read
+_engine: dict = {"clients": {}, "shared": {}, "readable": {}}
 
 
-def use_engine(address: str | None) -> None:
-    """Send this process's decomposable passes to the Dask scheduler at ``address`` (None: run them here).
-
-    Nothing connects (or imports Dask) until a pass is sent: :func:`engine_client`."""
-    if address != _engine["address"] and _engine["client"] is not None:
-        _engine["client"].close()
-    _engine.update(address=address, client=None, shared={}, readable={})
+def _address() -> str | None:
+    """The scheduler of the compute context in force, unless it did not answer (see :func:`engine_client`)."""
+    address = current().scheduler
+    return None if address is None or (address in _engine["clients"] and _engine["clients"][address] is None) \
+        else address
 
 
 def engine_client():
-    """The client of the engine's scheduler, connected once per process at the first call (None: no engine).
+    """The client of the context's scheduler, connected once per process at the first pass sent (None: no engine).
 
     A scheduler that does not answer (a chapter re-run by hand after its run's LocalCluster is gone) turns
     the engine off with a warning: the passes then run in this process, with the same numbers."""
-    if _engine["address"] is not None and _engine["client"] is None:
+    address = _address()
+    if address is not None and address not in _engine["clients"]:
         try:
-            _engine["client"] = connect(_engine["address"])
+            _engine["clients"][address] = connect(address)
         except InputError as exc:
             warnings.warn(f"{exc}; the passes run in this process instead", RuntimeWarning, stacklevel=2)
-            use_engine(None)
-    return _engine["client"]
+            _engine["clients"][address] = None
+    return None if address is None else _engine["clients"][address]
 
 
 class FileRows:
@@ -186,10 +187,10 @@ def _chunk_rows(X) -> int:
 
 
 def takes(X, device, rows: int | None = None) -> bool:
-    """Whether a pass over the rows of ``X`` runs on the engine's cluster: an engine is on (:func:`use_engine`),
+    """Whether a pass over the rows of ``X`` runs on the engine's cluster: the compute context names a scheduler,
     the pass would run on the CPU (a GPU's pass stays on its GPU), ``X`` has more than ``rows`` rows (default:
     one chunk, :func:`~.device.chunk_rows`) and the workers read them themselves (:func:`_source`)."""
-    if _engine["address"] is None:
+    if _address() is None:
         return False
     from .device import resolve_device
 
@@ -204,7 +205,7 @@ def takes(X, device, rows: int | None = None) -> bool:
 def takes_columns(*arrays) -> bool:
     """Whether a whole-column pass over these 2-D arrays (:func:`ks_statistics`) runs on the engine's cluster:
     an engine is on and one of them has more than one chunk of rows (the arrays are sent in column blocks)."""
-    if _engine["address"] is None:
+    if _address() is None:
         return False
     return any(len(a) > _chunk_rows(a) for a in arrays) and engine_client() is not None
 
@@ -216,7 +217,7 @@ def shared(*arrays, device="cpu"):
     and released at the end. Without an engine (or on a GPU) nothing happens."""
     from .device import resolve_device
 
-    on = _engine["address"] is not None and resolve_device(device).type == "cpu"
+    on = _address() is not None and resolve_device(device).type == "cpu"
     big = [X for X in arrays if on and _shared_key(X) is not None and X.ndim == 2 and len(X) > _chunk_rows(X)
            and _shared_key(X) not in _engine["shared"]]
     client = engine_client() if big else None
@@ -432,17 +433,17 @@ def block_moments(X, *, transform=None, shift: np.ndarray | None = None, n_block
     :func:`~.device.unit_rows`, or a closure such as those of
     :meth:`~embeval_report.metrics.isotropy.PrincipalDirections.remover`), subtracts ``shift`` and returns the
     partial ``(count, S, G)`` of the blocks its rows belong to; the row -> block assignment
-    (:func:`~.moments._assignment`) is made here once and each task gets its slice. The partials are summed
-    here. ``client``: default the engine's. Returns a :class:`~.moments.BlockMoments`.
+    (:func:`~.blocks.assign_blocks`) is made here once and each task gets its slice. The partials are summed
+    here. ``client``: default the engine's. Returns a :class:`~.blocks.BlockMoments`.
     """
-    from .moments import BlockMoments, _assignment, _block_chunk_rows
+    from .blocks import BlockMoments, assign_blocks, block_chunk_rows
 
     dask, _, _ = _require()
     n, d = X.shape
     n_blocks = int(max(1, min(n_blocks, n)))
     shift = np.zeros(d) if shift is None else np.asarray(shift, float)
-    block_of = _assignment(n, n_blocks, seed).astype(np.int16 if n_blocks <= 2**15 else np.int32)
-    rows = _block_chunk_rows(n, d, n_blocks, np.dtype(X.dtype).itemsize) or _chunk_rows(X)
+    block_of = assign_blocks(n, n_blocks, seed).astype(np.int16 if n_blocks <= 2**15 else np.int32)
+    rows = block_chunk_rows(n, d, n_blocks, np.dtype(X.dtype).itemsize) or _chunk_rows(X)
     blocks, bounds = _row_blocks(X, rows)
     task = dask.delayed(_moment_partials)
     parts = [task(b, block_of[s:e], n_blocks, transform, shift) for b, s, e in zip(blocks, bounds, bounds[1:])]

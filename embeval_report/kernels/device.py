@@ -13,52 +13,30 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from ..context import current, resolve_device  # noqa: F401  (re-exported: kernels.resolve_device)
 from ..progress import progress
 
-#: bytes a single chunk of work may use (about 256 MiB) — the default; the value in force is
-#: ``embeval_report.kernels.CHUNK_BYTES`` (see :func:`chunk_budget`), which users and tests may change
+#: bytes a single chunk of work may use under the default memory budget (256 MiB); a budget the user sets
+#: (``--memory-budget``) gives a sixteenth of it instead (:func:`chunk_budget`)
 CHUNK_BYTES = 256 * 2**20
 
-
-#: ``"exact"`` (IEEE float32 candidates for every k-NN list) or ``"fast"`` (see :func:`use_precision`)
-_precision = "exact"
-#: devices where ``"fast"`` takes bfloat16 candidates (the CPU has no fast bfloat16 product here)
+#: devices where ``"fast"`` precision takes bfloat16 candidates (the CPU has no fast bfloat16 product here)
 FAST_DEVICES = ("cuda",)
 
 
-def use_precision(precision: str) -> None:
-    """``"exact"`` (default) or ``"fast"``: cosine k-NN graphs take their candidates from bfloat16
-    products on a GPU and are then re-ranked exactly; their recall against exact lists is measured
-    (:func:`~.neighbours.fast_recall`). Re-scored graphs and the all-pairs potential stay exact."""
-    global _precision
-    if precision not in ("exact", "fast"):
-        raise ValueError(f"precision must be 'exact' or 'fast', not {precision!r}")
-    _precision = precision
-
-
 def candidate_dtype(device: torch.device) -> torch.dtype:
-    """The dtype of the products that choose k-NN candidates on ``device`` under the precision in force."""
-    return torch.bfloat16 if _precision == "fast" and device.type in FAST_DEVICES else torch.float32
+    """The dtype of the products that choose k-NN candidates on ``device``: bfloat16 under the ``"fast"`` precision
+    of the compute context on a GPU (cosine graphs, then re-ranked exactly; their recall is measured by
+    :func:`~.neighbours.fast_recall}`), float32 otherwise."""
+    return torch.bfloat16 if current().precision == "fast" and device.type in FAST_DEVICES else torch.float32
 
 
 def chunk_budget() -> int:
-    """Bytes one chunk of work may use: ``embeval_report.kernels.CHUNK_BYTES`` at call time."""
-    from .. import kernels
+    """Bytes one chunk of work may use: a sixteenth of the context's memory budget when one was set, else
+    :data:`CHUNK_BYTES` (read at call time: tests shrink it to force many chunks)."""
+    import sys
 
-    return int(kernels.CHUNK_BYTES)
-
-
-def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """Map ``"auto" | "cpu" | "cuda"`` to a torch device (``auto`` = cuda when available)."""
-    if isinstance(device, torch.device):
-        return device
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device='cuda' was requested but torch sees no CUDA device; use 'auto' or 'cpu'")
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', not {device!r}")
-    return torch.device(device)
+    return int(current().share("chunk") or sys.modules[__name__].CHUNK_BYTES)
 
 
 class RowMap:

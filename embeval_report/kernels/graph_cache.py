@@ -13,27 +13,23 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from ..context import current
+
 #: bytes of graphs kept in memory per process (least recently used dropped first)
 MEMORY_BYTES = 512 * 2**20
 
-_folder: Path | None = None
-_min_k = 0
-_log: Callable[[dict], None] | None = None
 _memory: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
 
-def use_graph_cache(folder: str | os.PathLike | None, *, min_k: int = 0,
-                    log: Callable[[dict], None] | None = None) -> None:
-    """Store graphs in ``folder`` (None: memory only), with at least ``min_k`` neighbours each;
-    ``log(event)`` receives ``{"space", "metric", "k", "source": "computed" | "cache"}`` per request."""
-    global _folder, _min_k, _log
-    _folder = None if folder is None else Path(folder)
-    _min_k, _log = int(min_k), log
+def _settings():
+    """The run's graph cache (:attr:`~embeval_report.context.ComputeContext.graph_cache`): its folder (None: memory
+    only), the smallest k a graph is stored with, and ``log(event)``, told ``{"space", "metric", "k", "source":
+    "computed" | "cache"}`` per request."""
+    return current().graph_cache
 
 
 def clear_memory() -> None:
@@ -65,7 +61,7 @@ def cached_products(X32: np.ndarray, wants: dict[str, int], exclude_self: bool,
     for name, k in wants.items():
         item = _memory.get(f"{space}-{name}-{suffix}") or _read(f"{space}-{name}-{suffix}")
         if item is None or (k and item[0].shape[1] < k):
-            missing[name] = min(max(k, _min_k), len(X32) - int(exclude_self)) if k else 0
+            missing[name] = min(max(k, _settings().min_k), len(X32) - int(exclude_self)) if k else 0
         else:
             found[name] = item
     computed = compute(missing) if missing else {}
@@ -78,8 +74,9 @@ def cached_products(X32: np.ndarray, wants: dict[str, int], exclude_self: bool,
     for name, k in wants.items():
         item = computed.get(name) or found[name]
         _remember(f"{space}-{name}-{suffix}", item)
-        if _log is not None:
-            _log({"space": space, "metric": name, "k": int(k),
+        log = _settings().log
+        if log is not None:
+            log({"space": space, "metric": name, "k": int(k),
                   "source": "computed" if name in computed else "cache"})
         out[name] = tuple(np.array(a[:, :k]) if k else np.array(a) for a in item)
     return out
@@ -104,11 +101,13 @@ def cached_graph(X32: np.ndarray, k: int, metric: str, exclude_self: bool,
 def _remember(key: str, item) -> None:
     _memory[key] = item
     _memory.move_to_end(key)
-    while len(_memory) > 1 and sum(a.nbytes for it in _memory.values() for a in it) > MEMORY_BYTES:
+    limit = current().share("graphs") or MEMORY_BYTES
+    while len(_memory) > 1 and sum(a.nbytes for it in _memory.values() for a in it) > limit:
         _memory.popitem(last=False)
 
 
 def _read(key: str):
+    _folder = _settings().folder
     if _folder is None or not (_folder / f"{key}.0.npy").is_file():
         return None
     parts, i = [], 0
@@ -119,6 +118,7 @@ def _read(key: str):
 
 
 def _write(key: str, item) -> None:
+    _folder = _settings().folder
     if _folder is None:
         return
     _folder.mkdir(parents=True, exist_ok=True)

@@ -1,40 +1,13 @@
 """First and second moments of row sets in one chunked float64 pass (optionally per block)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from . import dask_engine
-from .device import as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
+from .device import as_numpy, chunk_budget, iter_chunks, resolve_device, unit_rows
+from .blocks import BlockMoments, assign_blocks, block_chunk_rows
 from .moments_cache import digest, remembered
-
-
-@dataclass(frozen=True)
-class BlockMoments:
-    """First and second moments of a row set, kept per block of rows.
-
-    Rows are assigned to ``n_blocks`` blocks by a seeded random permutation. Block ``b``
-    keeps ``count[b]``, ``s[b] = sum_i x_i`` and ``G[b] = sum_i x_i x_i^T`` (over its rows,
-    after subtracting ``shift`` for numerical stability). Whole-set statistics are the
-    sums over blocks; a bootstrap replicate re-weights blocks with multinomial counts,
-    so resampling costs O(blocks * d^2) instead of a pass over the data.
-    """
-
-    count: np.ndarray  # (B,)
-    s: np.ndarray      # (B, d)
-    G: np.ndarray      # (B, d, d)
-    shift: np.ndarray  # (d,)
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(count, s, G, shift)``, the fields in order."""
-        return self.count, self.s, self.G, self.shift
-
-    def total(self, weights: np.ndarray | None = None) -> tuple[float, np.ndarray, np.ndarray]:
-        """``(N, sum x, sum x x^T)`` for block weights (all ones by default)."""
-        w = np.ones(len(self.count)) if weights is None else np.asarray(weights, float)
-        return float(w @ self.count), np.tensordot(w, self.s, 1), np.tensordot(w, self.G, 1)
 
 
 def column_mean(X, *, device="auto") -> np.ndarray:
@@ -77,7 +50,7 @@ def block_moments(X, *, transform=None, shift: np.ndarray | None = None, n_block
     covariance of a strongly shifted set free of cancellation error). Accumulation is float64.
     A set larger than one chunk with several blocks is read in wider chunks of its own dtype, grouped
     by block and widened block by block, so that each block's product has thousands of rows (see
-    :func:`_block_chunk_rows`). When the engine's cluster takes the pass (:func:`~.dask_engine.takes`: a
+    :func:`block_chunk_rows`). When the engine's cluster takes the pass (:func:`~.dask_engine.takes`: a
     memory-mapped set larger than one chunk, on the CPU) it runs there as row-range tasks, the same numbers
     to rounding (``transform`` must then pickle).
     """
@@ -103,7 +76,7 @@ def _block_moments(X, transform, shift, n_blocks, seed, dev, desc, on_cluster) -
     X = as_numpy(X)
     n, d = X.shape
     n_blocks = int(max(1, min(n_blocks, n)))
-    block_of = _assignment(n, n_blocks, seed)
+    block_of = assign_blocks(n, n_blocks, seed)
     shift = np.zeros(d) if shift is None else np.asarray(shift, float)
     shift_t = torch.as_tensor(shift, device=dev)
     count = torch.zeros(n_blocks, dtype=torch.float64, device=dev)
@@ -113,7 +86,7 @@ def _block_moments(X, transform, shift, n_blocks, seed, dev, desc, on_cluster) -
         return (torch.zeros(n_blocks, width, dtype=torch.float64, device=dev),
                 torch.zeros(n_blocks, width, width, dtype=torch.float64, device=dev))
 
-    wide = _block_chunk_rows(n, d, n_blocks, X.dtype.itemsize)
+    wide = block_chunk_rows(n, d, n_blocks, X.dtype.itemsize)
     if wide is not None:
         own = torch.float32 if X.dtype == np.float32 else torch.float64
         for start, raw in iter_chunks(X, device=dev, dtype=own, rows=wide, desc=desc):
@@ -151,27 +124,6 @@ def _block_moments(X, transform, shift, n_blocks, seed, dev, desc, on_cluster) -
     return BlockMoments(count.cpu().numpy(), S.cpu().numpy(), G.cpu().numpy(), shift)
 
 
-#: rows of one block wanted from each chunk: with fewer the per-block d x d products are small and slow (a set
-#: of 10^6 x 768 in 56 blocks took three times its single-product time in the default chunks of 10,900 rows)
-ROWS_PER_BLOCK = 4096
-
-
-def _block_chunk_rows(n: int, d: int, n_blocks: int, itemsize: int) -> int | None:
-    """Rows per chunk of :func:`block_moments` with several blocks: about :data:`ROWS_PER_BLOCK` per block,
-    within four chunk budgets (the chunk in its own dtype, and once more grouped by block); ``None`` (the
-    default chunks, and the numbers they have always given) for one block or a set within one default chunk."""
-    if n_blocks == 1 or chunk_rows(n, d * 8 * 4) >= n:
-        return None
-    return int(min(n, max(1, min(n_blocks * ROWS_PER_BLOCK, 2 * chunk_budget() // (d * itemsize)))))
-
-
-def _assignment(n: int, n_groups: int, seed: int) -> np.ndarray:
-    """Row -> group (block) by a seeded random permutation, sizes differing by at most one."""
-    out = np.empty(n, dtype=np.int64)
-    out[np.random.default_rng(seed).permutation(n)] = np.arange(n) % n_groups
-    return out
-
-
 class GroupedMoments:
     """Whole-set moments plus, on demand, those of the set without one random group of rows.
 
@@ -185,7 +137,7 @@ class GroupedMoments:
                  device="auto", desc: str | None = None):
         self.X, self.transform, self.device = as_numpy(X), transform, resolve_device(device)
         n = len(self.X)
-        self.groups = _assignment(n, int(max(1, min(n_groups, n))), seed)
+        self.groups = assign_blocks(n, int(max(1, min(n_groups, n))), seed)
         self.count = np.bincount(self.groups).astype(float)
         self.shift = np.zeros(self.X.shape[1]) if shift is None else np.asarray(shift, float)
         whole = block_moments(self.X, transform=transform, shift=self.shift, device=self.device, desc=desc)

@@ -15,25 +15,23 @@ from __future__ import annotations
 
 import hashlib
 import os
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from ..context import current
+
 #: results of at most this many bytes are also kept in this process's memory
 MEMORY_ITEM_BYTES = 2**20
 
-_folder: Path | None = None
-_log: Callable[[dict], None] | None = None
-_memory: dict[str, tuple[np.ndarray, ...]] = {}
+_memory: dict[tuple, tuple[np.ndarray, ...]] = {}
 
 
-def use_moments_cache(folder: str | os.PathLike | None, *, log: Callable[[dict], None] | None = None) -> None:
-    """Store results in ``folder`` (None: small results in memory only); ``log(event)`` receives
-    ``{"pass", "source": "computed" | "cache"}`` for each pass over the run's set."""
-    global _folder, _log
-    _folder, _log = (None if folder is None else Path(folder)), log
-    _memory.clear()
+def _settings():
+    """The run's moments cache (:attr:`~embeval_report.context.ComputeContext.moments_cache`): its folder (None:
+    small results in memory only) and ``log(event)``, told ``{"pass", "source": "computed" | "cache"}`` for each
+    pass over the run's set."""
+    return current().moments_cache
 
 
 def space_of(X) -> str | None:
@@ -73,22 +71,25 @@ def remembered(X, what: str, compute: Callable[[], tuple[np.ndarray, ...]]) -> t
     if space is None:
         return compute()
     key = hashlib.blake2b(f"{space}|{what}".encode(), digest_size=16).hexdigest()
-    if key in _memory:
-        item = tuple(np.array(a) for a in _memory[key])  # the caller's own copies
+    held = (_settings().folder, key)  # in memory per cache (a run's folder, or none)
+    if held in _memory:
+        item = tuple(np.array(a) for a in _memory[held])  # the caller's own copies
     else:
         item = _read(key)
     source = "computed" if item is None else "cache"
     if item is None:
         item = tuple(np.asarray(a) for a in compute())
         _write(key, item)
-    if key not in _memory and sum(a.nbytes for a in item) <= MEMORY_ITEM_BYTES:
-        _memory[key] = tuple(np.array(a) for a in item)
-    if _log is not None:
-        _log({"pass": what, "source": source})
+    if held not in _memory and sum(a.nbytes for a in item) <= MEMORY_ITEM_BYTES:
+        _memory[held] = tuple(np.array(a) for a in item)
+    log = _settings().log
+    if log is not None:
+        log({"pass": what, "source": source})
     return item
 
 
 def _read(key: str) -> tuple[np.ndarray, ...] | None:
+    _folder = _settings().folder
     if _folder is None or not (_folder / f"{key}.npz").is_file():
         return None
     with np.load(_folder / f"{key}.npz") as z:
@@ -96,6 +97,7 @@ def _read(key: str) -> tuple[np.ndarray, ...] | None:
 
 
 def _write(key: str, item: tuple[np.ndarray, ...]) -> None:
+    _folder = _settings().folder
     if _folder is None:
         return
     _folder.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..progress import progress
-from . import budget
+from ..context import current
 from .device import as_numpy, candidate_dtype, chunk_rows, exact_matmul, resolve_device, to_tensor, unit_rows
 from .graph_cache import cached_graph, cached_products, stored_product
 
@@ -356,7 +356,7 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
     sq64 = corpus64.squared_norms() if metric == "euclidean" else None
     width = X.shape[1] + int(sq64 is not None)
     extra = RERANK if dtype == torch.float32 else FAST_RERANK
-    if budget.fits(n * width * dtype.itemsize):
+    if current().fits(n * width * dtype.itemsize):
         corpus_t = corpus64.transposed(dtype, sq64)
         starts, rows, cols, buffer = _query_blocks(len(Q), n, dev, desc, dtype)
     else:  # larger than memory: made where the sweep reads it, for as many queries at once as a tile allows

@@ -45,7 +45,7 @@ from ..kernels import (
     resolve_device,
     unit_rows,
 )
-from ..kernels import budget
+from ..context import current
 from ..kernels.device import RowMap
 from ..kernels.moments import resampled_moments
 from ..kernels.moments_cache import digest, remembered
@@ -322,12 +322,12 @@ def set_directions(X, *, seed: int = 0, device="auto") -> PrincipalDirections:
 def apply_rows(X, transform, *, device="auto") -> np.ndarray | RowMap:
     """``transform`` applied to the rows of ``X`` chunk by chunk; float32 of the input's shape.
 
-    When that copy would not fit in the memory budget (:func:`~embeval_report.kernels.budget.fits`) the
+    When that copy would not fit in the memory budget (:meth:`~embeval_report.context.ComputeContext.fits`) the
     result is a :class:`~embeval_report.kernels.device.RowMap`: the same rows, computed where they are read.
     """
     dev = resolve_device(device)
     X = as_numpy(X)
-    if not budget.fits(X.shape[0] * X.shape[1] * 4):
+    if not current().fits(X.shape[0] * X.shape[1] * 4):
         return RowMap(X, transform, dev)
     out = np.empty(X.shape, dtype=np.float32)
     for s, x in iter_chunks(X, device=dev):

@@ -65,13 +65,6 @@ class LabelSet:
         """Class name of each kept entity."""
         return np.asarray(self.classes, dtype=object)[self.codes]
 
-    def exclusion_text(self) -> str:
-        """Markdown sentence on the excluded entities ("" when none was excluded); written by the
-        node-classification chapter (:func:`embeval_report.chapters.node_classification.exclusion_text`)."""
-        from ..chapters.node_classification import exclusion_text  # presentation, imported only when asked
-
-        return exclusion_text(self)
-
 
 class OnLabels:
     """Mixin of results over a :class:`LabelSet` (field ``labels``): ``n`` is the number of evaluated entities."""

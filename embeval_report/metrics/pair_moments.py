@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..kernels import CHUNK_BYTES, as_numpy, block_moments, column_mean, resolve_device
+from ..kernels import as_numpy, chunk_budget, block_moments, column_mean, resolve_device
 from ..kernels.moments import GroupedMoments
 from ..stats import ResamplingPlan
 
@@ -116,7 +116,7 @@ class PairMoments:
         dev = resolve_device(device)
         G = torch.as_tensor(self.Gab, device=dev)
         da, db = self.Gab.shape[1:]
-        step = max(1, CHUNK_BYTES // (8 * da * db * 2))
+        step = max(1, chunk_budget() // (8 * da * db * 2))
         nuc = np.empty(len(W))
         for s0 in range(0, len(W), step):
             Wt = torch.as_tensor(W[s0:s0 + step], device=dev)

@@ -89,7 +89,7 @@ def power_table(units: pd.DataFrame, effect: float, *, alpha: float = ALPHA, pow
 
 def unit_statistics(records: dict[str, dict]) -> pd.DataFrame:
     """One row per recorded ``mde_<metric>``: chapter, metric, label, unit, n, sd, mde and the metric's value,
-    from what :meth:`~embeval_report.report.recorder.Recorder.units` noted (``info["units"]``) per chapter."""
+    from what :meth:`~embeval_report.chapters.recorder.Recorder.units` noted (``info["units"]``) per chapter."""
     rows = []
     for chapter, doc in records.items():
         info, metrics = doc.get("info", {}).get("units"), doc.get("metrics", {})

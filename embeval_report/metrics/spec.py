@@ -74,12 +74,6 @@ class Metric:
         return (self.ci_low is not None and self.ci_high is not None
                 and math.isfinite(self.ci_low) and math.isfinite(self.ci_high))
 
-    def text(self, fmt: str, what: str = "95 % CI") -> str:
-        """``value (95 % CI lo–hi)`` for narrative (see :func:`embeval_report.report.format.value_with_ci`)."""
-        from ..report.format import value_with_ci  # presentation helper, imported only when asked for text
-
-        return value_with_ci(self.value, self.ci_low, self.ci_high, fmt, what, self.bias_corrected)
-
     def to_json(self) -> dict:
         """The metrics.json entry (exactly :data:`METRIC_KEYS`)."""
         d = {k: getattr(self, k) for k in METRIC_KEYS}

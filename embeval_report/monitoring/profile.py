@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import __version__
+from ..version import __version__
 from ..errors import InputError
 from ..kernels import as_numpy, knn, resolve_device
 from ..metrics.isotropy import cosine_moments, spectral_metrics

@@ -2,7 +2,7 @@
 
 Each source is a manifest (or vectors file), run into ``OUT/models/<name>/`` with the same settings, or an
 earlier report folder, reused as it is. Every chapter that recorded per-unit values
-(:meth:`~embeval_report.report.recorder.Recorder.units`: queries, test edges, entities, users) in two
+(:meth:`~embeval_report.chapters.recorder.Recorder.units`: queries, test edges, entities, users) in two
 reports is paired on the unit ids both share, metric by metric, and compared with
 :func:`embeval_report.metrics.paired.paired_comparison`; the p-values of every pair of models × metric are
 adjusted together. ``OUT/comparison.json`` and ``OUT/comparison.csv`` hold the numbers; the comparison
@@ -20,13 +20,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import __version__
+from ..version import __version__
 from ..errors import InputError
 from ..metrics import paired
 from ..resources import notebooks_dir
+from ..chapters.registry import resolve_settings
 from ..settings import ChapterSettings
 from .outdir import OutputFolder
-from .recorder import read_results
+from ..chapters.recorder import read_results
 
 COMPARISON_FILE = "comparison.json"
 TABLE_FILE = "comparison.csv"
@@ -232,7 +233,7 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
         raise InputError("compare: give at least two models (manifests, vectors files or earlier report folders)")
     if correction not in paired.CORRECTIONS:
         raise InputError(f"--correction: expected one of {', '.join(paired.CORRECTIONS)}, got {correction!r}")
-    settings = settings or ChapterSettings.resolve()
+    settings = settings or resolve_settings()
     for s in sources:
         if not Path(s).exists():
             raise InputError(f"compare: {s}: no such file or folder")

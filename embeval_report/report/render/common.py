@@ -11,6 +11,9 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...chapters.recorder import read_adjusted
+from ..rigor import with_adjusted_tests
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TITLE = "Embedding evaluation report"
@@ -184,7 +187,12 @@ def load_chapters(out_dir: Path) -> list[ChapterDoc]:
         statuses = json.loads((Path(out_dir) / "metrics.json").read_text()).get("chapters") or {}
     except Exception:
         pass
-    return [_load_chapter(p, statuses if isinstance(statuses, dict) else {}) for p in paths]
+    chapters = [_load_chapter(p, statuses if isinstance(statuses, dict) else {}) for p in paths]
+    adjusted = read_adjusted(Path(out_dir) / "results")
+    for ch in chapters:
+        if ch.nb is not None:
+            with_adjusted_tests(ch.nb, adjusted)
+    return chapters
 
 
 def _read_json(path: Path) -> dict:
@@ -211,7 +219,7 @@ def _format_generated(value) -> str:
 def _run_conditions(run: dict) -> dict:
     """Where and how the numbers were computed, for the header: the engine (with a Dask cluster's scheduler
     and workers), the sample size of sampled mode and the memory budget."""
-    from ...kernels.budget import describe
+    from ...context import describe_bytes as describe
 
     out = {}
     engine = run.get("engine")
@@ -268,6 +276,6 @@ def _status_box_md(ch: ChapterDoc) -> str:
         return ("::: {.callout .callout-danger}\n**This chapter failed**\n\n"
                 "The rest of the report is unaffected. The error:\n\n"
                 f"{_md_codeblock(ch.error or 'unknown error')}\n:::\n")
-    from ..display import escape
+    from ...present.display import escape
     reason = f"\n\n{escape(ch.error)}" if ch.error else ""
     return f"::: {{.callout .callout-note}}\n**This chapter was not run**{reason}\n:::\n"

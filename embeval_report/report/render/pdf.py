@@ -26,7 +26,7 @@ def _chapter_markdown(ch: ChapterDoc, tdir: Path, media: Path, key: str) -> str:
     from nbconvert import MarkdownExporter
     from traitlets.config import Config
 
-    from ..display import escape
+    from ...present.display import escape
 
     heading = f"# {escape(ch.title)} {{#{ch.anchor}}}\n\n"
     if ch.status != "ok" or ch.nb is None:

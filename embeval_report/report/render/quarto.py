@@ -109,7 +109,7 @@ def _stage(stage: Path, out_dir: Path) -> list[str]:
 def _front_matter(title: str, header_items) -> str:
     """YAML front matter: the title, the header information as subtitle (not the generation time as
     ``date``: Quarto would reformat it, dropping its time and zone), then the packaged options."""
-    from ..display import escape
+    from ...present.display import escape
 
     doc = {"title": escape(title), "pagetitle": title}
     if header_items:

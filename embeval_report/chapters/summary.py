@@ -7,8 +7,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..metrics.thresholds import SEVERITY
-from .display import Link, escape, show_markdown, show_table
-from .format import scorecard_value
+from ..present.display import Link, escape, show_markdown, show_table
+from ..present.format import scorecard_value
+from .declaration import ChapterSpec
 from .recorder import read_results
 
 STATUS_WORDS = {"ok": "ran", "failed": "failed", "skipped": "not run"}
@@ -77,7 +78,8 @@ def model_sentence(model: dict) -> str:
 def run_conditions(run: dict) -> str:
     """What else of the run settings a reader needs next to the numbers: the Dask engine, sampled mode and a
     memory budget other than the default (each as ``"; ..."``, nothing for a default run)."""
-    from ..kernels.budget import DEFAULT_BYTES, describe
+    from ..context import DEFAULT_BUDGET as DEFAULT_BYTES
+    from ..context import describe_bytes as describe
 
     parts = []
     engine = run.get("engine") or {}
@@ -134,3 +136,10 @@ def show_chapters(run: dict) -> None:
     show_table(chapter_status(run), caption="Chapters of this report with their run time; those not run list the "
                                             "input that would enable them (or why they could not run), failed "
                                             "ones their error.", label="tbl-chapters")
+
+
+CHAPTER = ChapterSpec(
+    name="summary", title="Summary", order=0,
+    description="The decision: the report's status, its findings and the scorecard of every verdict, and what was not run.",
+    stage=2,
+)

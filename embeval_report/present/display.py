@@ -22,7 +22,10 @@ import numbers
 import re
 from typing import Any
 
-from .format import interval, is_missing, number
+import numpy as np
+import pandas as pd
+
+from .format import interval, is_missing, number, p_value
 
 __all__ = ["escape", "Link", "Table", "show_table", "show_figure", "show_markdown", "callout", "metrics_table",
            "definitions_markdown", "show_metrics", "show_tests", "hypothesis_table", "TESTS_CAPTION", "VERDICT_COLORS",
@@ -237,6 +240,48 @@ def show_table(df, caption=None, label=None, **kw) -> None:
     display(Table(df, caption=caption, label=label, **kw))
 
 
+#: tests of one family shown one by one in a chapter's table up to this many; beyond, one summary row
+FAMILY_ROWS = 5
+
+
+def hypothesis_rows(tests: pd.DataFrame, *, family_rows: int = FAMILY_ROWS, chapter_column: bool = False
+                  ) -> pd.DataFrame:
+    """The tests as a reader sees them: one row per test, or one row per family with more than
+    ``family_rows`` tests (its count, smallest p and rejections). Adjusted columns appear when
+    ``tests`` has them (after :func:`adjust_tests`), else they say the run adjusts them at the end."""
+    adjusted = "p_holm" in tests.columns
+    rows = []
+    families = tests["family"].fillna("")
+    done = set()
+    for i, t in tests.iterrows():
+        fam = families[i]
+        key = (t["chapter"], fam)
+        members = tests[(families == fam) & (tests["chapter"] == t["chapter"])] if fam else None
+        if fam and len(members) > family_rows:
+            if key in done:
+                continue
+            done.add(key)
+            row = {"test": f"{len(members)} tests: {fam}", "null hypothesis": str(t["null"] or ""),
+                   "n": str(t["n"] or ""), "statistic": "", "p": f"min {p_value(members['p_value'].min())}"}
+            if adjusted:
+                row["Holm (report)"] = f"{int(members['rejected_holm'].sum())} rejected, min {p_value(members['p_holm'].min())}"
+                row["BH (report)"] = f"{int(members['rejected_bh'].sum())} rejected, min {p_value(members['p_bh'].min())}"
+        else:
+            stat = t["statistic"]
+            row = {"test": f"{t['name']}: {t['test']}", "null hypothesis": str(t["null"] or ""), "n": str(t["n"] or ""),
+                   "statistic": "" if stat is None or not np.isfinite(stat) else f"{stat:.4g}", "p": p_value(t["p_value"])}
+            if adjusted:
+                row["Holm (report)"] = p_value(t["p_holm"]) + (" *" if t["rejected_holm"] else "")
+                row["BH (report)"] = p_value(t["p_bh"]) + (" *" if t["rejected_bh"] else "")
+        if not adjusted:
+            row["adjusted"] = "at the end of the run (see Statistical rigor)"
+        if chapter_column:
+            row = {"chapter": t["chapter"], **row}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+
 #: caption of every chapter's table of hypothesis tests
 TESTS_CAPTION = ("Hypothesis tests of this chapter: raw p-values, and the p-values adjusted over every test in the "
                  "report (Holm: family-wise error; Benjamini–Hochberg: false-discovery rate; * rejected at α = 0.05). "
@@ -247,8 +292,6 @@ def hypothesis_table(tests, chapter: str) -> Table:
     """The table of a chapter's hypothesis tests (``tests``: :func:`embeval_report.metrics.rigor.collect_tests`
     rows, adjusted or not; shown by :func:`embeval_report.report.rigor.hypothesis_rows`). Its output is marked ``{"tests": chapter}``: the runner re-renders it with the
     report-wide adjusted p-values once every chapter has run."""
-    from .rigor import hypothesis_rows
-
     return Table(hypothesis_rows(tests), caption=TESTS_CAPTION, label=f"tbl-{chapter}-tests", meta={"tests": chapter})
 
 

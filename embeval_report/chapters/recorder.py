@@ -1,4 +1,4 @@
-"""Recorded numbers: what a chapter writes, and the ``metrics.json`` assembled from it.
+"""Recorded numbers: what a chapter writes (``results/<chapter>.json``), and how they are read back.
 
 Every number a chapter shows is recorded, so ``metrics.json`` holds exactly what the report
 says. A chapter's records go to ``results/<chapter>.json`` as soon as they are added, so a
@@ -11,7 +11,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..metrics.spec import METRIC_KEYS, Metric
+import pandas as pd
+
+from ..metrics.spec import Metric
 
 
 @dataclass
@@ -98,25 +100,26 @@ class Recorder:
         tmp.replace(path)
 
 
+#: the report-wide adjusted tests of a run, in its results folder (written after every content chapter)
+TESTS_FILE = "rigor_tests.csv"
+
+
+def read_adjusted(results_dir) -> pd.DataFrame | None:
+    """The adjusted tests written by :func:`adjust_report` (``None`` when the run has not written them)."""
+    path = Path(results_dir) / TESTS_FILE
+    if not path.exists():
+        return None
+    frame = pd.read_csv(path, dtype={"n": str, "null": str, "family": str, "name": str, "test": str},
+                        keep_default_na=False, na_values={"p_value": [""], "statistic": [""], "p_holm": [""],
+                                                          "p_bh": [""]})
+    for c in ("rejected_holm", "rejected_bh"):
+        frame[c] = frame[c].astype(str).str.lower().eq("true")
+    return frame
+
+
 def read_results(results_dir) -> dict[str, dict]:
     """All chapter records in ``results_dir`` keyed by chapter name."""
     out = {}
     for p in sorted(Path(results_dir).glob("*.json")):
         out[p.stem] = json.loads(p.read_text())
     return out
-
-
-def metrics_document(results_dir, chapters: list[dict], *, version: str, source: str, seed: int,
-                     device: str) -> dict:
-    """``metrics.json`` in its fixed schema from the recorded results.
-
-    ``chapters``: ``{"name", "status", "reason"}`` per chapter in report order; a skipped chapter
-    contributes no metrics.
-    """
-    recorded = read_results(results_dir)
-    out = {}
-    for ch in chapters:
-        metrics = recorded.get(ch["name"], {}).get("metrics", {}) if ch["status"] != "skipped" else {}
-        out[ch["name"]] = dict(status=ch["status"], reason=ch.get("reason") or None,
-                               metrics={k: {f: m.get(f) for f in METRIC_KEYS} for k, m in metrics.items()})
-    return dict(version=version, source=source, seed=seed, device=device, chapters=out)

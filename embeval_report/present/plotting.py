@@ -1,7 +1,7 @@
 """The report's figure style: seaborn theme, palette and column width.
 
 Each chapter module draws its own figures with these (a figure function takes a result and
-returns a matplotlib Figure, shown with :func:`embeval_report.report.display.show_figure`).
+returns a matplotlib Figure, shown with :func:`embeval_report.present.display.show_figure`).
 """
 from __future__ import annotations
 

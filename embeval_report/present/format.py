@@ -138,3 +138,9 @@ def scorecard_value(m: dict) -> str:
     elif m.get("note"):
         text += f" (no interval: {m['note']})"
     return text
+
+
+def metric_text(m, fmt: str, what: str = "95 % CI") -> str:
+    """``value (95 % CI lo–hi)`` of a :class:`~embeval_report.metrics.spec.Metric` for narrative (its
+    bias-corrected estimate beside it where the interval excludes the value: :func:`value_with_ci`)."""
+    return value_with_ci(m.value, m.ci_low, m.ci_high, fmt, what, m.bias_corrected)

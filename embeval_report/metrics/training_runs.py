@@ -1,0 +1,204 @@
+"""One training run through every analysis of :mod:`.convergence` and the seed's monitor checks of
+:mod:`.training_checks` (:func:`diagnose_run`), and several runs summarised with their spread
+(:func:`summarize_runs`)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from ..stats import DEFAULT_LEVEL
+from .convergence import (
+    ALPHA,
+    WINDOW,
+    ChangePoints,
+    Divergence,
+    EarlyStop,
+    ExpFit,
+    Oscillation,
+    Overfitting,
+    Stationarity,
+    change_points,
+    convergence_index,
+    divergence,
+    early_stopping,
+    ema,
+    exponential_fit,
+    oscillation,
+    overfitting,
+    stationarity,
+    tail_size,
+)
+from .training_checks import monitor_checks
+
+
+@dataclass(frozen=True)
+class RunDiagnosis:
+    """Every analysis of one run (indices are check indices; ``steps`` maps them to steps)."""
+
+    name: str
+    steps: np.ndarray
+    loss: np.ndarray
+    smoothed: np.ndarray
+    monitor: str                      # the monitored column
+    monitored_steps: np.ndarray
+    monitored: np.ndarray
+    early: EarlyStop
+    convergence: int | None           # index into the training-loss checks
+    fit: ExpFit | None
+    div: Divergence
+    osc: Oscillation | None
+    over: Overfitting | None
+    cps: ChangePoints | None
+    stat: Stationarity | None
+    checks: pd.DataFrame
+    final_loss: float
+    final_loss_values: np.ndarray     # the tail the final loss averages
+    extra: dict = field(default_factory=dict)
+
+    def step(self, i: int | None, monitored: bool = True) -> int | None:
+        if i is None:
+            return None
+        return int((self.monitored_steps if monitored else self.steps)[i])
+
+
+def diagnose_run(run: pd.DataFrame, name: str = "run", *, monitor: str = "auto", mode: str = "min",
+                 min_delta: float = 0.001, relative: bool = True, patience: int = 5, alpha: float = ALPHA,
+                 window: int = WINDOW, tol: float = 0.01, cp_penalty: float = 3.0) -> RunDiagnosis:
+    """All analyses of one run of a tidy training log (columns ``step``, ``loss`` and optionally
+    ``val_loss``, ``grad_norm``, metrics). ``monitor``: the column early stopping watches (``auto``: the
+    validation loss when logged, else the training loss, smoothed when it is the training loss)."""
+    run = run.sort_values("step")
+    lrows = run[run["loss_logged"]] if "loss_logged" in run else run[run["loss"].notna()]
+    steps, L = lrows["step"].to_numpy(np.int64), lrows["loss"].to_numpy(float)
+    bad = ~np.isfinite(L)
+    first_bad = int(np.argmax(bad)) if bad.any() else len(L)
+    s = np.full(len(L), np.nan)
+    s[:first_bad] = ema(L[:first_bad], alpha)
+    col = monitor
+    if col == "auto":
+        col = "val_loss" if "val_loss" in run and run["val_loss"].notna().sum() >= 3 else "loss"
+    if col not in run:
+        raise KeyError(col)
+    if col == "loss":
+        m_steps, m_vals = steps, np.where(np.arange(len(L)) < first_bad, s, L)
+    else:
+        mrows = run[run[col].notna()]
+        m_steps, m_vals = mrows["step"].to_numpy(np.int64), mrows[col].to_numpy(float)
+    early = early_stopping(m_vals, min_delta=min_delta, patience=patience, mode=mode, relative=relative)
+    div = divergence(L, s[:first_bad], alpha=alpha)
+    conv = None if div.diverged else convergence_index(s[:first_bad], tol=tol, window=window)
+    w = tail_size(first_bad, window)
+    tail = L[:first_bad][-w:]
+    final = float(tail.mean()) if len(tail) and not div.diverged else math.nan
+    over = overfitting(run["step"].to_numpy(float), run["loss"].to_numpy(float), run["val_loss"].to_numpy(float)) \
+        if "val_loss" in run and run["val_loss"].notna().sum() >= 3 else None
+    st = stationarity(L[:first_bad][-min(window, first_bad):]) if not div.diverged else None
+    grads = lrows["grad_norm"].to_numpy(float) if "grad_norm" in lrows else None
+    return RunDiagnosis(
+        name=name, steps=steps, loss=L, smoothed=s, monitor=col, monitored_steps=m_steps, monitored=m_vals, early=early,
+        convergence=conv, fit=exponential_fit(L[:first_bad]), div=div,
+        osc=oscillation(L[:first_bad], alpha=alpha, window=window), over=over,
+        cps=change_points(L[:first_bad], penalty=cp_penalty), stat=st,
+        checks=monitor_checks(L, grads, window=window), final_loss=final,
+        final_loss_values=tail if not div.diverged else np.array([]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-run values and the headline metrics over runs
+# ---------------------------------------------------------------------------------------------
+
+def _tail_mean(x, k: int = 5) -> tuple[float, np.ndarray]:
+    x = np.asarray(x, float)
+    x = x[np.isfinite(x)][-k:]
+    return (float(x.mean()) if len(x) else math.nan), x
+
+
+def run_values(d: RunDiagnosis) -> dict:
+    """The per-run numbers behind the headline metrics (NaN / None where undefined)."""
+    val_final, _ = _tail_mean(d.over.val) if d.over is not None else (math.nan, None)
+    gap, _ = _tail_mean(d.over.gap) if d.over is not None else (math.nan, None)
+    n = len(d.loss)
+    return {
+        "final_loss": d.final_loss,
+        "final_val_loss": math.nan if d.div.diverged else val_final,
+        "best_val_loss": float(np.nanmin(d.over.val)) if d.over is not None and np.isfinite(d.over.val).any()
+        else math.nan,
+        "convergence_step": d.step(d.convergence, monitored=False),
+        "recommended_stop_step": d.step(d.early.stop) if d.early.reason == "patience" else None,
+        "convergence_rate": d.fit.rate if d.fit is not None and not d.div.diverged else math.nan,
+        "overfitting_gap": math.nan if d.div.diverged else gap,
+        "overfitting_onset_step": (int(d.over.steps[d.over.onset]) if d.over is not None and d.over.overfitting
+                                   else None),
+        "oscillation_rate": d.osc.sign_change_rate if d.osc is not None else math.nan,
+        "nonfinite_share": d.div.n_nonfinite / n if n else math.nan,
+    }
+
+
+def _defined(v) -> bool:
+    return v is not None and math.isfinite(float(v))
+
+
+def sd_interval(values, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
+    r"""Chi-square interval of a standard deviation (normal values): :math:`s\sqrt{(n-1)/\chi^2_{1-a/2}}` to
+    :math:`s\sqrt{(n-1)/\chi^2_{a/2}}`."""
+    x = np.asarray(values, float)
+    n = len(x)
+    if n < 2:
+        return math.nan, math.nan
+    s, a = float(x.std(ddof=1)), (1 - level) / 2
+    return (s * math.sqrt((n - 1) / sps.chi2.ppf(1 - a, n - 1)), s * math.sqrt((n - 1) / sps.chi2.ppf(a, n - 1)))
+
+
+def summarize_runs(diags: list[RunDiagnosis], level: float = DEFAULT_LEVEL, seed: int = 0) -> tuple[dict, dict]:
+    """Headline values and intervals ``(values, cis)`` with ``cis[name] = (low, high, method)``.
+
+    With one run, each value is that run's, with its own interval (the final losses and gap: bootstrap over
+    the final checks; the rate: the fit's t interval; shares: Wilson). With several, a per-run value is the
+    mean over the runs where it is defined (diverged runs have no final loss) with a t interval over those
+    runs; ``diverged_runs`` (Wilson over runs) and the two spreads (sd over runs, chi-square interval) join.
+    """
+    from ..stats import mean_ci, t_interval, wilson_ci
+
+    per = [run_values(d) for d in diags]
+    values, cis = {}, {}
+    for name in per[0]:
+        got = [(p[name], d) for p, d in zip(per, diags) if _defined(p[name])]
+        if not got:
+            continue
+        if len(got) >= 2:
+            v = np.array([float(x) for x, _ in got])
+            values[name] = float(v.mean())
+            lo, hi = t_interval(v, level, bounds=(-np.inf, np.inf))
+            cis[name] = (lo, hi, f"{level:.0%} t interval over {len(v)} runs")
+            continue
+        x, d = got[0]
+        values[name] = float(x)
+        if name == "final_loss" and len(d.final_loss_values) >= 2:
+            cis[name] = mean_ci(d.final_loss_values, level, seed=seed, units="final checks")
+        elif name in ("final_val_loss", "overfitting_gap") and d.over is not None:
+            _, tail = _tail_mean(d.over.val if name == "final_val_loss" else d.over.gap)
+            if len(tail) >= 2:
+                cis[name] = mean_ci(tail, level, seed=seed, units="final validations")
+        elif name == "convergence_rate" and d.fit is not None:
+            cis[name] = (*d.fit.ci, f"{level:.0%} t interval of the fitted slope ({d.fit.n} checks)")
+        elif name == "oscillation_rate" and d.osc is not None and d.osc.n_pairs:
+            k = round(d.osc.sign_change_rate * d.osc.n_pairs)
+            cis[name] = (*wilson_ci(k, d.osc.n_pairs, level), f"{level:.0%} Wilson interval over {d.osc.n_pairs} "
+                         "difference pairs")
+        elif name == "nonfinite_share":
+            n = len(d.loss)
+            cis[name] = (*wilson_ci(d.div.n_nonfinite, n, level), f"{level:.0%} Wilson interval over {n} checks")
+    if len(diags) >= 2:
+        k = sum(d.div.diverged for d in diags)
+        values["diverged_runs"] = k / len(diags)
+        cis["diverged_runs"] = (*wilson_ci(k, len(diags), level), f"{level:.0%} Wilson interval over {len(diags)} runs")
+        for name, src in (("final_loss_spread", "final_loss"), ("convergence_step_spread", "convergence_step")):
+            v = np.array([float(p[src]) for p in per if _defined(p[src])])
+            if len(v) >= 2:
+                values[name] = float(v.std(ddof=1))
+                cis[name] = (*sd_interval(v, level), f"{level:.0%} chi-square interval over {len(v)} runs")
+    return values, cis

@@ -1,0 +1,89 @@
+"""The run's shared cosine k-NN graph: computed once, before the chapters that read it, into the prepared cache
+(locally, or on the run's Dask cluster), with the all-pairs potential and mutual-proximity ranks of the same
+sweep; and the Dask client of a run."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..chapters.declaration import ChapterSpec
+from ..chapters.registry import graph_chapters
+from ..context import cache_folder
+from ..settings import ChapterSettings
+
+
+def shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[ChapterSpec], client=None) -> dict | None:
+    """Compute the set's cosine k-NN graph into the prepared cache when a chapter that reads it will run
+    (exact mode; k + 1 neighbours for the k option), so chapters running side by side share one computation.
+    The same sweep sums the all-pairs potential (uniformity) and, when the hubness chapter runs, ranks
+    by mutual proximity too. Returns the cosine graph's cache event plus the products of the sweep.
+
+    With a Dask ``client`` (``--dask``, ``--scheduler``; exact precision) the cosine graph is computed on the
+    cluster (:func:`~embeval_report.kernels.dask_engine.knn_blockwise`, the same lists; the workers read the
+    prepared ``vectors.npy`` themselves) and stored in the cache as the local sweep would store it; the
+    mutual-proximity graph and the potential still come from a local sweep."""
+    import numpy as np
+
+    from ..kernels.neighbours import fast_recall
+    from ..metrics.hubness_measures import usable_k
+    from ..metrics.hubness_reduction import reduced_knn
+
+    if settings.sample_size is not None or not set(graph_chapters()) & {ch.name for ch in ready} or es.n < 3:
+        return None
+    k = usable_k(int(settings.option("k")), es.n)
+    methods = ("mutual_proximity",) if any(ch.name == "hubness" for ch in ready) else ()
+    events, started = [], time.perf_counter()
+    compute = settings.compute(graph_cache=cache_folder(cache / "neighbours", min_k=int(settings.option("k")) + 1,
+                                                        log=events.append),
+                               moments_cache=cache_folder(cache / "moments"))
+    try:
+        with compute:  # the sweep itself runs here, locally (the cluster computes only the cosine graph)
+            if client is not None and settings.precision == "exact":
+                _dask_graph(np.load(cache / "vectors.npy", mmap_mode="r"), k, client)
+            reduced_knn(es.vectors, k, methods, with_cosine=True, device=settings.device,
+                        desc="k-NN graph (shared by the chapters)")
+            recall = fast_recall(es.vectors)
+    finally:
+        if settings.device == "cuda":  # leave the GPU's memory to the chapter kernels
+            import torch
+
+            torch.cuda.empty_cache()
+    cosine = [e for e in events if e["metric"] in ("cosine", "cosine-fast")]
+    if client is not None and cosine and settings.precision == "exact":  # the cluster's event, not the cache read
+        cosine = [cosine[0] | {"engine": "dask"}]
+    products = sorted({e["metric"] for e in events} | ({"potential"} if settings.precision == "exact" or methods else set()))
+    if client is not None and settings.precision == "exact" and not methods:  # no local sweep ran: no potential
+        products = [p for p in products if p != "potential"]
+    seconds = round(time.perf_counter() - started, 2)
+    return (cosine[-1] | {"products": products, "seconds": seconds}
+            | ({"recall": recall[0], "recall_queries": recall[1]} if recall else {}) if cosine else None)
+
+
+def _dask_graph(vectors, k: int, client) -> None:
+    """The cosine k-NN graph of ``vectors`` computed on the Dask cluster into the graph cache in use (the
+    same key, k and arrays as :func:`~embeval_report.kernels.neighbours.self_sweep` stores).
+
+    ``vectors``: the prepared float32 memory map, whose row blocks the workers read from its file (a task
+    carries the path, not the rows); only when a worker cannot open that file are the rows sent instead."""
+    import numpy as np
+
+    from ..kernels.dask_engine import FileRows, knn_blockwise, readable
+    from ..kernels.device import as_numpy
+    from ..kernels.graph_cache import cached_products
+
+    X = as_numpy(vectors)
+    rows = FileRows.of(X)
+    if rows is None or not readable(rows, client):
+        X = np.ascontiguousarray(X, dtype=np.float32)
+    cached_products(X, {"cosine": k}, True,
+                    lambda missing: {"cosine": knn_blockwise(X, missing["cosine"], client=client)})
+
+
+def dask_client(engine: str, scheduler: str | None, workers: int):
+    """``(client, run_info entry)`` of the engine: no client for ``"local"``, a Dask client for ``"dask"``."""
+    if engine == "local" and scheduler is None:
+        return None, {"name": "local"}
+    from ..kernels.dask_engine import connect, worker_count
+
+    client = connect(scheduler, workers)
+    return client, {"name": "dask", "scheduler": scheduler or "LocalCluster", "workers": worker_count(client)}

@@ -1,0 +1,130 @@
+"""The package's layers, checked on every import it makes (module level, inside functions, ``__import__`` and
+``importlib.import_module`` with a literal name; ``if TYPE_CHECKING:`` blocks are not imports at run time):
+each module imports only from its own layer or the layers below it, and no modules import each other in a
+cycle. The layers, bottom to top, are listed in docs/architecture.md."""
+import ast
+from pathlib import Path
+
+import pytest
+
+import embeval_report
+
+PACKAGE = Path(embeval_report.__file__).parent
+ROOT = PACKAGE.name
+
+#: bottom (0) to top: a module may import from its own layer and the layers below
+LAYERS = {
+    "errors": 0, "progress": 0, "resources": 0, "version": 0, "context": 0,
+    "io": 1,
+    "kernels": 2,
+    "stats": 3, "metrics": 3,
+    "present": 4,
+    "settings": 5, "chapters": 5,
+    "report": 6, "monitoring": 6,
+    "demo": 7, "api": 7, "cli": 7, "__init__": 8,
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS["__init__"] if len(parts) == 1 else LAYERS[parts[1]]
+
+
+def _type_checking_nodes(tree) -> set:
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for n in ast.walk(node))
+    return skip
+
+
+def _target(base: str, name: str) -> str:
+    """``base.name`` when that is a module of the package, else ``base``."""
+    candidate = f"{base}.{name}"
+    path = PACKAGE.parent / candidate.replace(".", "/")
+    return candidate if path.with_suffix(".py").exists() or path.is_dir() else base
+
+
+def imports() -> dict[str, set[str]]:
+    """Every package module -> the package modules it imports."""
+    edges: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        tree = ast.parse(path.read_text())
+        skip = _type_checking_nodes(tree)
+        found = set()
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up) + (f".{node.module}" if node.module else "")
+                if base.split(".")[0] == ROOT:
+                    found.update(_target(base, a.name) for a in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names if a.name.split(".")[0] == ROOT)
+            elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+                  and getattr(node.func, "id", getattr(node.func, "attr", None)) in ("__import__", "import_module")
+                  and str(node.args[0].value).split(".")[0] == ROOT):
+                found.add(node.args[0].value)
+        edges[module] = found - {module}
+    return edges
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = sorted(f"{a} -> {b}" for a, targets in imports().items() for b in targets if _layer(b) > _layer(a))
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycles():
+    edges = imports()
+    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    assert not cycles, cycles
+
+
+def test_every_layer_is_known():
+    unknown = sorted({m.split(".")[1] for m in imports() if "." in m} - set(LAYERS))
+    assert not unknown, f"add these to LAYERS (and docs/architecture.md): {unknown}"
+
+
+@pytest.mark.parametrize("source, target, allowed", [
+    ("embeval_report.io.vectors", "embeval_report.kernels.device", False),
+    ("embeval_report.chapters.isotropy", "embeval_report.present.display", True),
+    ("embeval_report.metrics.spec", "embeval_report.present.format", False),
+])
+def test_the_layer_rule_itself(source, target, allowed):
+    assert (_layer(target) <= _layer(source)) == allowed
