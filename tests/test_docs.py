@@ -1,7 +1,6 @@
 """The documentation keeps up with the code: every manifest field (in the schema's own wording), every
 chapter, every command-line subcommand and option is documented, and every relative link resolves."""
 import argparse
-import json
 import re
 from pathlib import Path
 
@@ -9,7 +8,7 @@ import pytest
 
 from embeval_report.cli import build_parser
 from embeval_report.io.manifest import MANIFEST_FIELDS
-from embeval_report.resources import notebooks_dir
+from embeval_report.chapters.registry import discover
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -57,12 +56,7 @@ def test_every_manifest_field_is_documented_in_the_schemas_words(name):
 
 
 def _chapters() -> list[dict]:
-    out = []
-    for path in sorted(notebooks_dir().glob("*.ipynb")):
-        meta = json.loads(path.read_text(encoding="utf-8"))["metadata"].get("embeval")
-        if meta:
-            out.append(meta)
-    return out
+    return [{"name": c.name, "title": c.title} for c in discover()]
 
 
 @pytest.mark.parametrize("chapter", _chapters(), ids=lambda m: m["name"])
