@@ -1,10 +1,15 @@
-"""Shared fixtures of the suite."""
+"""Shared fixtures and configuration of the test suite."""
 from __future__ import annotations
 
 import pytest
 
 from embeval_report.context import ComputeContext
 
+# ---------------------------------------------------------------------------------------------
+# No silent skips in CI (issue 30): with CI set, a skip for a module the test extra installs is a failure;
+# only the five optional peer libraries of the reference checks may be missing (see tests/no_silent_skips.py).
+# ---------------------------------------------------------------------------------------------
+from no_silent_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401
 
 # --------------------------------------------------------------------------- the compute context
 

@@ -8,6 +8,7 @@ import pickle
 import shutil
 from pathlib import Path
 
+import h5py  # a dependency of the package: imported plainly, never skipped
 import numpy as np
 import pytest
 
@@ -19,7 +20,6 @@ from embeval_report.io.checkpoints import (
     read_pbg_checkpoint,
 )
 
-h5py = pytest.importorskip("h5py")
 
 # ------------------------------------------------------------------ PyTorch-BigGraph
 

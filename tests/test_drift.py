@@ -4,6 +4,7 @@ import itertools
 import json
 import math
 import re
+import statistics
 import warnings
 
 import nbformat
@@ -73,7 +74,10 @@ def test_unchanged_and_rotated_snapshots_show_no_drift_and_no_alert():
     m = r.metrics
     assert m["mean_drift"].verdict == "healthy" and m["pairwise_similarity_correlation"].verdict == "healthy"
     assert m["anomalous_fraction"].verdict == "healthy" and m["procrustes_distance"].verdict == "healthy"
-    assert r.values["procrustes_sigma_above_trend"] == pytest.approx(0, abs=0.1)
+    # the seed's rule on the recorded distances: equal up to rounding, so the sd is floored at SIGMA_FLOOR
+    d = [s.values["procrustes_distance"] for s in r.snapshots]
+    z = (d[2] - statistics.mean(d[:2])) / max(statistics.stdev(d[:2]), dr.SIGMA_FLOOR)
+    assert abs(z) < 0.1 and r.values["procrustes_sigma_above_trend"] == pytest.approx(z, rel=1e-9, abs=1e-12)
 
 
 def test_metric_names_per_snapshot_and_headline():
@@ -115,6 +119,12 @@ def test_planted_group_drift_is_detected_and_attributed():
     assert r.metrics["mean_drift"].verdict == "problematic" and r.values["mean_drift_ratio"] > 2.5
     assert r.metrics["procrustes_distance"].verdict == "problematic"
     assert r.pattern == "regime shift"
+    # sigma above trend: the seed's rule (trailing mean, sample sd) on the recorded distances, here well above the
+    # noise floor, so a factor sqrt(2) in sigma (a population sd, say) would fail
+    d = [s.values["procrustes_distance"] for s in r.snapshots]
+    assert statistics.stdev(d[:2]) > 10 * dr.SIGMA_FLOOR
+    assert r.values["procrustes_sigma_above_trend"] == pytest.approx(
+        (d[2] - statistics.mean(d[:2])) / statistics.stdev(d[:2]), rel=1e-9)
     # the stable-core alignment attributes the movement to the group that moved
     moved = g[last.index] == 0
     assert last.drift[moved].mean() > 20 * last.drift[~moved].mean()

@@ -1,7 +1,6 @@
-"""Fairness chapter: WEAT against a hand-computed case, brute-force partitions and WEFE (test-only, skipped
-when absent); group gaps against fairlearn's MetricFrame (test-only) and closed forms; the association-test
-reader and bad input; the demo's planted gap; one end-to-end report."""
-import importlib.util
+"""Fairness chapter: WEAT against a hand-computed case, brute-force partitions and WEFE (its values kept in
+tests/reference/peers.json, and live when installed); group gaps against fairlearn's MetricFrame (test extra)
+and closed forms; the association-test reader and bad input; the demo's planted gap; one end-to-end report."""
 import json
 import math
 from itertools import combinations
@@ -14,6 +13,7 @@ from scipy import stats as sps
 from embeval_report.errors import InputError, UndefinedMetricWarning
 from embeval_report.io.association_tests import read_association_tests, vocabulary_rows
 from embeval_report.metrics import fairness as fm
+from reference import inputs, make_fixtures
 
 
 def unit(M):
@@ -58,27 +58,26 @@ def test_weat_p_value_against_brute_force_and_sampling():
     assert abs(sampled["p_value"] - brute) < 4 * sampled["mc_error"] + 1e-3
 
 
-@pytest.mark.skipif(importlib.util.find_spec("wefe") is None or importlib.util.find_spec("gensim") is None,
-                    reason="wefe and gensim are test-only dependencies")
-def test_weat_against_wefe():
-    from gensim.models import KeyedVectors
-    from wefe.metrics import WEAT
-    from wefe.query import Query
-    from wefe.word_embedding_model import WordEmbeddingModel
+def check_weat_against_wefe(ref):
+    """WEFE's effect size divides by the population sd of the pooled s(w); our headline by the sample sd."""
+    words, V = inputs.weat_case()
+    X, Y, A, B = (V[a:b] for a, b in inputs.WEAT_SETS.values())
+    ours = fm.weat(X, Y, A, B, n_boot=100, n_perm=200)
+    assert ours.effect["effect_size_wefe"] == pytest.approx(ref["effect_size"], rel=1e-5)
+    assert ours.statistic == pytest.approx(ref["weat"], rel=1e-5)
+    n = len(X) + len(Y)  # our headline uses the sample sd: d = d_wefe * sqrt((n - 1) / n)
+    assert ours.effect["effect_size"] == pytest.approx(ref["effect_size"] * math.sqrt((n - 1) / n), rel=1e-5)
 
-    rng = np.random.default_rng(0)
-    words = [f"w{i}" for i in range(30)]
-    V = rng.standard_normal((30, 12)).astype(np.float32)
-    V[:6] += 0.8 * V[12]  # X leans towards the attribute word 12
-    kv = KeyedVectors(12)
-    kv.add_vectors(words, V)
-    q = Query([words[0:6], words[6:12]], [words[12:18], words[18:24]], ["X", "Y"], ["A", "B"])
-    ref = WEAT().run_query(q, WordEmbeddingModel(kv, "random"), return_effect_size=True)
-    ours = fm.weat(V[0:6], V[6:12], V[12:18], V[18:24], n_boot=100, n_perm=200)
-    assert ours.effect["effect_size_wefe"] == pytest.approx(float(ref["effect_size"]), rel=1e-5)
-    assert ours.statistic == pytest.approx(float(ref["weat"]), rel=1e-5)
-    n = 12  # our headline uses the sample sd: d = d_wefe * sqrt((n - 1) / n)
-    assert ours.effect["effect_size"] == pytest.approx(float(ref["effect_size"]) * math.sqrt((n - 1) / n), rel=1e-5)
+
+def test_weat_against_wefe():
+    """Drift check against the installed WEFE (not installed by the test extra; see tests/reference/)."""
+    pytest.importorskip("wefe")
+    check_weat_against_wefe(make_fixtures.wefe_values())
+
+
+def test_weat_against_wefe_fixture():
+    """WEFE's values kept in tests/reference/peers.json: runs in CI."""
+    check_weat_against_wefe(make_fixtures.fixture("wefe"))
 
 
 def test_weat_out_of_vocabulary_is_counted_and_too_few_words_give_a_reason(tmp_path):
@@ -139,9 +138,8 @@ def test_groups_minimum_size_missing_values_and_intersections():
     assert i.attribute == "region × b" and "n · x" in i.names and i.n_missing == 3 and "tiny · x" in i.too_small
 
 
-@pytest.mark.skipif(importlib.util.find_spec("fairlearn") is None, reason="fairlearn is a test-only dependency")
 def test_gaps_against_fairlearn_metricframe():
-    from fairlearn.metrics import MetricFrame
+    MetricFrame = pytest.importorskip("fairlearn.metrics").MetricFrame  # the test extra installs it
     from sklearn.metrics import accuracy_score
 
     rng = np.random.default_rng(1)

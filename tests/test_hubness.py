@@ -1,10 +1,11 @@
 """Hubness against independent references: brute-force numpy k-NN, SciPy, hand-computed cases,
-dense numpy CSLS / mutual proximity, and (when installed) kiez's port of scikit-hubness.
+dense numpy CSLS / mutual proximity, and kiez's port of scikit-hubness (its values kept in
+tests/reference/peers.json, live when installed).
 
 scikit-hubness itself (0.21.2, the last PyPI release) pins scikit-learn==0.21.3 and imports
 modules removed from scikit-learn long ago, so it cannot be installed next to this package;
-kiez (0.5.0) carries the same ``Hubness.score`` measures ("adapted from skhubness") and is used
-when importable (it pins numpy<2, so install it with ``pip install --no-deps kiez class-resolver``).
+kiez (0.5.0) carries the same ``Hubness.score`` measures ("adapted from skhubness"); it pins numpy<2,
+so its values are made in the peer venv of tests/reference/ (the live check runs where it is importable).
 """
 import matplotlib
 
@@ -23,23 +24,8 @@ from embeval_report.metrics import hubness as hb
 from embeval_report.metrics.thresholds import verdict
 from embeval_report.present.display import Table
 from embeval_report.stats import bootstrap_ci
-
-
-def shifted_cloud(n, d, shift=0.5, seed=0):
-    """A Gaussian cloud off the origin: a cone of directions, the textbook hubby set for cosine."""
-    return (np.random.default_rng(seed).standard_normal((n, d)) + shift).astype(np.float32)
-
-
-def dense_cosine(X):
-    U = X.astype(np.float64) / np.linalg.norm(X.astype(np.float64), axis=1, keepdims=True)
-    return U @ U.T
-
-
-def brute_knn(S, k):
-    """Top-k columns of each row of a dense score matrix, the diagonal excluded."""
-    S = S.copy()
-    np.fill_diagonal(S, -np.inf)
-    return np.argsort(-S, axis=1, kind="stable")[:, :k]
+from reference import inputs, make_fixtures
+from reference.inputs import brute_knn, dense_cosine, shifted_cloud
 
 
 def skhubness_reference(nk, k, hub_size=2.0):
@@ -115,17 +101,28 @@ def test_histogram_measures_are_vectorised_over_histograms():
             assert batch[name][b] == pytest.approx(x, nan_ok=True), name
 
 
-def test_measures_match_kiez_port_of_scikit_hubness():
-    analysis = pytest.importorskip("kiez.analysis")
-    X = shifted_cloud(600, 40, seed=5)
-    r = hb.measure_hubness(X, 10, n_boot=0)
-    ref = analysis.hubness_score(r.neighbors, len(X), k=10, return_value="all")
+def check_against_kiez(ref):
+    """kiez's ``hubness_score`` on the brute-force 10-NN lists (hubs: N_k >= 2 k; hub occurrence over k n slots)."""
+    X, nbrs = inputs.hubness_case()
+    r = hb.measure_hubness(X, inputs.HUBNESS_K, n_boot=0)
+    np.testing.assert_array_equal(np.sort(r.neighbors, 1), np.sort(nbrs, 1))  # the lists the peer was given
     assert r.values["k_occurrence_skewness"] == pytest.approx(ref["k_skewness"], rel=1e-10)
     assert r.values["robin_hood_index"] == pytest.approx(ref["robinhood"], rel=1e-10)
     assert r.values["k_occurrence_gini"] == pytest.approx(ref["gini"], rel=1e-10)
     assert r.values["hub_occurrence"] == pytest.approx(ref["hub_occurrence"], rel=1e-10)
     assert r.values["antihub_occurrence"] == pytest.approx(ref["antihub_occurrence"], rel=1e-10)
-    np.testing.assert_array_equal(r.hubs[np.argsort(r.hubs)], np.sort(ref["hubs"]))
+    np.testing.assert_array_equal(np.sort(r.hubs), np.sort(ref["hubs"]))
+
+
+def test_measures_match_kiez_port_of_scikit_hubness():
+    """Drift check against the installed kiez (not in the test extra: it pins numpy<2; see tests/reference/)."""
+    pytest.importorskip("kiez.analysis")
+    check_against_kiez(make_fixtures.kiez_values())
+
+
+def test_measures_match_kiez_fixture():
+    """kiez's values kept in tests/reference/peers.json: runs in CI."""
+    check_against_kiez(make_fixtures.fixture("kiez"))
 
 
 def test_skewness_verdict_uses_the_seed_bands():

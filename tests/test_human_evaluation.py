@@ -1,7 +1,8 @@
 """Human evaluation: agreement coefficients against the `krippendorff` package, statsmodels' inter_rater,
-scikit-learn's cohen_kappa_score and irrCAC (test-only, skipped when absent), the published values of
-Krippendorff (2011) and Fleiss (1971), Dawid–Skene recovering planted rater reliabilities, the rater
-checks on planted careless/tired raters, the annotation reader's errors, and one report run."""
+scikit-learn's cohen_kappa_score, irrCAC (its values kept in tests/reference/peers.json, live when installed)
+and a hand-computed AC1 case, the published values of Krippendorff (2011) and Fleiss (1971), Dawid–Skene
+recovering planted rater reliabilities, the rater checks on planted careless/tired raters, the annotation
+reader's errors, and one report run."""
 import json
 import warnings
 
@@ -12,12 +13,9 @@ import pytest
 from embeval_report.errors import InputError
 from embeval_report.io.annotations import read_annotations
 from embeval_report.metrics import agreement as ag
+from reference import inputs, make_fixtures
+from reference.inputs import KRIPP, random_matrix
 
-#: Krippendorff (2011), "Computing Krippendorff's alpha-reliability", §C: 4 observers x 12 units, missing values
-KRIPP = [[1, 2, 3, 3, 2, 1, 4, 1, 2, None, None, None],
-         [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, None, 3],
-         [None, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, None],
-         [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, None]]
 #: Fleiss (1971): 30 patients x 6 psychiatrists, 5 diagnoses (R irr::diagnoses, as in statsmodels' tests)
 DIAGNOSES = np.array([
     [4, 4, 4, 4, 4, 4], [2, 2, 2, 5, 5, 5], [2, 3, 3, 3, 3, 5], [5, 5, 5, 5, 5, 5], [2, 2, 2, 4, 4, 4],
@@ -37,15 +35,6 @@ def frame(matrix, text=False):
 
 def kripp_data(level="nominal"):
     return ag.RatingData.of(frame(np.array(KRIPP, dtype=object).T), level)
-
-
-def random_matrix(seed, n=60, R=5, K=4, missing=0.25):
-    rng = np.random.default_rng(seed)
-    truth = rng.integers(K, size=n)
-    M = np.where(rng.random((n, R)) < 0.7, truth[:, None], rng.integers(K, size=(n, R))).astype(float)
-    M[rng.random((n, R)) < missing] = np.nan
-    M[np.isnan(M).sum(1) >= R - 1, :2] = truth[np.isnan(M).sum(1) >= R - 1, None]  # every item rated twice
-    return M
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,14 +102,45 @@ def test_pairwise_cohen_matches_sklearn(level, weights):
     assert ag.cohen_kappa(d) == pytest.approx(np.mean(kappas), abs=1e-12)
 
 
-def test_gwet_ac1_matches_irrcac():
-    irr = pytest.importorskip("irrCAC.raw")
-    for M in (np.array(KRIPP, dtype=float).T, random_matrix(5)):
+def check_against_irrcac(ref):
+    for name, M in inputs.agreement_cases().items():
         d = ag.RatingData.of(frame(M), "nominal")
-        cats = sorted(set(M[~np.isnan(M)].tolist()))  # irrCAC counts NaN as a category unless told
-        ref = irr.CAC(pd.DataFrame(M), categories=cats, digits=10)
-        assert ag.gwet_ac1(d) == pytest.approx(ref.gwet()["est"]["coefficient_value"], abs=1e-8)
-        assert ag.krippendorff_alpha(d) == pytest.approx(ref.krippendorff()["est"]["coefficient_value"], abs=1e-8)
+        assert ag.gwet_ac1(d) == pytest.approx(ref[name]["gwet_ac1"], abs=1e-8), name
+        assert ag.krippendorff_alpha(d) == pytest.approx(ref[name]["krippendorff_alpha"], abs=1e-8), name
+
+
+def test_gwet_ac1_matches_irrcac():
+    """Drift check against the installed irrCAC (not installed by the test extra; see tests/reference/)."""
+    pytest.importorskip("irrCAC.raw")
+    check_against_irrcac(make_fixtures.irrcac_values())
+
+
+def test_gwet_ac1_matches_irrcac_fixture():
+    """irrCAC's values kept in tests/reference/peers.json (rounded by irrCAC to 10 digits): runs in CI."""
+    check_against_irrcac(make_fixtures.fixture("irrcac"))
+
+
+def test_gwet_ac1_hand_computed():
+    """Gwet (2008) AC1 = (p_a - p_e) / (1 - p_e), p_a the mean over items rated at least twice of
+    sum_k r_ik (r_ik - 1) / (r_i (r_i - 1)), p_e = sum_k pi_k (1 - pi_k) / (K - 1), pi_k = mean_i r_ik / r_i
+    over every rated item. Three raters, K = 3 labels a, b, c:
+
+        item 1  a a a   agreement 3*2/6 = 1       shares (1, 0, 0)
+        item 2  a a b   agreement 2*1/6 = 1/3     shares (2/3, 1/3, 0)
+        item 3  b b b   agreement 1               shares (0, 1, 0)
+        item 4  a b c   agreement 0               shares (1/3, 1/3, 1/3)
+    p_a = (1 + 1/3 + 1 + 0) / 4 = 7/12; pi = (2, 5/3, 1/3) / 4 = (1/2, 5/12, 1/12)
+    sum pi (1 - pi) = 1/4 + 35/144 + 11/144 = 41/72, p_e = 41/144
+    AC1 = (84/144 - 41/144) / (103/144) = 43/103 = 0.41748
+
+    Item 5 rated once (c): no agreement term (p_a stays 7/12) but it counts in pi over n = 5 items:
+    pi = (2, 5/3, 4/3) / 5 = (2/5, 1/3, 4/15); sum pi (1 - pi) = 6/25 + 2/9 + 44/225 = 148/225, p_e = 74/225
+    AC1 = (7/12 - 74/225) / (151/225) = (687/2700) * (225/151) = 229/604 = 0.37914
+    """
+    M = np.array([[0, 0, 0], [0, 0, 1], [1, 1, 1], [0, 1, 2]], float)
+    assert ag.gwet_ac1(ag.RatingData.of(frame(M, text=True), "nominal")) == pytest.approx(43 / 103, abs=1e-12)
+    M5 = np.vstack([M, [2, np.nan, np.nan]])
+    assert ag.gwet_ac1(ag.RatingData.of(frame(M5, text=True), "nominal")) == pytest.approx(229 / 604, abs=1e-12)
 
 
 def test_kappa_paradox_ac1_stays_high():

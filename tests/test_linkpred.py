@@ -48,12 +48,23 @@ def test_hand_computed_ranks_with_ties_all_three_policies():
         r.get("random")
 
 
-def brute_ranks(X, src, cand, score):
-    X = X.astype(np.float64)
+#: every score the project supports, as a full float64 n x n matrix in one NumPy line (independent of pair_scores)
+SCORE_MATRIX = {
+    "dot": lambda X: X @ X.T,
+    "cosine": lambda X: (X / np.linalg.norm(X, axis=1, keepdims=True)) @ (X / np.linalg.norm(X, axis=1, keepdims=True)).T,
+    "neg_l2": lambda X: -np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)),
+}
+
+
+def test_the_numpy_oracle_covers_every_score():
+    assert set(SCORE_MATRIX) == set(rk.SCORES)
+
+
+def brute_ranks(S, src, cand):
+    """Optimistic and pessimistic rank of each row's first candidate among its candidates under scores S."""
     out = []
     for s, row in zip(src, cand):
-        row = row[row >= 0]
-        sc = rk.pair_scores(X, np.full(len(row), s), row, score)
+        sc = S[s, row[row >= 0]]
         out.append((1 + (sc[1:] > sc[0]).sum(), 1 + (sc[1:] >= sc[0]).sum()))
     return np.array(out).T
 
@@ -66,13 +77,17 @@ def test_batched_scoring_matches_brute_force_and_chunking(score, engine, monkeyp
     src = rng.integers(0, 60, 40)
     cand = rng.integers(0, 60, (40, 12))
     cand[::5, -3:] = -1  # some padding
-    opt, pess = brute_ranks(X, src, cand, score)
+    S = SCORE_MATRIX[score](X.astype(np.float64))
+    opt, pess = brute_ranks(S, src, cand)
     cs = rk.score_candidates(X, src, cand, score=score, device="cpu", engine=engine)
     np.testing.assert_array_equal(cs.raw.optimistic, opt)
     np.testing.assert_array_equal(cs.raw.pessimistic, pess)
-    np.testing.assert_allclose(cs.scores[cand >= 0], np.concatenate(
-        [rk.pair_scores(X, np.full((r >= 0).sum(), s), r[r >= 0], score) for s, r in zip(src, cand)]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(cs.scores[cand >= 0], np.take_along_axis(S[src], np.maximum(cand, 0), 1)[cand >= 0],
+                               rtol=1e-5, atol=1e-5)
     assert np.isnan(cs.scores[cand < 0]).all()
+    for s, row in zip(src, cand):  # the exact float64 re-scoring the tie policy relies on
+        np.testing.assert_allclose(rk.pair_scores(X, np.full((row >= 0).sum(), s), row[row >= 0], score),
+                                   S[s, row[row >= 0]], rtol=1e-12, atol=1e-12)
     monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 2000)  # a few rows per chunk: same result
     monkeypatch.setattr(rk, "CPU_CHUNK_BYTES", 2000)
     cs2 = rk.score_candidates(X, src, cand, score=score, device="cpu", engine=engine)

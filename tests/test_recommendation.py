@@ -1,7 +1,7 @@
 """Recommendation metrics against independent references: brute-force numpy rankings of the full score
 matrix (ties included), per-user metrics written out longhand, hand-computed cases (seed 001's toy
-example), Microsoft Recommenders' ``python_evaluation`` as a test-only reference (skipped when it is not
-installed), the splits, the interactions reader's errors, and one end-to-end report."""
+example), Microsoft Recommenders' ``python_evaluation`` (its values kept in tests/reference/peers.json, live
+when installed), the splits, the interactions reader's errors, and one end-to-end report."""
 import json
 import math
 
@@ -13,27 +13,12 @@ import scipy.sparse as sp
 from embeval_report.errors import InputError
 from embeval_report.io.interactions import read_id_list, read_interactions
 from embeval_report.metrics import recommendation as rc
+from reference import inputs, make_fixtures
+from reference.inputs import brute_lists, random_case
 
 # ---------------------------------------------------------------------------------------------
 # References written out longhand
 # ---------------------------------------------------------------------------------------------
-
-
-def brute_lists(U, V, train, test, score, k=10):
-    """Full float64 score matrix, training items masked, sorted by (score desc, item asc)."""
-    U, V = np.asarray(U, np.float64), np.asarray(V, np.float64)
-    if score == "cosine":
-        U = U / np.linalg.norm(U, axis=1, keepdims=True)
-        V = V / np.linalg.norm(V, axis=1, keepdims=True)
-    S = (U[:, None, :] * V[None, :, :]).sum(-1)  # elementwise: identical items score identically
-    tops, firsts = [], []
-    for u in range(len(U)):
-        seen = set(train[u])
-        items = [i for i in range(len(V)) if i not in seen]
-        order = sorted(items, key=lambda i: (-S[u, i], i))
-        tops.append(order[:k] + [-1] * (k - len(order[:k])))
-        firsts.append(min(order.index(i) for i in test[u]) + 1)
-    return np.array(tops), np.array(firsts)
 
 
 def longhand(top, first, test, k=10):
@@ -54,20 +39,6 @@ def csr(lists, n):
     r = [u for u, lst in enumerate(lists) for _ in lst]
     c = [i for lst in lists for i in lst]
     return sp.csr_matrix((np.ones(len(r)), (r, c)), shape=(len(lists), n))
-
-
-def random_case(seed, n_users=40, n_items=300, d=8):
-    rng = np.random.default_rng(seed)
-    U = rng.standard_normal((n_users, d)).astype(np.float32)
-    V = rng.standard_normal((n_items, d)).astype(np.float32)
-    V[5] = V[7]  # duplicate items tie exactly
-    V[n_items - 1] = V[7]
-    train = [sorted(rng.choice(n_items, rng.integers(0, 30), replace=False).tolist()) for _ in range(n_users)]
-    test = []
-    for t in train:
-        rest = np.setdiff1d(np.arange(n_items), t)
-        test.append(sorted(rng.choice(rest, rng.integers(1, 6), replace=False).tolist()))
-    return U, V, train, test
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,40 +161,36 @@ def test_beyond_accuracy_matches_longhand():
         assert got["recommended_popularity"][u] == pytest.approx(np.mean(phi[lst]))
 
 
-def test_against_microsoft_recommenders():
-    """Microsoft Recommenders' python_evaluation (test-only; install with `pip install --no-deps recommenders`)."""
-    pe = pytest.importorskip("recommenders.evaluation.python_evaluation")
-    U, V, train, test = random_case(6, n_users=15, n_items=60)
-    train = [t if t else [0] for t in train]
-    train[0] = sorted(set(train[0]) | set(range(60)) - set(test[0]))  # every item has a training interaction
-    tr, te = csr(train, 60), csr(test, 60)
+def check_against_microsoft_recommenders(ref):
+    """Ranking metrics at 10, per-user serendipity, diversity and novelty (-log2 of the share of users who
+    interacted with the item), catalogue coverage on the same top-10 lists."""
+    U, V, train, test, top = inputs.recommendation_case()
+    tr, te = csr(train, len(V)), csr(test, len(V))
     ranked = rc.rank_catalogue(U, V, tr, te, device="cpu")
+    np.testing.assert_array_equal(ranked.top, top)  # the peer scored the brute-force lists: the same lists
     users = np.arange(len(U))
     acc = rc.accuracy_per_user(ranked.top, ranked.first_rank, te, users)
     b = rc.BeyondInputs.of(tr, V)
     beyond = rc.beyond_per_user(ranked.top, rc.hits_matrix(ranked.top, te, users), users, b)
-    true = pd.DataFrame([(u, i, 1.0) for u, t in enumerate(test) for i in t], columns=["userID", "itemID", "rating"])
-    pred = pd.DataFrame([(u, int(i), 10.0 - r) for u in users for r, i in enumerate(ranked.top[u]) if i >= 0],
-                        columns=["userID", "itemID", "prediction"])
-    trn = pd.DataFrame([(u, i) for u, t in enumerate(train) for i in t], columns=["userID", "itemID"])
-    kw = dict(k=10)
-    assert acc["precision_at_10"].mean() == pytest.approx(pe.precision_at_k(true, pred, **kw))
-    assert acc["recall_at_10"].mean() == pytest.approx(pe.recall_at_k(true, pred, **kw))
-    assert acc["ndcg_at_10"].mean() == pytest.approx(pe.ndcg_at_k(true, pred, **kw))
-    assert acc["map_at_10"].mean() == pytest.approx(pe.map_at_k(true, pred, **kw))
-    reco = pred[["userID", "itemID"]].assign(relevance=[float(i in test[u]) for u, i in pred[["userID", "itemID"]]
-                                                       .itertuples(index=False)])
-    feats = pd.DataFrame({"itemID": np.arange(60), "features": list(V.astype(float))})
-    ser = pe.user_serendipity(trn, reco, item_feature_df=feats, item_sim_measure="item_feature_vector",
-                              col_relevance="relevance")
-    np.testing.assert_allclose(beyond["serendipity"].to_numpy(), ser["user_serendipity"].to_numpy(), atol=1e-12)
-    div = pe.user_diversity(trn, reco, item_feature_df=feats, item_sim_measure="item_feature_vector")
-    np.testing.assert_allclose(beyond["intra_list_diversity"].to_numpy(), div["user_diversity"].to_numpy(), atol=1e-12)
-    nov = pe.historical_item_novelty(trn, reco).set_index("itemID")["item_novelty"]
-    per_user = pd.Series(nov.reindex(reco["itemID"]).to_numpy()).groupby(reco["userID"].to_numpy()).mean()
-    np.testing.assert_allclose(beyond["novelty"].to_numpy(), per_user.to_numpy())  # user 0's list is short
-    assert rc.catalogue_stats(rc._lists_matrix(ranked.top, users, 60), beyond)["catalog_coverage"] == pytest.approx(
-        pe.catalog_coverage(trn, reco))
+    for name in ("precision", "recall", "ndcg", "map"):
+        assert acc[f"{name}_at_10"].mean() == pytest.approx(ref[name]), name
+    np.testing.assert_allclose(beyond["serendipity"].to_numpy(), ref["user_serendipity"], atol=1e-12)
+    np.testing.assert_allclose(beyond["intra_list_diversity"].to_numpy(), ref["user_diversity"], atol=1e-12)
+    np.testing.assert_allclose(beyond["novelty"].to_numpy(), ref["user_novelty"])  # user 0's list is short
+    assert rc.catalogue_stats(rc._lists_matrix(ranked.top, users, len(V)), beyond)["catalog_coverage"] == \
+        pytest.approx(ref["catalog_coverage"])
+
+
+def test_against_microsoft_recommenders():
+    """Drift check against the installed python_evaluation (not in the test extra: it pins a training stack;
+    `pip install --no-deps recommenders`; see tests/reference/)."""
+    pytest.importorskip("recommenders.evaluation.python_evaluation")
+    check_against_microsoft_recommenders(make_fixtures.recommenders_values())
+
+
+def test_against_microsoft_recommenders_fixture():
+    """Microsoft Recommenders' values kept in tests/reference/peers.json: runs in CI."""
+    check_against_microsoft_recommenders(make_fixtures.fixture("recommenders"))
 
 
 # ---------------------------------------------------------------------------------------------

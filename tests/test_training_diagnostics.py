@@ -1,7 +1,8 @@
 """Training diagnostics against independent references: PyTorch Lightning's EarlyStopping rule transcribed with
-torch tensors (pytorch-lightning itself when installed), statsmodels' KPSS/ADF called directly, ruptures on a
-planted change, planted convergence, divergence, overfitting and oscillation found at the right steps, a
-TensorBoard log written with ``SummaryWriter`` and read back, bad logs -> one clear line, and one report."""
+torch tensors and Lightning's own values (kept in tests/reference/peers.json, live when installed), statsmodels'
+KPSS/ADF called directly, ruptures on a planted change, planted convergence, divergence, overfitting and
+oscillation found at the right steps, a TensorBoard log written with ``SummaryWriter`` and read back, bad logs ->
+one clear line, and one report."""
 import importlib.util
 import json
 import math
@@ -17,6 +18,7 @@ from embeval_report.io.training_log import read_training_log, training_log_frame
 from embeval_report.metrics import convergence as cv
 from embeval_report.metrics import training_runs as tr
 from embeval_report.metrics.training_checks import monitor_checks
+from reference import inputs, make_fixtures
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,17 +61,27 @@ def test_early_stopping_matches_lightning_rule(seed, mode):
             assert x[es.best] == pytest.approx(float(best))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("lightning") is None and importlib.util.find_spec("pytorch_lightning")
-                    is None, reason="pytorch-lightning not installed (the transcription above is the reference)")
+def check_against_lightning(ref):
+    """Lightning's EarlyStopping stop step and best score over the grid of (mode, min_delta, patience)."""
+    for name, x in inputs.early_stopping_series().items():
+        for (mode, min_delta, patience), want in zip(inputs.EARLY_STOPPING_GRID, ref[name], strict=True):
+            series = x if mode == "min" else -x
+            es = cv.early_stopping(series, min_delta=min_delta, patience=patience, mode=mode)
+            setting = f"{name}, {mode}, min_delta {min_delta}, patience {patience}"
+            assert es.stop == want["stop"], setting
+            assert series[es.best] == pytest.approx(want["best"]), setting
+
+
 def test_early_stopping_matches_installed_lightning():
-    try:
-        from lightning.pytorch.callbacks import EarlyStopping
-    except ImportError:
-        from pytorch_lightning.callbacks import EarlyStopping
-    x = np.exp(-np.arange(60) / 10) + np.random.default_rng(1).normal(0, 0.02, 60)
-    cb = EarlyStopping(monitor="v", min_delta=0.01, patience=3, mode="min")
-    stop = next(i for i, v in enumerate(x) if cb._evaluate_stopping_criteria(torch.tensor(v))[0])
-    assert cv.early_stopping(x, min_delta=0.01, patience=3).stop == stop
+    """Drift check against the installed Lightning (not in the test extra; see tests/reference/)."""
+    if importlib.util.find_spec("lightning") is None:
+        pytest.importorskip("pytorch_lightning")
+    check_against_lightning(make_fixtures.lightning_values())
+
+
+def test_early_stopping_matches_lightning_fixture():
+    """Lightning's values kept in tests/reference/peers.json: runs in CI."""
+    check_against_lightning(make_fixtures.fixture("lightning"))
 
 
 def test_relative_min_delta_is_a_share_of_the_best():
