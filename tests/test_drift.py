@@ -520,7 +520,7 @@ def test_a_baseline_under_twenty_rows_is_valid_input_and_the_chapter_skips_it(tm
     from types import SimpleNamespace
 
     from embeval_report.cli import main
-    from embeval_report.settings import ChapterSettings
+    from embeval_report.chapters.registry import resolve_settings
 
     X = np.random.default_rng(45).standard_normal((3, 2))
     ids = [f"e{i}" for i in range(3)]
@@ -532,7 +532,7 @@ def test_a_baseline_under_twenty_rows_is_valid_input_and_the_chapter_skips_it(tm
     big = SimpleNamespace(n=30)
     assert chapter.precheck(big, SimpleNamespace(snapshots=[snap("s", np.zeros((30, 2)))]), None) is None
     with pytest.raises(ValueError, match="mmd_sample"):  # below 2 rows per side: refused as input (exit 2)
-        ChapterSettings(options={"mmd_sample": 1})
+        resolve_settings(options={"mmd_sample": 1})
     out = tmp_path / "out"
     assert main(["run", str(tmp_path / "m.yaml"), "--out", str(out), "--chapters", "drift", "--formats", "html"]) == 0
     doc = json.loads((out / "metrics.json").read_text())["chapters"]["drift"]
