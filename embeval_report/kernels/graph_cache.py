@@ -36,6 +36,11 @@ def use_graph_cache(folder: str | os.PathLike | None, *, min_k: int = 0,
     _min_k, _log = int(min_k), log
 
 
+def folder() -> Path | None:
+    """The folder graphs are stored in (a report run's prepared cache), or None when they are kept in memory only."""
+    return _folder
+
+
 def clear_memory() -> None:
     """Forget the graphs held in this process (the folder, if any, is left as it is)."""
     _memory.clear()
