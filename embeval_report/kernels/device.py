@@ -288,16 +288,26 @@ def to_tensor(a, *, dtype=torch.float32, device="cpu") -> torch.Tensor:
     """``a`` (numpy, possibly a read-only memory map) as a contiguous tensor; kernels never write into it.
 
     To a GPU the rows travel in the narrower of their own and the target dtype (a float32 set asked
-    for as float64 is uploaded as float32 and widened on the device, exactly) through pinned memory.
+    for as float64 is uploaded as float32 and widened on the device, exactly) through pinned memory
+    (:func:`upload`).
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         if torch.device(device).type != "cuda":
             return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
         host = torch.as_tensor(np.ascontiguousarray(a))
+    return upload(host, dtype=dtype, device=device)
+
+
+def upload(host: torch.Tensor, *, dtype: torch.dtype, device, pin: bool | None = None) -> torch.Tensor:
+    """A host tensor on ``device`` as ``dtype``: narrowed on the host first when ``dtype`` is the narrower
+    float (fewer bytes to move), moved through pinned memory (``pin``: default, when ``device`` is a GPU),
+    widened on the device otherwise (exactly)."""
     if host.dtype.is_floating_point and dtype.is_floating_point and dtype.itemsize < host.dtype.itemsize:
-        host = host.to(dtype)  # narrowing: on the host, fewer bytes to move
-    return host.pin_memory().to(device, non_blocking=True).to(dtype)
+        host = host.to(dtype)  # narrowing: on the host
+    if pin if pin is not None else torch.device(device).type == "cuda":
+        host = host.pin_memory()
+    return host.to(device, non_blocking=True).to(dtype)
 
 
 def unit_rows(x: torch.Tensor) -> torch.Tensor:

@@ -600,7 +600,7 @@ def _collect(k: int, blk: _Block, corpus_t, tile_cols: int, buffer: torch.Tensor
             r, c = (rest >= limit[:, None]).nonzero(as_tuple=True)
             parts.append((r, j + G * GROUP + c, rest[r, c]))
     r, c, p = (torch.cat(x) for x in zip(*parts))
-    keep = p >= below(best[:, -1])[r]  # the final limit (finite: k entries were seen)
+    keep = (p >= below(best[:, -1])[r]) & (p > -torch.inf)  # the final limit; never the row itself
     return r[keep], c[keep], p[keep]
 
 
