@@ -1,12 +1,21 @@
 """Exact nearest neighbours by blocked matrix products, and neighbour-set comparison.
 
-The top-k kernel (:class:`RunningTopK` fed by :func:`sweep_tiles`) never runs ``topk`` over whole rows: it walks the
-corpus in column tiles of one preallocated product buffer, keeps each query row's running k
-best, and merges in only the 32-wide column groups whose maximum beats the row's current k-th
-score. After the first tile almost every group is pruned by one ``amax`` pass, so the cost is
-the matrix product itself (see ``benchmarks/bench_knn.py`` for the ratio to the GEMM bound).
-:func:`knn` keeps :data:`RERANK` extra float32 candidates per row and orders them by their float64
-score, so its lists are the float64 top-k (exact ties: the lower index first).
+Candidates come from the fastest product the device has (:func:`~.device.exact_product`: bfloat16 inputs
+on a CPU with AVX-512 BF16 or AMX, TF32 inputs on a GPU of compute capability 8.0+, else IEEE float32), each
+within a proven bound of its float64 score (:func:`~.device.product_bound`); every corpus row the bound
+cannot rule out is scored in float64, so the lists are the float64 top-k whichever product ran (exact ties:
+the lower index first, however many rows tie).
+
+* A plain search (:func:`_collect`, :func:`_collected_lists`) walks the corpus in column tiles of one product
+  buffer, keeps per row a lower bound on its k-th product from 32-column group maxima (one strided max pass
+  per tile) and keeps every entry within twice the bound of it; on the CPU query blocks run side by side on
+  single-threaded workers.
+* A sweep that also feeds re-scored graphs (CSLS, mutual proximity) or the all-pairs potential
+  (:func:`sweep_tiles`, :class:`RunningTopK`, :class:`RowPotential`) runs on float32 products in the tiles
+  it always had (the potential's numbers do not change); its plain graph keeps :data:`RERANK` extra
+  candidates, proven complete by the float32 bound or searched again (:func:`_bounded_lists`).
+
+``benchmarks/bench_knn.py`` gives the ratios to faiss-cpu, the float32 GEMM and scikit-learn.
 """
 from __future__ import annotations
 
@@ -47,6 +56,8 @@ CPU_TILE = (2048, 4096)
 CPU_COLLECT_TILE = (1024, 4096)
 #: query rows per sweep over a corpus larger than memory (each sweep reads and normalises the whole corpus)
 LAZY_QUERY_ROWS = 16_384
+#: bytes of gathered float64 candidate rows scored at a time (in cache for the batched product)
+SCORE_BYTES = 2 * 2**20
 
 
 def _tile_shape(n_queries: int, n: int, device: torch.device, *, free: int | None = None, itemsize: int = 4,
@@ -205,7 +216,7 @@ def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[Running
 
 
 def knn(X, k: int, *, queries=None, metric: str = "cosine", exclude_self: bool = True, device="auto",
-        desc: str | None = "k-NN") -> tuple[np.ndarray, np.ndarray]:
+        desc: str | None = "k-NN", stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest neighbours by blocked matrix products (:func:`sweep_tiles`).
 
     ``metric``: ``"cosine"`` (returns similarities, descending), ``"dot"`` (inner products,
@@ -221,7 +232,8 @@ def knn(X, k: int, *, queries=None, metric: str = "cosine", exclude_self: bool =
     global torch precision); each candidate product is within a proven bound of its float64 score
     (:func:`~.device.product_bound`), and every row that can still enter a list is scored in float64
     (:func:`_bounded_lists`), so the lists are the float64 top-k (exact ties: the lower index first),
-    whichever product ran. Returns ``(indices (m, k) int64, scores (m, k) float32)``.
+    whichever product ran. ``stats`` (a dict) receives which product and sweep ran (when one ran: a graph
+    read from the cache leaves it empty). Returns ``(indices (m, k) int64, scores (m, k) float32)``.
     """
     if metric not in ("cosine", "dot", "euclidean"):
         raise ValueError(f"metric must be 'cosine', 'dot' or 'euclidean', not {metric!r}")
@@ -231,12 +243,12 @@ def knn(X, k: int, *, queries=None, metric: str = "cosine", exclude_self: bool =
     if k + drop_self > len(X):
         raise ValueError(f"k = {k} needs more than {len(X) - drop_self} candidate neighbours")
     if queries is None and metric == "cosine" and exclude_self:
-        return self_sweep(X, {"cosine": (k, None)}, device=dev, desc=desc)["cosine"]
+        return self_sweep(X, {"cosine": (k, None)}, device=dev, desc=desc, stats=stats)["cosine"]
     product = exact_product(dev)
     if queries is None:
-        return cached_graph(X, k, metric, exclude_self,
-                            lambda kk: _search(X, X, [(kk, None)], metric, drop_self, dev, desc, product=product)[0][0])
-    return _search(X, as_numpy(queries), [(k, None)], metric, False, dev, desc, product=product)[0][0]
+        return cached_graph(X, k, metric, exclude_self, lambda kk: _search(
+            X, X, [(kk, None)], metric, drop_self, dev, desc, product=product, stats=stats)[0][0])
+    return _search(X, as_numpy(queries), [(k, None)], metric, False, dev, desc, product=product, stats=stats)[0][0]
 
 
 #: t of the Gaussian potential a cosine self-sweep also sums (Wang & Isola's uniformity default)
@@ -424,9 +436,16 @@ def _top_k(cand: torch.Tensor, exact: torch.Tensor, k: int) -> tuple[torch.Tenso
 
 def _exact_scores(corpus64: _Rows64, sq64, q64: torch.Tensor, cand: torch.Tensor, metric: str) -> torch.Tensor:
     """The float64 scores (higher = closer; euclidean: :math:`-\\lVert q - x\\rVert^2`) of candidates ``cand``
-    (m, c) of query rows ``q64`` (m, d): one batched product per call, so that the scores of one row's
-    candidates come from one computation (exact duplicates tie exactly)."""
-    exact = torch.bmm(corpus64[cand], q64[:, :, None])[:, :, 0]
+    (m, c) of query rows ``q64`` (m, d): one batched product per call shape, so that the scores of one row's
+    candidates come from one computation (exact duplicates tie exactly). Rows go in pieces of about
+    :data:`SCORE_BYTES` of gathered candidates, which stay in cache for the product (3x faster than one
+    gather of the whole block; the same numbers: each row's product is computed alone)."""
+    step = max(1, SCORE_BYTES // max(1, cand.shape[1] * q64.shape[1] * 8))
+    if step >= len(cand):
+        exact = torch.bmm(corpus64[cand], q64[:, :, None])[:, :, 0]
+    else:
+        exact = torch.cat([torch.bmm(corpus64[cand[s:s + step]], q64[s:s + step, :, None])[:, :, 0]
+                           for s in range(0, len(cand), step)])
     if metric == "euclidean":
         exact = 2 * exact - sq64[cand] - (q64 * q64).sum(1, keepdim=True)  # -|q - x|^2
     return exact
