@@ -93,7 +93,15 @@ class Product:
         for ``fp32``; bfloat16 (oneDNN) or TF32 (cuBLAS) arithmetic with float32 accumulation and output
         for the others, whose inputs :meth:`rounded` already holds exactly."""
         with exact_matmul():
-            if self.bits == 24 or self.dtype != torch.float32:  # float32, or bfloat16 tensors multiplied natively
+            if self.dtype == torch.bfloat16:  # bfloat16 tensors: float32 accumulation, also across split-K parts
+                reduced = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+                try:
+                    yield
+                finally:
+                    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = reduced
+                return
+            if self.bits == 24:
                 yield
                 return
             backend = torch.backends.mkldnn.matmul if self.bits == 8 else torch.backends.cuda.matmul
