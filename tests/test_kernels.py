@@ -8,11 +8,11 @@ from embeval_report.kernels import block_moments, knn, unit_rows
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_knn_matches_sklearn_brute_force(metric, monkeypatch):
+def test_knn_matches_sklearn_brute_force(metric, device, monkeypatch):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((300, 8)).astype(np.float32)
     monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 300 * 4 * 3 * 29)  # 29-row chunks
-    idx, val = knn(X, 7, metric=metric)
+    idx, val = knn(X, 7, metric=metric, device=device)
     nn = NearestNeighbors(n_neighbors=8, metric=metric, algorithm="brute").fit(X)
     dist, ref = nn.kneighbors(X)
     np.testing.assert_array_equal(idx, ref[:, 1:])  # sklearn puts the point itself first
@@ -26,13 +26,34 @@ def test_knn_with_separate_queries_keeps_self():
     assert idx[:, 0].tolist() == [0, 1]
 
 
-def test_block_moments_sum_to_whole_set_moments():
+def test_block_moments_sum_to_whole_set_moments(device):
     rng = np.random.default_rng(1)
     X = rng.standard_normal((101, 5)).astype(np.float32)
-    m = block_moments(X, n_blocks=7, seed=3)
+    m = block_moments(X, n_blocks=7, seed=3, device=device)
     N, s, G = m.total()
     assert N == 101 and sorted(m.count) == sorted(np.bincount(np.arange(101) % 7))
     np.testing.assert_allclose(s, X.sum(0), rtol=1e-5)
     np.testing.assert_allclose(G, X.astype(np.float64).T @ X, rtol=1e-5)
-    U = block_moments(X, transform=unit_rows).total()[1]
+    U = block_moments(X, transform=unit_rows, device=device).total()[1]
     np.testing.assert_allclose(U, (X / np.linalg.norm(X, axis=1, keepdims=True)).sum(0), rtol=1e-5)
+
+
+def test_all_pairs_potential_and_uniformity_on_every_device(device, monkeypatch):
+    """The exact all-pairs Gaussian potential (several square blocks) and uniformity against a dense float64
+    numpy reference, on each device: the same numbers to float64 rounding."""
+    from scipy.special import logsumexp
+
+    from embeval_report.kernels import gaussian_potential_rows
+    from embeval_report.metrics.uniformity import uniformity
+
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((230, 9)).astype(np.float32)
+    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 8 * 3 * 60 * 60)  # 60-row square blocks
+    U = X / np.linalg.norm(X.astype(np.float64), axis=1, keepdims=True)
+    D = ((U[:, None, :] - U[None]) ** 2).sum(-1)
+    np.fill_diagonal(D, np.inf)
+    want = logsumexp(-2.0 * D, axis=1)
+    got = gaussian_potential_rows(X, 2.0, transform=unit_rows, device=device, desc=None)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    u = uniformity(X, device=device)
+    assert u.method == "exact" and u.value == pytest.approx(logsumexp(want) - np.log(230 * 229), rel=1e-12)

@@ -183,9 +183,9 @@ def test_one_sweep_feeds_cosine_csls_mutual_proximity_and_the_potential(monkeypa
         np.testing.assert_array_equal(again[name][0], got[name][0])
 
 
-def test_uniformity_reads_the_sweeps_exact_potential_beyond_its_budget():
-    """After a k-NN sweep of the set, uniformity is exact at any size (here: a budget of 10 pairs) and
-    equals the float64 all-pairs kernel to float32 rounding of the cosines."""
+def test_uniformity_reads_the_sweeps_exact_potential_beyond_its_budget(tmp_path, enter):
+    """After a k-NN sweep of the set in a report run (a graph-cache folder), uniformity is exact at any size
+    (here: a budget of 10 pairs) and equals the float64 all-pairs kernel to float32 rounding of the cosines."""
     from embeval_report.kernels import gaussian_potential_rows, unit_rows
     from embeval_report.metrics.uniformity import uniformity
 
@@ -194,6 +194,7 @@ def test_uniformity_reads_the_sweeps_exact_potential_beyond_its_budget():
     sampled = uniformity(X, pair_budget=10, device="cpu")
     assert sampled.method == "sampled"
     reference = gaussian_potential_rows(X, 2.0, transform=unit_rows, device="cpu", desc=None)
+    enter(graph_cache=CacheFolder(tmp_path))
     knn(X, 5, device="cpu", desc=None)
     swept = uniformity(X, pair_budget=10, device="cpu")
     assert swept.method == "exact" and swept.ci_low < swept.value < swept.ci_high
@@ -237,3 +238,333 @@ def test_precision_setting_is_validated():
     with pytest.raises(ValueError, match="precision"):
         ComputeContext(precision="half")
     assert ChapterSettings(precision="fast").to_params()["precision"] == "fast"
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact search from bounded candidate products (bfloat16 / TF32 / float32 inputs), on every device
+# ---------------------------------------------------------------------------------------------
+
+PRODUCTS = ["fp32", "bf16", "tf32"]
+
+
+@pytest.fixture
+def product(request, monkeypatch):
+    """Force the candidate product of exact searches (:data:`~embeval_report.kernels.device.CANDIDATES`)."""
+    from embeval_report.kernels import device as dv
+
+    monkeypatch.setattr(dv, "CANDIDATES", request.param)
+    return request.param
+
+
+def _strict_reference(X, Q, metric, drop_self):
+    """float64 scores (higher = closer) of every query against every row, zero rows kept at zero (cosine)."""
+    X, Q = X.astype(np.float64), Q.astype(np.float64)
+    if metric == "cosine":
+        X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+        Q = Q / np.maximum(np.linalg.norm(Q, axis=1, keepdims=True), np.finfo(np.float64).tiny)
+    if metric == "euclidean":
+        S = -((Q[:, None, :] - X[None]) ** 2).sum(-1)
+    else:
+        S = Q @ X.T
+    if drop_self:
+        np.fill_diagonal(S, -np.inf)
+    return S
+
+
+def _assert_float64_top_k(idx, val, S, k, metric):
+    """The lists are numpy's float64 top-k with the lower index first among equal scores: a position may
+    differ only where the two scores agree to float64 summation order (1e-13 of the scale)."""
+    order = np.argsort(-S, axis=1, kind="stable")[:, :k]
+    scale = np.abs(S[np.isfinite(S)]).max()
+    got, want = np.take_along_axis(S, idx, 1), np.take_along_axis(S, order, 1)
+    differ = idx != order
+    assert np.all(np.abs(got - want)[differ] <= 1e-13 * scale), np.argwhere(differ)[:5]
+    assert not np.isinf(got).any()  # never the query itself
+    expected = np.sqrt(np.maximum(-want, 0)) if metric == "euclidean" else want
+    np.testing.assert_allclose(val, expected, rtol=2e-7, atol=1e-7 * max(1.0, np.sqrt(scale)))
+
+
+@pytest.mark.parametrize("product", PRODUCTS, indirect=True)
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
+def test_bounded_candidates_give_the_float64_lists(product, metric, device, monkeypatch):
+    """Candidates from rounded products (here every product on every device), every row the error bound
+    cannot rule out scored in float64: the lists equal float64 brute force, for the set itself and for
+    separate queries, over many tiles (ragged last tile, columns beyond the last 32-column group)."""
+    rng = np.random.default_rng(21)
+    X = (rng.standard_normal((1203, 20)) + 0.7 * rng.standard_normal(20)).astype(np.float32)  # a cone
+    Q = rng.standard_normal((150, 20)).astype(np.float32)
+    monkeypatch.setattr(nb, "CPU_COLLECT_TILE", (97, 300))
+    monkeypatch.setattr(nb, "CPU_TILE", (97, 300))
+    for k in (1, 10, 60):
+        graph_cache.clear_memory()
+        idx, val = knn(X, k, metric=metric, device=device, desc=None)
+        _assert_float64_top_k(idx, val, _strict_reference(X, X, metric, True), k, metric)
+        idx, val = knn(X, k, queries=Q, metric=metric, device=device, desc=None)
+        _assert_float64_top_k(idx, val, _strict_reference(X, Q, metric, False), k, metric)
+
+
+@pytest.mark.parametrize("product", PRODUCTS, indirect=True)
+def test_near_ties_bfloat16_cannot_separate(product, device, monkeypatch):
+    """Groups of rows one to three float32 ulps apart: their scores against a query differ in the 7th
+    to 12th significant digit, far inside the bfloat16 error bound; the lists still follow float64 order."""
+    rng = np.random.default_rng(22)
+    anchors = rng.standard_normal((12, 16)).astype(np.float32)
+    X = np.repeat(anchors, 40, axis=0)
+    ulps = rng.integers(-3, 4, X.shape).astype(np.float32)
+    X = X + ulps * np.spacing(np.abs(X))  # each coordinate moved by up to three units in the last place
+    X = np.vstack([X, rng.standard_normal((300, 16)).astype(np.float32)])
+    Q = anchors + 0.3 * rng.standard_normal(anchors.shape).astype(np.float32)  # near each group, not in it
+    monkeypatch.setattr(nb, "CPU_COLLECT_TILE", (64, 256))
+    for metric in ("cosine", "dot", "euclidean"):
+        graph_cache.clear_memory()
+        idx, val = knn(X, 15, metric=metric, device=device, desc=None)
+        _assert_float64_top_k(idx, val, _strict_reference(X, X, metric, True), 15, metric)
+        idx, val = knn(X, 15, queries=Q, metric=metric, device=device, desc=None)
+        S = _strict_reference(X, Q, metric, False)
+        _assert_float64_top_k(idx, val, S, 15, metric)
+        group = np.sort(S[0, :40])[::-1]
+        gaps = np.diff(group)[np.diff(group) != 0] / abs(group).max()
+        assert 1e-12 < -gaps.max() and -gaps.min() < 1e-6  # distinct scores, 7th to 12th significant digit
+
+
+@pytest.mark.parametrize("product", PRODUCTS, indirect=True)
+@pytest.mark.parametrize("potential", [False, True])
+def test_more_exact_ties_than_the_candidate_pool(product, potential, device, monkeypatch):
+    """50 exact copies of one row (more than k + 4 = 14 tied candidates): each copy's list is the other copies
+    of lowest index, in the kept-entry search and in the float32 pool of the sweep that sums the potential."""
+    rng = np.random.default_rng(23)
+    X = rng.standard_normal((700, 12)).astype(np.float32)
+    copies = np.r_[5, 100:149]
+    X[copies] = X[5]
+    monkeypatch.setattr(nb, "CPU_COLLECT_TILE", (64, 160))
+    monkeypatch.setattr(nb, "CPU_TILE", (64, 160))
+    stats = {}
+    idx, val = nb.self_sweep(X, {"cosine": (10, None)}, device=device, desc=None, potential=potential,
+                             stats=stats)["cosine"]
+    assert stats["sweep"] == ("pool" if potential else "collect") and stats["product"] == (
+        "fp32" if potential else product)
+    for i in copies:
+        assert idx[i].tolist() == [j for j in copies if j != i][:10]
+    np.testing.assert_allclose(val[copies], 1.0, atol=1e-6)
+    if potential:
+        assert stats["searched_again"] >= len(copies)  # the pool could not prove those lists: searched again
+    _assert_float64_top_k(idx, val, _strict_reference(X, X, "cosine", True), 10, "cosine")
+
+
+@pytest.mark.parametrize("product", PRODUCTS, indirect=True)
+def test_zero_and_tiny_norms(product, device):
+    """Zero rows (cosine 0 to every row: ties broken by index), rows of norm 1e-30 and subnormal rows
+    (unit rows in float64): the float64 lists, for every metric the kernel supports."""
+    rng = np.random.default_rng(24)
+    X = rng.standard_normal((400, 10)).astype(np.float32)
+    X[10:20] = 0.0
+    X[20:30] *= np.float32(1e-30) / np.linalg.norm(X[20:30], axis=1, keepdims=True)
+    X[30:33] = np.float32(1e-41) * np.sign(X[30:33])  # subnormal float32 coordinates
+    for metric in ("cosine", "dot", "euclidean"):
+        graph_cache.clear_memory()
+        idx, val = knn(X, 8, metric=metric, device=device, desc=None)
+        _assert_float64_top_k(idx, val, _strict_reference(X, X, metric, True), 8, metric)
+
+
+@pytest.mark.parametrize("product", PRODUCTS, indirect=True)
+def test_k_near_n(product, device):
+    """k = n - 1 (every other row), k = n - 2, and separate queries asking for every row."""
+    rng = np.random.default_rng(25)
+    X = rng.standard_normal((40, 6)).astype(np.float32)
+    Q = rng.standard_normal((7, 6)).astype(np.float32)
+    for k in (39, 38):
+        graph_cache.clear_memory()
+        idx, val = knn(X, k, device=device, desc=None)
+        _assert_float64_top_k(idx, val, _strict_reference(X, X, "cosine", True), k, "cosine")
+    idx, val = knn(X, 40, queries=Q, metric="euclidean", device=device, desc=None)
+    _assert_float64_top_k(idx, val, _strict_reference(X, Q, "euclidean", False), 40, "euclidean")
+    with pytest.raises(ValueError, match="k = 40 needs more than 39"):
+        knn(X, 40, device=device, desc=None)
+
+
+@pytest.mark.parametrize("name", ["fp32", "bf16", "tf32"])
+def test_product_error_bound_holds_and_is_attained(name, device):
+    r"""|p - s| <= B (:func:`~embeval_report.kernels.device.product_bound`; p: the float32 accumulation of the
+    rounded inputs) for random rows, and for rows built to attain it: every coordinate of x = y rounds up by the same relative amount c, so
+    p - s = ((1 + c)^2 - 1) |x|^2 = (2c + c^2)|x|^2, which is the bound's input term to float32 accumulation."""
+    from embeval_report.kernels import device as dv
+
+    prod = {"fp32": dv.FP32, "bf16": dv.BF16, "tf32": dv.TF32}[name]
+    dev = torch.device(device)
+    rng = np.random.default_rng(26)
+
+    def error_and_bound(Q64, C64, ieee=False):  # the float32 accumulation of the rounded inputs (a bfloat16
+        q, c = prod.rounded(Q64), prod.rounded(C64)  # output's own rounding is left to the kernel's thresholds)
+        with prod.matmul() if prod.dtype == torch.float32 and not ieee else dv.exact_matmul():
+            p = (q @ c.T).double()
+        s = Q64 @ C64.T
+        c_d = c.double()
+        B = dv.product_bound(q.double().norm(dim=1), (q.double() - Q64).norm(dim=1), float(C64.norm(dim=1).max()),
+                             float((c_d - C64).norm(dim=1).max()), float(c_d.norm(dim=1).max()), Q64.shape[1], prod)
+        return (p - s).abs(), B
+
+    Q64 = torch.as_tensor(rng.standard_normal((64, 300)), device=dev)
+    C64 = torch.as_tensor(rng.standard_normal((500, 300)), device=dev)
+    for Qn, Cn in ((Q64, C64), (unit(Q64), unit(C64))):
+        err, B = error_and_bound(Qn, Cn)
+        assert bool((err <= B[:, None]).all())
+    if name == "fp32":
+        return
+    bits = prod.bits
+    m = 1 + 3 * 2.0**-(bits + 1)  # rounds up to 1 + 2^-(bits-1): relative step c = 2^-(bits+1) / m
+    signs = torch.as_tensor(rng.choice([-1.0, 1.0], 256), device=dev)
+    x = (signs * m * 2.0 ** torch.as_tensor(rng.integers(-6, 0, 256), device=dev).double())[None, :]
+    err, B = error_and_bound(x, x, ieee=True)  # IEEE accumulation: the input term alone is attained
+    c = 2.0**-(bits + 1) / m
+    assert float(err) == pytest.approx((2 * c + c * c) * float((x * x).sum()), rel=1e-4)
+    gamma = 257 * prod.unit / (1 - 257 * prod.unit)  # the accumulation allowance: the bound's only slack here
+    assert float(err) <= float(B) <= float(err) + 1.01 * gamma * float((prod.rounded(x).double() ** 2).sum())
+
+
+def unit(x):
+    return x / x.norm(dim=1, keepdim=True)
+
+
+def test_tf32_and_bfloat16_rounding_is_to_nearest_even():
+    """The software rounding of the inputs: bfloat16 as torch converts; TF32 keeps 11 significand bits, to
+    nearest, ties to even (checked against a float64 computation through frexp)."""
+    from embeval_report.kernels import device as dv
+
+    rng = np.random.default_rng(27)
+    x = np.concatenate([rng.standard_normal(10000) * 10.0 ** rng.integers(-20, 20, 10000),
+                        (1 + (2 * np.arange(64) + 1) * 2.0**-11) * 2.0 ** rng.integers(-5, 5, 64)])  # exact ties
+    x = x.astype(np.float32)
+    t = torch.as_tensor(x)
+    assert torch.equal(dv.BF16.rounded(t), t.to(torch.bfloat16).float())
+    mant, expo = np.frexp(x.astype(np.float64))  # x = mant 2^expo, 0.5 <= |mant| < 1: 11 bits = mant * 2^11
+    want = np.ldexp(np.round(mant * 2.0**11) / 2.0**11, expo)  # np.round: half to even
+    np.testing.assert_array_equal(dv.TF32.rounded(t).numpy(), want.astype(np.float32))
+
+
+def test_which_product_each_device_takes(monkeypatch):
+    """bfloat16 candidates on a CPU with native bfloat16 (AVX-512 BF16 or AMX-BF16 in /proc/cpuinfo), float32 on
+    other CPUs; the override of the benchmarks and tests wins."""
+    from embeval_report.kernels import device as dv
+
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(dv, "_cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
+    assert dv.exact_product(cpu) is dv.BF16
+    monkeypatch.setattr(dv, "_cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    assert dv.exact_product(cpu) is dv.BF16
+    monkeypatch.setattr(dv, "_cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    assert dv.exact_product(cpu) is dv.FP32
+    monkeypatch.setattr(dv, "CANDIDATES", "tf32")
+    assert dv.exact_product(cpu) is dv.TF32
+
+
+@pytest.mark.parametrize("product", ["bf16"], indirect=True)
+def test_the_potential_is_summed_where_it_costs_no_extra_product(product, tmp_path, enter):
+    """With bfloat16 candidates a plain cosine graph skips the potential (uniformity computes it itself when
+    asked); a report run (graph-cache folder) sums it from float32 products, as does any float32 sweep."""
+    from embeval_report.kernels import swept_potential_rows
+    from embeval_report.kernels import device as dv
+
+    rng = np.random.default_rng(28)
+    X = rng.standard_normal((300, 8)).astype(np.float32)
+    stats = {}
+    a = nb.self_sweep(X, {"cosine": (5, None)}, device="cpu", desc=None, stats=stats)["cosine"]
+    assert stats["product"] == "bf16" and swept_potential_rows(X, nb.SWEEP_POTENTIAL_T) is None
+    graph_cache.clear_memory()
+    enter(graph_cache=CacheFolder(tmp_path))
+    b = nb.self_sweep(X, {"cosine": (5, None)}, device="cpu", desc=None, stats=stats)["cosine"]
+    assert stats["product"] == "fp32" and swept_potential_rows(X, nb.SWEEP_POTENTIAL_T) is not None
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    enter(graph_cache=CacheFolder())
+    graph_cache.clear_memory()
+    dv.CANDIDATES = "fp32"
+    nb.self_sweep(X, {"cosine": (5, None)}, device="cpu", desc=None, stats=stats)
+    assert stats["product"] == "fp32" and swept_potential_rows(X, nb.SWEEP_POTENTIAL_T) is not None
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU logic on the CPU: tile sizing from free memory, the missing-GPU error, the upload, the TF32 guard
+# ---------------------------------------------------------------------------------------------
+
+def test_gpu_tiles_are_sized_from_the_free_memory():
+    """Whole corpus rows per tile, as many query rows as 40% of the free memory holds twice; at the boundary
+    one row; below it one row of whole 32-column groups (at least one group); never more rows than queries."""
+    cuda = torch.device("cuda")  # only a name: nothing is allocated
+    n = 10_000
+    one_row = n * 4 * 2 / 0.4  # free bytes that hold exactly one row of float32 products twice
+    assert nb._tile_shape(50_000, n, cuda, free=int(one_row * 1000) + 64) == (1000, n)  # several blocks
+    assert nb._tile_shape(500, n, cuda, free=int(one_row * 1000) + 64) == (500, n)  # one block
+    assert nb._tile_shape(500, n, cuda, free=int(one_row) + 64) == (1, n)  # the boundary
+    assert nb._tile_shape(500, n, cuda, free=int(one_row) - 64) == (1, (n - 1) // 32 * 32)  # below: whole groups
+    assert nb._tile_shape(500, n, cuda, free=1000) == (1, nb.GROUP)
+    assert nb._tile_shape(500, n, cuda, free=int(one_row * 3.5), itemsize=2) == (7, n)  # bfloat16 products
+    rows, cols = nb._tile_shape(50_000, 10**6, cuda, free=80 * 2**30)  # 1M corpus on an 80 GB GPU
+    assert cols == 10**6 and 4000 < rows < 4400
+
+
+def test_a_search_in_gpu_sized_tiles_equals_the_reference(monkeypatch):
+    """The tile shapes the GPU sizing gives for a small free memory (several query blocks, column tiles), run
+    on the CPU: the same float64 lists."""
+    rng = np.random.default_rng(29)
+    X = rng.standard_normal((900, 12)).astype(np.float32)
+    rows, cols = nb._tile_shape(900, 900, torch.device("cuda"), free=int(900 * 4 * 2 / 0.4 * 70))
+    assert (rows, cols) == (70, 900)
+    rows_small, cols_small = nb._tile_shape(900, 900, torch.device("cuda"), free=3000)
+    assert rows_small == 1 and cols_small < 900
+    for shape in ((rows, cols), (37, cols_small)):
+        monkeypatch.setattr(nb, "CPU_TILE", shape)
+        monkeypatch.setattr(nb, "CPU_COLLECT_TILE", shape)
+        graph_cache.clear_memory()
+        idx, val = knn(X, 7, device="cpu", desc=None)
+        _assert_float64_top_k(idx, val, _strict_reference(X, X, "cosine", True), 7, "cosine")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_cuda_requested_without_a_gpu_is_a_one_line_error():
+    from embeval_report.kernels.device import resolve_device
+
+    with pytest.raises(ValueError, match="device='cuda' was requested but torch sees no CUDA device"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match="device='cuda' was requested"):
+        knn(np.eye(3, dtype=np.float32), 1, device="cuda", desc=None)
+
+
+def test_upload_narrows_on_the_host_and_widens_on_the_target():
+    """The GPU upload path with a CPU target: a float64 host tensor asked for as float32 is rounded on the host
+    (the nearest float32); a float32 one asked for as float64 moves as float32 and is widened exactly."""
+    from embeval_report.kernels.device import to_tensor, upload
+
+    rng = np.random.default_rng(30)
+    a64 = rng.standard_normal((50, 7))
+    got = upload(torch.as_tensor(a64), dtype=torch.float32, device="cpu", pin=False)
+    assert got.dtype == torch.float32 and np.array_equal(got.numpy(), a64.astype(np.float32))
+    a32 = a64.astype(np.float32)
+    got = upload(torch.as_tensor(a32), dtype=torch.float64, device="cpu", pin=False)
+    assert got.dtype == torch.float64 and np.array_equal(got.numpy(), a32.astype(np.float64))
+    ro = np.lib.stride_tricks.as_strided(a32)  # a read-only view, as a memory map gives
+    ro.flags.writeable = False
+    assert torch.equal(to_tensor(ro, dtype=torch.float64, device="cpu"), torch.as_tensor(a32, dtype=torch.float64))
+
+
+def test_exact_matmul_guards_against_tf32_and_restores_the_callers_setting():
+    """Inside :func:`exact_matmul` float32 products are IEEE on the CUDA and oneDNN backends whatever the caller
+    set; the caller's settings come back afterwards, also after an error. The TF32 product sets TF32 inside."""
+    from embeval_report.kernels.device import TF32, exact_matmul
+
+    cuda, mkldnn = torch.backends.cuda.matmul, torch.backends.mkldnn.matmul
+    saved = cuda.fp32_precision, mkldnn.fp32_precision
+    try:
+        cuda.fp32_precision, mkldnn.fp32_precision = "tf32", "bf16"
+        with exact_matmul():
+            assert (cuda.fp32_precision, mkldnn.fp32_precision) == ("ieee", "ieee")
+        assert (cuda.fp32_precision, mkldnn.fp32_precision) == ("tf32", "bf16")
+        with pytest.raises(RuntimeError):
+            with exact_matmul():
+                raise RuntimeError("inside")
+        assert (cuda.fp32_precision, mkldnn.fp32_precision) == ("tf32", "bf16")
+        cuda.fp32_precision = "ieee"
+        with TF32.matmul():
+            assert (cuda.fp32_precision, mkldnn.fp32_precision) == ("tf32", "ieee")
+        assert (cuda.fp32_precision, mkldnn.fp32_precision) == ("ieee", "bf16")
+    finally:
+        cuda.fp32_precision, mkldnn.fp32_precision = saved

@@ -6,8 +6,10 @@ same code runs on ``cpu`` and ``cuda``.
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -29,6 +31,171 @@ def candidate_dtype(device: torch.device) -> torch.dtype:
     of the compute context on a GPU (cosine graphs, then re-ranked exactly; their recall is measured by
     :func:`~.neighbours.fast_recall}`), float32 otherwise."""
     return torch.bfloat16 if current().precision == "fast" and device.type in FAST_DEVICES else torch.float32
+
+
+@dataclass(frozen=True)
+class Product:
+    r"""How the candidate products of an exact k-NN search are computed, and how far they can be from the
+    float64 products they stand for.
+
+    ``bits``: significand bits (with the implicit one) the inputs are rounded to before the product —
+    24 (float32 as is), 8 (bfloat16) or 11 (TF32); the rounded values are held in float32 tensors, so the
+    hardware's own conversion to the narrower format is exact whatever its rounding mode. ``unit``: a bound
+    on the relative error of one addition of the float32 accumulation (IEEE round to nearest: 2^-24; GPU
+    tensor cores, which truncate and align blocks of products: 2^-21, a margin of 8 over round to nearest,
+    after Fasi et al. 2021, *Numerical behavior of NVIDIA tensor cores*, PeerJ CS 7:e330).
+    ``products_exact``: whether each elementwise product of two rounded inputs is exact in float32
+    (8 + 8 and 11 + 11 significand bits fit 24; two float32 inputs do not). ``out_bits``: significand bits of
+    the products as returned: 24 (float32), or 8 (bfloat16: the float32 accumulation rounded once, a
+    monotone rounding, which :func:`round_down` thresholds account for).
+    """
+
+    name: str
+    bits: int
+    unit: float
+    products_exact: bool
+    out_bits: int = 24
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the tensors multiplied and of the products."""
+        return torch.bfloat16 if self.out_bits == 8 else torch.float32
+
+    def rounded(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (float32 or float64) rounded to nearest (ties to even) to ``bits`` significand bits, as
+        float32; subnormal results are flushed to zero (as DAZ/FTZ hardware reads them)."""
+        x = x.float()
+        if self.bits == 8:
+            x = x.to(torch.bfloat16).float()
+        elif self.bits == 11:  # TF32: 10 stored fraction bits of float32's 23
+            i = x.view(torch.int32)
+            x = ((i + 0x0FFF + ((i >> 13) & 1)) & ~0x1FFF).view(torch.float32)
+        elif self.bits != 24:
+            raise ValueError(f"no rounding to {self.bits} significand bits")
+        if self.bits != 24:
+            x = torch.where(x.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(x), x)
+        return x
+
+    @contextmanager
+    def matmul(self) -> Iterator[None]:
+        """Products of float32 tensors inside the block computed with this product's inputs: IEEE float32
+        for ``fp32``; bfloat16 (oneDNN) or TF32 (cuBLAS) arithmetic with float32 accumulation and output
+        for the others, whose inputs :meth:`rounded` already holds exactly."""
+        with exact_matmul():
+            if self.dtype == torch.bfloat16:  # bfloat16 tensors: float32 accumulation, also across split-K parts
+                reduced = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+                try:
+                    yield
+                finally:
+                    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = reduced
+                return
+            if self.bits == 24:
+                yield
+                return
+            backend = torch.backends.mkldnn.matmul if self.bits == 8 else torch.backends.cuda.matmul
+            if not hasattr(backend, "fp32_precision"):  # torch < 2.9: the legacy switches
+                saved = torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32
+                torch.set_float32_matmul_precision("medium")
+                torch.backends.cuda.matmul.allow_tf32 = True
+                try:
+                    yield
+                finally:
+                    torch.set_float32_matmul_precision(saved[0])
+                    torch.backends.cuda.matmul.allow_tf32 = saved[1]
+                return
+            backend.fp32_precision = "bf16" if self.bits == 8 else "tf32"
+            yield  # exact_matmul restores the caller's setting
+
+
+#: candidate products of exact searches: float32; bfloat16 inputs (CPUs with AVX-512 BF16 or AMX);
+#: TF32 inputs (GPUs of compute capability 8.0 and later)
+FP32 = Product("fp32", 24, 2.0**-24, False)
+BF16 = Product("bf16", 8, 2.0**-24, True, out_bits=8)
+TF32 = Product("tf32", 11, 2.0**-21, True)
+#: the candidate product of exact searches: None (the fastest this device has: :func:`exact_product`) or
+#: one of ``"fp32"``, ``"bf16"``, ``"tf32"`` (tests and benchmarks force a path with it)
+CANDIDATES: str | None = None
+
+
+def product_bound(q_norm: torch.Tensor, q_err: torch.Tensor, c_norm: float, c_err: float, c_rounded_norm: float,
+                  d: int, product: Product, offset: torch.Tensor | float = 0.0) -> torch.Tensor:
+    r"""A bound :math:`B_i` on :math:`|\tilde p_{ij} - \hat s_{ij}|` for every corpus row j: the candidate
+    product of query row i against the float64 score the lists are ordered by.
+
+    With :math:`x` and :math:`y` the float64 query and corpus rows (unit rows for cosine; the augmented
+    rows for euclidean), :math:`\tilde x, \tilde y` their rounded inputs (:meth:`Product.rounded`) and
+    :math:`e_x = \lVert\tilde x - x\rVert_2`, :math:`e_y = \lVert\tilde y - y\rVert_2` the rounding
+    residuals, measured in float64:
+
+    * rounding of the inputs, by Cauchy–Schwarz on
+      :math:`\tilde x\cdot\tilde y - x\cdot y = \tilde x\cdot(\tilde y - y) + (\tilde x - x)\cdot y`:
+      :math:`\le \lVert\tilde x\rVert e_y + e_x \lVert y\rVert`;
+    * the float32 accumulation of the d products (each exact for bf16/TF32 inputs, else rounded once): in any
+      summation order :math:`|fl(\sum a_l) - \sum a_l| \le \gamma_m \sum |a_l|` with
+      :math:`\gamma_m = m u/(1 - m u)`, m = d + 1 and u = ``product.unit`` (Higham 2002, *Accuracy and
+      Stability of Numerical Algorithms*, §3.1), and :math:`\sum|\tilde x_l \tilde y_l| \le
+      \lVert\tilde x\rVert\lVert\tilde y\rVert`;
+    * flushed subnormal products and partial sums: at most :math:`2(d + 1)\,2^{-126}`;
+    * the float64 score itself (unit roundoff :math:`2^{-53}`, at most d + 3 operations, whose operands are at
+      most :math:`\lVert x\rVert\lVert y\rVert` plus the row's ``offset``, :math:`\lVert q\rVert^2` for
+      euclidean): :math:`4\gamma^{(64)}_{d+3}(\lVert x\rVert\lVert y\rVert + \text{offset})`, with
+      :math:`\lVert x\rVert \le \lVert\tilde x\rVert + e_x`.
+
+    For the whole corpus the corpus terms are their maxima: ``c_norm`` :math:`=\max_j\lVert y_j\rVert`,
+    ``c_err`` :math:`=\max_j e_{y_j}`, ``c_rounded_norm`` :math:`=\max_j\lVert\tilde y_j\rVert`;
+    ``q_norm`` and ``q_err`` are the query rows' :math:`\lVert\tilde x\rVert` and :math:`e_x`. Unit rows in
+    bfloat16 (u = 2^-8 per element) give :math:`B \le 2^{-7}` and in practice about
+    :math:`3\cdot10^{-3}`; float32 inputs about :math:`(d + 3)\,2^{-24}`.
+    """
+    m = d + 1
+    gamma = m * product.unit / (1 - m * product.unit)
+    gamma64 = (d + 3) * 2.0**-53 / (1 - (d + 3) * 2.0**-53)
+    q_norm64 = q_norm.double()
+    return (q_norm64 * c_err + q_err.double() * c_norm + gamma * q_norm64 * c_rounded_norm
+            + 2 * m * 2.0**-126 + 4 * gamma64 * ((q_norm64 + q_err.double()) * c_norm + offset))
+
+
+def round_down(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The largest value of ``dtype`` (float32 or bfloat16) at or below each element of the float64 ``x``: a
+    threshold that keeps every product a faithful rounding of a value at or above ``x`` can give."""
+    y = x.float()
+    y = torch.where(y.double() > x, torch.nextafter(y, torch.full_like(y, -torch.inf)), y)
+    if dtype == torch.float32:
+        return y
+    z = y.to(torch.bfloat16)
+    bits = z.view(torch.int16)
+    lower = torch.where(z > 0, bits - 1, torch.where(z < 0, bits + 1, torch.full_like(bits, -32767)))
+    return torch.where(z.float() > y, lower.view(torch.bfloat16), z)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX-BF16 in ``/proc/cpuinfo``) and torch's
+    oneDNN backend can use it: then a bfloat16 product runs at about twice the float32 rate or more."""
+    return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_flags() -> frozenset:
+    if not torch.backends.mkldnn.is_available():
+        return frozenset()
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((ln for ln in f if ln.startswith("flags")), "")
+    except OSError:
+        return frozenset()
+    return frozenset(line.split(":", 1)[-1].split())
+
+
+def exact_product(device: torch.device) -> Product:
+    """The fastest candidate product of exact searches on ``device`` (:data:`CANDIDATES` overrides):
+    TF32 on a GPU of compute capability 8.0 or later, bfloat16 on a CPU with native bfloat16
+    (:func:`cpu_has_bf16`), else float32."""
+    if CANDIDATES is not None:
+        return {"fp32": FP32, "bf16": BF16, "tf32": TF32}[CANDIDATES]
+    if device.type == "cuda":
+        return TF32 if torch.cuda.get_device_capability(device)[0] >= 8 else FP32
+    return BF16 if cpu_has_bf16() else FP32
 
 
 def chunk_budget() -> int:
@@ -106,16 +273,26 @@ def to_tensor(a, *, dtype=torch.float32, device="cpu") -> torch.Tensor:
     """``a`` (numpy, possibly a read-only memory map) as a contiguous tensor; kernels never write into it.
 
     To a GPU the rows travel in the narrower of their own and the target dtype (a float32 set asked
-    for as float64 is uploaded as float32 and widened on the device, exactly) through pinned memory.
+    for as float64 is uploaded as float32 and widened on the device, exactly) through pinned memory
+    (:func:`upload`).
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         if torch.device(device).type != "cuda":
             return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
         host = torch.as_tensor(np.ascontiguousarray(a))
+    return upload(host, dtype=dtype, device=device)
+
+
+def upload(host: torch.Tensor, *, dtype: torch.dtype, device, pin: bool | None = None) -> torch.Tensor:
+    """A host tensor on ``device`` as ``dtype``: narrowed on the host first when ``dtype`` is the narrower
+    float (fewer bytes to move), moved through pinned memory (``pin``: default, when ``device`` is a GPU),
+    widened on the device otherwise (exactly)."""
     if host.dtype.is_floating_point and dtype.is_floating_point and dtype.itemsize < host.dtype.itemsize:
-        host = host.to(dtype)  # narrowing: on the host, fewer bytes to move
-    return host.pin_memory().to(device, non_blocking=True).to(dtype)
+        host = host.to(dtype)  # narrowing: on the host
+    if pin if pin is not None else torch.device(device).type == "cuda":
+        host = host.pin_memory()
+    return host.to(device, non_blocking=True).to(dtype)
 
 
 def unit_rows(x: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,11 @@ def _settings():
     return current().graph_cache
 
 
+def folder():
+    """The folder graphs are stored in (a report run's prepared cache), or None when they are kept in memory only."""
+    return _settings().folder
+
+
 def clear_memory() -> None:
     """Forget the graphs held in this process (the folder, if any, is left as it is)."""
     _memory.clear()

@@ -1,22 +1,37 @@
 """Exact nearest neighbours by blocked matrix products, and neighbour-set comparison.
 
-The top-k kernel (:class:`RunningTopK` fed by :func:`sweep_tiles`) never runs ``topk`` over whole rows: it walks the
-corpus in column tiles of one preallocated product buffer, keeps each query row's running k
-best, and merges in only the 32-wide column groups whose maximum beats the row's current k-th
-score. After the first tile almost every group is pruned by one ``amax`` pass, so the cost is
-the matrix product itself (see ``benchmarks/bench_knn.py`` for the ratio to the GEMM bound).
-:func:`knn` keeps :data:`RERANK` extra float32 candidates per row and orders them by their float64
-score, so its lists are the float64 top-k (exact ties: the lower index first).
+Candidates come from the fastest product the device has (:func:`~.device.exact_product`: bfloat16 inputs
+on a CPU with AVX-512 BF16 or AMX, TF32 inputs on a GPU of compute capability 8.0+, else IEEE float32), each
+within a proven bound of its float64 score (:func:`~.device.product_bound`); every corpus row the bound
+cannot rule out is scored in float64, so the lists are the float64 top-k whichever product ran (exact ties:
+the lower index first, however many rows tie).
+
+* A plain search (:func:`_collect`, :func:`_collected_lists`) walks the corpus in column tiles of one product
+  buffer, keeps per row a lower bound on its k-th product from 32-column group maxima (one strided max pass
+  per tile) and keeps every entry within twice the bound of it; on the CPU query blocks run side by side on
+  single-threaded workers.
+* A sweep that also feeds re-scored graphs (CSLS, mutual proximity) or the all-pairs potential
+  (:func:`sweep_tiles`, :class:`RunningTopK`, :class:`RowPotential`) runs on float32 products in the tiles
+  it always had (the potential's numbers do not change); its plain graph keeps :data:`RERANK` extra
+  candidates, proven complete by the float32 bound or searched again (:func:`_bounded_lists`).
+
+``benchmarks/bench_knn.py`` gives the ratios to faiss-cpu, the float32 GEMM and scikit-learn.
 """
 from __future__ import annotations
+
+import queue
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 from ..progress import progress
 from ..context import current
-from .device import as_numpy, candidate_dtype, chunk_rows, exact_matmul, resolve_device, to_tensor, unit_rows
+from .device import (FP32, Product, as_numpy, candidate_dtype, chunk_rows, exact_product, product_bound,
+                     resolve_device, round_down, to_tensor, unit_rows)
 from .graph_cache import cached_graph, cached_products, stored_product
+from .graph_cache import folder as graph_folder
 
 #: columns per pruning group: a group is merged only when its maximum beats the running k-th score
 GROUP = 32
@@ -28,32 +43,41 @@ FIRST_COLUMNS = 256
 #: extra float32 candidates per row re-scored in float64, so near-ties that float32 rounding cannot
 #: order are ordered exactly (ties in float64: the lower index first)
 RERANK = 4
+#: candidates per row beyond k in a search whose candidates come from bfloat16 or TF32 products, proven
+#: complete by their error bound (rows the pool cannot prove are searched again)
+BOUND_POOL = 24
 #: candidates per row beyond k when they come from bfloat16 products (``--precision fast``)
 FAST_RERANK = 32
 #: queries whose exact lists measure the recall of a fast graph
 RECALL_QUERIES = 1000
 #: CPU tile shape (query rows x corpus columns): 32 MiB of float32, measured best on a 2-core machine
 CPU_TILE = (2048, 4096)
+#: CPU tile shape of a search that keeps entries from bfloat16 products (8 MiB; one per worker thread)
+CPU_COLLECT_TILE = (1024, 4096)
 #: query rows per sweep over a corpus larger than memory (each sweep reads and normalises the whole corpus)
 LAZY_QUERY_ROWS = 16_384
+#: bytes of gathered float64 candidate rows scored at a time (in cache for the batched product)
+SCORE_BYTES = 2 * 2**20
 
 
-def _tile_shape(n_queries: int, n: int, device: torch.device) -> tuple[int, int]:
-    """Query rows and corpus columns of one product tile within the memory budget."""
-    if device.type == "cuda":  # whole corpus rows per tile; rows from free device memory, not the CPU budget
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(max(1, min(n_queries, int(free * 0.4) // (n * 4 * 2)))), n
-    rows, cols = CPU_TILE
-    return min(rows, chunk_rows(n_queries, cols * 4 * 2)), min(n, cols)
+def _tile_shape(n_queries: int, n: int, device: torch.device, *, free: int | None = None, itemsize: int = 4,
+                product: Product | None = None) -> tuple[int, int]:
+    """Query rows and corpus columns of one product tile of a search of ``n_queries`` rows against ``n``.
 
-
-def _query_blocks(n_queries: int, n: int, device: torch.device, desc: str | None, dtype=torch.float32):
-    """Block starts (with progress when ``desc``), tile rows and columns, and the one product buffer of a
-    search of ``n_queries`` rows against ``n``."""
-    rows, cols = _tile_shape(n_queries, n, device)
-    buffer = torch.empty(rows * cols, dtype=dtype, device=device)
-    starts = range(0, n_queries, rows)
-    return (progress(starts, desc=desc, total=len(starts)) if desc else starts), rows, cols, buffer
+    GPU: whole corpus rows per tile, as many query rows as 40% of the ``free`` device memory (read from the
+    device when None) holds twice (the tile and one working copy of it); when not even one whole row fits,
+    one row and as many 32-column groups as fit. CPU: :data:`CPU_TILE` (:data:`CPU_COLLECT_TILE` for a
+    kept-entry search of ``product`` bfloat16 products) within :func:`~.device.chunk_budget`.
+    """
+    if device.type == "cuda":  # rows from free device memory, not the CPU budget
+        if free is None:
+            free, _ = torch.cuda.mem_get_info(device)
+        room = int(free * 0.4) // (itemsize * 2)  # elements of one tile
+        if room >= n:
+            return int(max(1, min(n_queries, room // n))), n
+        return 1, int(min(n, max(GROUP, room // GROUP * GROUP)))
+    rows, cols = CPU_COLLECT_TILE if product is not None and product.dtype == torch.bfloat16 else CPU_TILE
+    return min(rows, chunk_rows(n_queries, cols * itemsize * 2)), min(n, cols)
 
 
 class RunningTopK:
@@ -192,19 +216,24 @@ def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[Running
 
 
 def knn(X, k: int, *, queries=None, metric: str = "cosine", exclude_self: bool = True, device="auto",
-        desc: str | None = "k-NN") -> tuple[np.ndarray, np.ndarray]:
+        desc: str | None = "k-NN", stats: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest neighbours by blocked matrix products (:func:`sweep_tiles`).
 
     ``metric``: ``"cosine"`` (returns similarities, descending), ``"dot"`` (inner products,
     descending) or ``"euclidean"`` (returns distances, ascending). Queries default to the rows
     of ``X`` themselves; then ``exclude_self`` drops each row's own index, and the graph is
     shared through :mod:`.graph_cache` (one computation per vector space per run; a cosine graph's
-    sweep also leaves the rows' Gaussian potential there, see :func:`self_sweep`). Memory: one
+    sweep may also leave the rows' Gaussian potential there, see :func:`self_sweep`). Memory: one
     product tile (CPU: :data:`CPU_TILE` within :func:`~.device.chunk_budget`; GPU: sized from
-    free device memory), never an n x n matrix. Candidates come from full float32 products whatever
-    the global torch precision (:func:`~.device.exact_matmul`) and are ordered by their float64
-    score, so the lists are the float64 top-k (exact ties: the lower index first).
-    Returns ``(indices (m, k) int64, scores (m, k) float32)``.
+    free device memory), never an n x n matrix.
+
+    Candidates come from the fastest product the device has (:func:`~.device.exact_product`: bfloat16
+    inputs on a CPU with native bfloat16, TF32 inputs on a recent GPU, else IEEE float32, whatever the
+    global torch precision); each candidate product is within a proven bound of its float64 score
+    (:func:`~.device.product_bound`), and every row that can still enter a list is scored in float64
+    (:func:`_bounded_lists`), so the lists are the float64 top-k (exact ties: the lower index first),
+    whichever product ran. ``stats`` (a dict) receives which product and sweep ran (when one ran: a graph
+    read from the cache leaves it empty). Returns ``(indices (m, k) int64, scores (m, k) float32)``.
     """
     if metric not in ("cosine", "dot", "euclidean"):
         raise ValueError(f"metric must be 'cosine', 'dot' or 'euclidean', not {metric!r}")
@@ -214,14 +243,15 @@ def knn(X, k: int, *, queries=None, metric: str = "cosine", exclude_self: bool =
     if k + drop_self > len(X):
         raise ValueError(f"k = {k} needs more than {len(X) - drop_self} candidate neighbours")
     if queries is None and metric == "cosine" and exclude_self:
-        return self_sweep(X, {"cosine": (k, None)}, device=dev, desc=desc)["cosine"]
+        return self_sweep(X, {"cosine": (k, None)}, device=dev, desc=desc, stats=stats)["cosine"]
+    product = exact_product(dev)
     if queries is None:
-        return cached_graph(X, k, metric, exclude_self,
-                            lambda kk: _search(X, X, [(kk, None)], metric, drop_self, dev, desc)[0][0])
-    return _search(X, as_numpy(queries), [(k, None)], metric, False, dev, desc)[0][0]
+        return cached_graph(X, k, metric, exclude_self, lambda kk: _search(
+            X, X, [(kk, None)], metric, drop_self, dev, desc, product=product, stats=stats)[0][0])
+    return _search(X, as_numpy(queries), [(k, None)], metric, False, dev, desc, product=product, stats=stats)[0][0]
 
 
-#: t of the Gaussian potential every cosine self-sweep also sums (Wang & Isola's uniformity default)
+#: t of the Gaussian potential a cosine self-sweep also sums (Wang & Isola's uniformity default)
 SWEEP_POTENTIAL_T = 2.0
 
 
@@ -230,15 +260,27 @@ def potential_key(t: float) -> str:
     return f"potential-t{float(t)!r}"
 
 
-def self_sweep(X, graphs: dict, *, device, desc: str | None) -> dict:
+def sweeps_potential(dev: torch.device, rescored: bool = False) -> bool:
+    """Whether a cosine self sweep also sums the rows' Gaussian potential (when the set's is not stored yet):
+    when its products are float32 anyway (re-scored graphs in the sweep, or float32 is the device's fastest
+    exact product), or when a graph-cache folder is in use (a report run, whose uniformity chapter reads it).
+    Otherwise the graph alone takes the faster product (:func:`~.device.exact_product`) and uniformity
+    computes the potential itself when asked."""
+    return rescored or exact_product(dev) is FP32 or graph_folder() is not None
+
+
+def self_sweep(X, graphs: dict, *, device, desc: str | None, potential: bool | None = None, stats=None) -> dict:
     r"""Every product of one sweep over the cosine Gram of ``X`` (all rows against all others), cached.
 
     ``graphs`` maps a name to ``(k, rescore)``: ``"cosine"`` with ``rescore = None`` is the plain
     cosine graph; a re-scoring (see :class:`RunningTopK`; with ``exact(rows, cols, cos64)`` for the
-    float64 order) gives its own graph from the same tiles. The sweep also sums the rows' Gaussian
-    potential :math:`\log\sum_{j\ne i} e^{-t\lVert u_i-u_j\rVert^2}` at :data:`SWEEP_POTENTIAL_T`
-    (about a fifth of a product's cost), which :func:`~.pairs.gaussian_potential_rows` then reads.
-    Products already in :mod:`.graph_cache` are not recomputed; returns name -> (indices, scores).
+    float64 order) gives its own graph from the same tiles. ``potential`` (None: :func:`sweeps_potential`):
+    the sweep also sums the rows' Gaussian potential
+    :math:`\log\sum_{j\ne i} e^{-t\lVert u_i-u_j\rVert^2}` at :data:`SWEEP_POTENTIAL_T` from its float32
+    products (about a fifth of a product's cost), which :func:`~.pairs.gaussian_potential_rows` then reads.
+    A sweep without re-scored graphs or the potential takes the device's fastest exact product
+    (:func:`~.device.exact_product`). Products already in :mod:`.graph_cache` are not recomputed; returns
+    name -> (indices, scores). ``stats`` (a dict) receives the product that ran (see :func:`_search`).
     """
     X = np.ascontiguousarray(as_numpy(X), dtype=np.float32)
     dev = resolve_device(device)
@@ -250,15 +292,18 @@ def self_sweep(X, graphs: dict, *, device, desc: str | None) -> dict:
         out = {}
         plain = [name for name in missing if name.endswith("-fast")]  # fast: a sweep of their own, then recall
         for name in plain:
-            found, _ = _search(X, X, [(missing[name], None)], "cosine", True, dev, desc, dtype=candidate_dtype(dev))
+            found, _ = _search(X, X, [(missing[name], None)], "cosine", True, dev, desc, product=None, stats=stats)
             out[name] = found[0]
             out[f"{name}-recall"] = (np.array(_recall(X, found[0][0], dev)),)
         names = [name for name in missing if name not in plain]
         if names:
+            rescored = any(graphs[name][1] is not None for name in names)
             pot = potential_key(SWEEP_POTENTIAL_T)
-            t = None if stored_product(X, pot) is not None else SWEEP_POTENTIAL_T  # summed once per space
+            wanted = sweeps_potential(dev, rescored) if potential is None else potential
+            t = SWEEP_POTENTIAL_T if wanted and stored_product(X, pot) is None else None  # summed once per space
+            product = FP32 if rescored or t is not None else exact_product(dev)
             found, rows = _search(X, X, [(missing[name], graphs[name][1]) for name in names], "cosine", True, dev,
-                                  desc, potential_t=t)
+                                  desc, potential_t=t, product=product, stats=stats)
             out |= dict(zip(names, found)) | ({pot: (rows,)} if t is not None else {})
         return out
 
@@ -284,7 +329,8 @@ def _recall(X: np.ndarray, lists: np.ndarray, dev: torch.device) -> tuple[float,
 def query_lists(X, rows: np.ndarray, k: int, *, device, desc: str | None = None) -> np.ndarray:
     """The exact k nearest neighbours (cosine, self excluded) of the rows ``rows`` of ``X`` among all rows."""
     X = np.ascontiguousarray(as_numpy(X), dtype=np.float32)
-    (idx, _), = _search(X, X[rows], [(k + 1, None)], "cosine", False, resolve_device(device), desc)[0]
+    dev = resolve_device(device)
+    (idx, _), = _search(X, X[rows], [(k + 1, None)], "cosine", False, dev, desc, product=exact_product(dev))[0]
     own = idx == rows[:, None]
     drop = np.where(own.any(1), own.argmax(1), k)  # the query itself, else the (k+1)-th
     keep = np.ones_like(idx, dtype=bool)
@@ -301,10 +347,20 @@ class _Rows64:
         self.step = chunk_rows(len(X32), X32.shape[1] * 8 * 4)
         self.norms = (torch.cat([X32[s:s + self.step].double().norm(dim=1) for s in range(0, len(X32), self.step)])
                       .clamp_min(torch.finfo(torch.float64).tiny) if unit else None)
+        self.whole = None  # the float64 rows themselves, when they fit in the budget: gathered without a pass
+        if current().fits(X32.numel() * 8):
+            self.whole = torch.cat(list(self._chunks())) if len(X32) else X32.double()
 
     def __getitem__(self, idx) -> torch.Tensor:
+        if self.whole is not None:
+            if isinstance(idx, torch.Tensor) and idx.dim() > 1:  # one row gather (faster than fancy indexing)
+                return self.whole.index_select(0, idx.reshape(-1)).view(*idx.shape, -1)
+            return self.whole[idx]
         rows = self.X32[idx].double()
         return rows / self.norms[idx].unsqueeze(-1) if self.unit else rows  # as unit_rows, row by row
+
+    def __len__(self) -> int:
+        return len(self.X32)
 
     def squared_norms(self) -> torch.Tensor:
         return torch.cat([(r * r).sum(1) for r in self._chunks()])
@@ -313,16 +369,43 @@ class _Rows64:
         for s in range(0, len(self.X32), self.step):
             yield self[s:s + self.step]
 
-    def transposed(self, dtype, sq64=None) -> torch.Tensor:
-        """The (d, n) float32 corpus the products read (euclidean: ``[2x, -|x|^2]`` rows), in ``dtype``."""
+    def inputs(self, rows, sq64, product: Product | None) -> tuple[torch.Tensor, tuple[float, float, float]]:
+        """The candidate-product inputs of corpus rows ``rows`` (euclidean: ``[2x, -|x|^2]``), float32 (rounded
+        by ``product``; None: the bfloat16 of fast mode), and the maxima over these rows of the float64 rows'
+        norms, the inputs' rounding residuals and the inputs' norms (see :func:`~.device.product_bound`)."""
+        r64 = self[rows]
+        r = r64.float()
+        if sq64 is not None:
+            r = torch.cat([2 * r, -sq64[rows].float()[:, None]], 1)
+            r64 = torch.cat([2 * r64, -sq64[rows][:, None]], 1)
+        if product is None:
+            return r.to(torch.bfloat16), (0.0, 0.0, 0.0)
+        if product.bits != 24:
+            r = product.rounded(r)
+        if len(r) == 0:
+            return r.to(product.dtype), (0.0, 0.0, 0.0)
+        r_d = r.double()
+        return r.to(product.dtype), (float(r64.norm(dim=1).max()), float((r_d - r64).norm(dim=1).max()),
+                                     float(r_d.norm(dim=1).max()))
+
+    def transposed(self, sq64, product: Product | None) -> tuple[torch.Tensor, tuple[float, float, float]]:
+        """The (d, n) corpus the products read (:meth:`inputs`, transposed) and its input maxima."""
         d = self.X32.shape[1] + int(sq64 is not None)
-        out = torch.empty((d, len(self.X32)), dtype=dtype, device=self.X32.device)
-        for s, r in zip(range(0, len(self.X32), self.step), self._chunks()):
-            r = r.float()
-            if sq64 is not None:
-                r = torch.cat([2 * r, -sq64[s:s + len(r)].float()[:, None]], 1)
-            out[:, s:s + len(r)] = r.T.to(dtype)
-        return out
+        out = torch.empty((d, len(self.X32)), dtype=torch.bfloat16 if product is None else product.dtype,
+                          device=self.X32.device)
+        stats = (0.0, 0.0, 0.0)
+        for s in range(0, len(self.X32), self.step):
+            r, st = self.inputs(slice(s, s + self.step), sq64, product)
+            out[:, s:s + len(r)] = r.T
+            stats = tuple(map(max, stats, st))
+        return out, stats
+
+    def stats(self, sq64, product: Product) -> tuple[float, float, float]:
+        """The input maxima of :meth:`transposed` without keeping the transposed corpus (one pass)."""
+        stats = (0.0, 0.0, 0.0)
+        for s in range(0, len(self.X32), self.step):
+            stats = tuple(map(max, stats, self.inputs(slice(s, s + self.step), sq64, product)[1]))
+        return stats
 
 
 class _CorpusTiles:
@@ -330,8 +413,9 @@ class _CorpusTiles:
     it (``corpus_t[:, j:j + w]``): for a corpus whose transposed copy would not fit in the memory budget (a
     10M x 768 set: 30 GB). The same values; each query block reads the corpus once more."""
 
-    def __init__(self, corpus64: _Rows64, dtype, sq64=None, *, desc: str | None = None, tiles: int = 0):
-        self.corpus64, self.dtype, self.sq64 = corpus64, dtype, sq64
+    def __init__(self, corpus64: _Rows64, product: Product | None, sq64=None, *, desc: str | None = None,
+                 tiles: int = 0):
+        self.corpus64, self.product, self.sq64 = corpus64, product, sq64
         self.shape = (corpus64.X32.shape[1] + int(sq64 is not None), len(corpus64.X32))
         self._ticks = iter(progress(range(tiles), desc=f"{desc} (corpus tiles)", total=tiles)) if desc else None
 
@@ -339,64 +423,361 @@ class _CorpusTiles:
         _, cols = key
         if self._ticks is not None:
             next(self._ticks, None)
-        r = self.corpus64[cols].float()
-        if self.sq64 is not None:
-            r = torch.cat([2 * r, -self.sq64[cols].float()[:, None]], 1)
-        return r.T.to(self.dtype).contiguous()
+        return self.corpus64.inputs(cols, self.sq64, self.product)[0].T.contiguous()
+
+
+def _top_k(cand: torch.Tensor, exact: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row the k best of candidates ``cand`` by float64 score ``exact``; exact ties: the lower index first."""
+    cand, order = cand.sort(1)
+    exact = exact.gather(1, order)
+    best = torch.sort(exact, dim=1, descending=True, stable=True).indices[:, :k]
+    return cand.gather(1, best), exact.gather(1, best)
+
+
+def _exact_scores(corpus64: _Rows64, sq64, q64: torch.Tensor, cand: torch.Tensor, metric: str) -> torch.Tensor:
+    """The float64 scores (higher = closer; euclidean: :math:`-\\lVert q - x\\rVert^2`) of candidates ``cand``
+    (m, c) of query rows ``q64`` (m, d): one batched product per call shape, so that the scores of one row's
+    candidates come from one computation (exact duplicates tie exactly). Rows go in pieces of about
+    :data:`SCORE_BYTES` of gathered candidates on the CPU, which stay in cache for the product (3x faster than
+    one gather of the whole block; the same numbers: each row's product is computed alone)."""
+    step = max(1, SCORE_BYTES // max(1, cand.shape[1] * q64.shape[1] * 8)) if q64.device.type == "cpu" else len(cand)
+    if step >= len(cand):
+        exact = torch.bmm(corpus64[cand], q64[:, :, None])[:, :, 0]
+    else:
+        exact = torch.cat([torch.bmm(corpus64[cand[s:s + step]], q64[s:s + step, :, None])[:, :, 0]
+                           for s in range(0, len(cand), step)])
+    if metric == "euclidean":
+        exact = 2 * exact - sq64[cand] - (q64 * q64).sum(1, keepdim=True)  # -|q - x|^2
+    return exact
+
+
+class _Block:
+    """One query block of a bounded search: its float64 rows, candidate inputs and error bounds."""
+
+    def __init__(self, start: int, q64: torch.Tensor, q: torch.Tensor, bound: torch.Tensor | None,
+                 offset: torch.Tensor | float, drop_self: bool):
+        self.start, self.q64, self.q, self.bound, self.offset, self.drop_self = start, q64, q, bound, offset, drop_self
+
+
+def _bounded_lists(k: int, top: RunningTopK, blk: _Block, corpus64: _Rows64, sq64, corpus_t, metric: str,
+                   product: Product, tile_cols: int, n_avail: int):
+    r"""The float64 top-k of every row of a block from its fixed float32 candidate pool, proven complete.
+
+    ``top`` holds each row's K best candidate products :math:`\tilde p` (sorted), each within ``blk.bound``
+    :math:`B_i` of its float64 score (:func:`~.device.product_bound`). The pool is scored in float64 (one
+    batched product), its k best (exact ties: the lower index) are the list and t its k-th score. A corpus
+    row outside the pool has :math:`\tilde p \le \tilde p_K`; if :math:`\tilde p_K < t - B` its score is
+    below t and it can neither enter the list nor tie. Rows where the pool cannot show this (dense
+    near-ties, more than K exact ties) are searched again over the whole corpus (:func:`_complete_rows`).
+    Returns ``(indices (m, k), float64 scores (m, k), rows searched again)``.
+    """
+    cand, approx = top.indices, top.values
+    idx, val = _top_k(cand, _exact_scores(corpus64, sq64, blk.q64, cand, metric), k)
+    if cand.shape[1] >= n_avail:  # the pool holds every candidate row
+        return idx, val, 0
+    threshold = val[:, -1] + blk.offset - blk.bound
+    again = (approx[:, -1].double() >= threshold).nonzero().squeeze(1)
+    if len(again):
+        idx[again], val[again] = _complete_rows(k, again, threshold[again], blk, corpus64, sq64, corpus_t, metric,
+                                                product, tile_cols)
+    return idx, val, len(again)
+
+
+def _rescore_lists(k: int, cand: torch.Tensor, counts: torch.Tensor, q64: torch.Tensor, corpus64: _Rows64, sq64,
+                   metric: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float64 top-k of each row among its first ``counts`` candidates ``cand`` (m, W), exact ties: the
+    lower index first. All of a row's candidates are scored by one batched product of one shape (rows of
+    the same call, or chunks of one width: padded with the row's first candidate), so that equal rows get
+    equal scores (exact duplicates tie exactly); memory: one chunk budget."""
+    dev = cand.device
+    m, W = cand.shape
+    row_bytes = W * q64.shape[1] * 8 * 3
+    if m == 0:
+        return cand[:, :k], torch.empty((0, k), dtype=torch.float64, device=dev)
+    if m > 1 and chunk_rows(m, row_bytes) < m:  # several calls of whole rows
+        step = max(1, chunk_rows(m, row_bytes))
+        parts = [_rescore_lists(k, cand[a:a + step], counts[a:a + step], q64[a:a + step], corpus64, sq64, metric)
+                 for a in range(0, m, step)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    width = chunk_rows(W, m * q64.shape[1] * 8 * 3)
+    best_i = torch.full((m, k), torch.iinfo(torch.int64).max, dtype=torch.int64, device=dev)
+    best_v = torch.full((m, k), -torch.inf, dtype=torch.float64, device=dev)
+    for a in range(0, int(counts.max()), width):
+        pos = a + torch.arange(width, device=dev)
+        valid = pos[None, :] < counts[:, None]
+        c = cand.gather(1, torch.where(valid, pos[None, :], 0).clamp_max(W - 1))
+        ex = _exact_scores(corpus64, sq64, q64, c, metric).masked_fill(~valid, -torch.inf)
+        c = torch.where(valid, c, torch.iinfo(torch.int64).max)  # padding sorts after every real column
+        best_i, best_v = _top_k(torch.cat([best_i, c], 1), torch.cat([best_v, ex], 1), k)
+    return best_i, best_v
+
+
+def _complete_rows(k: int, rows: torch.Tensor, threshold: torch.Tensor, blk: _Block, corpus64: _Rows64, sq64,
+                   corpus_t, metric: str, product: Product, tile_cols: int):
+    """The float64 top-k of block rows ``rows`` over the whole corpus: every corpus row whose candidate product
+    reaches the row's ``threshold`` (:math:`t + \\text{offset} - B` of :func:`_bounded_lists`, which every
+    row of the true list reaches) is scored in float64 (:func:`_rescore_lists`); the rest cannot enter."""
+    n = len(corpus64)
+    step = chunk_rows(len(rows), n * 8 * 2)  # rows at a time: their selections stay within a chunk budget
+    out_i, out_v = [], []
+    for a in range(0, len(rows), step):
+        sub = rows[a:a + step]
+        q = blk.q[sub]
+        own = sub + blk.start if blk.drop_self else None
+        found = []
+        with product.matmul():
+            for j in range(0, n, tile_cols):
+                w = min(tile_cols, n - j)
+                p = q @ corpus_t[:, j:j + w]
+                if own is not None:
+                    inside = ((own >= j) & (own < j + w)).nonzero().squeeze(1)
+                    p[inside, own[inside] - j] = -torch.inf
+                r, c = (p.double() >= threshold[a:a + step, None]).nonzero(as_tuple=True)
+                found.append((r, c + j, p[r, c]))
+        cols, _, counts = _rows_to_padded(*(torch.cat(x) for x in zip(*found)), len(sub))
+        i, v = _rescore_lists(k, cols, counts, blk.q64[sub], corpus64, sq64, metric)
+        out_i.append(i)
+        out_v.append(v)
+    return torch.cat(out_i), torch.cat(out_v)
+
+
+def _rows_to_padded(r: torch.Tensor, c: torch.Tensor, p: torch.Tensor, m: int):
+    """Entries ``(row r, column c, product p)`` as per-row lists sorted by product (descending): padded
+    matrices ``(columns (m, L), products (m, L))`` (padding: column 0, product -inf) and the counts."""
+    order = torch.sort(p, descending=True, stable=True).indices
+    order = order[torch.sort(r[order], stable=True).indices]
+    r, c, p = r[order], c[order], p[order]
+    counts = torch.bincount(r, minlength=m)
+    L = max(1, int(counts.max())) if len(r) else 1
+    pos = torch.arange(len(r), device=r.device) - (torch.cumsum(counts, 0) - counts)[r]
+    cols = torch.zeros((m, L), dtype=torch.int64, device=r.device)
+    vals = torch.full((m, L), -torch.inf, dtype=p.dtype, device=r.device)
+    cols[r, pos] = c
+    vals[r, pos] = p
+    return cols, vals, counts
+
+
+def _collect(k: int, blk: _Block, corpus_t, tile_cols: int, buffer: torch.Tensor):
+    r"""One pass over the products of a block's rows against the corpus, keeping every entry that can be in a
+    row's float64 top-k.
+
+    A tile's products are grouped by 32 columns (group g of a tile of w = 32 G columns: columns
+    ``g, g + G, ...``, one strided max pass); each row keeps the k largest maxima of groups of four such groups
+    seen so far, whose smallest, v, is a lower bound on the row's final k-th largest product :math:`v_k`
+    (they are k distinct entries). Any row of the final list has :math:`\tilde p \ge v_k - 2B - \delta`:
+    its score is at least the k-th score t, and k rows have :math:`\tilde p \ge v_k`, hence score
+    :math:`\ge v_k - \delta - B`, so :math:`t \ge v_k - \delta - B` (δ: the rounding of a bfloat16 product,
+    at most :math:`2^{-7}|\tilde p|`; 0 for float32 products). So every entry at or above that limit (v only
+    rises; the limit rounded down to the products' format) is kept, read from the groups whose maximum
+    reaches it. For bfloat16 products and a positive limit the group maxima are taken over the raw 16-bit
+    patterns (integer order is float order for positive values; negative values stay below any positive
+    limit). Returns the kept ``(rows, columns, products)``.
+    """
+    q = blk.q
+    m, n = len(q), corpus_t.shape[1]
+    dev = q.device
+    W = min(tile_cols, n)
+    rows = torch.arange(m, device=dev)
+    best = torch.full((m, k), -torch.inf, device=dev)  # k entries' products (a lower bound on the k-th)
+    slack = 2 * blk.bound
+    out16 = q.dtype == torch.bfloat16
+
+    def below(v):  # v - 2B - delta in float64, rounded down to the products' dtype: no entry above it is lost
+        v = v.double()
+        return round_down(v - slack - (v.abs() * (2.0**-7 * 1.01) if out16 else 0.0), q.dtype)
+
+    parts = []
+    for j in range(0, n, W):
+        w = min(W, n - j)
+        tile = buffer[:m * w].view(m, w)
+        torch.matmul(q, corpus_t[:, j:j + w], out=tile)
+        if blk.drop_self and blk.start < j + w and j < blk.start + m:  # the tile holds own columns
+            own = rows + blk.start - j
+            inside = (own >= 0) & (own < w)
+            tile[rows[inside], own[inside]] = -torch.inf
+        G = w // GROUP
+        groups = tile[:, :G * GROUP].view(m, GROUP, G)  # group g: columns g, g + G, ..., g + 31 G
+        rest = tile[:, G * GROUP:]  # the last columns, fewer than a group: entries of their own
+        raw = groups.view(torch.int16).amax(1) if out16 else None  # an entry of each group (its max if positive)
+        group_max = raw.view(torch.bfloat16) if out16 else groups.amax(1)
+        G4 = G // 4
+        coarse = group_max[:, :4 * G4].view(m, 4, G4).amax(1) if G4 >= k else group_max
+        best = torch.topk(torch.cat([best, coarse.float(), rest.float()], 1), k, dim=1).values
+        limit = below(best[:, -1])
+        if out16 and not bool((limit > 0).all()):  # raw patterns order negative values backwards
+            group_max = groups.amax(1)
+            hit = group_max >= limit[:, None]
+        elif out16:
+            hit = raw >= limit.view(torch.int16)[:, None]
+        else:
+            hit = group_max >= limit[:, None]
+        r, g = hit.nonzero(as_tuple=True)
+        vals = groups[r, :, g]
+        rr, a = (vals >= limit[r, None]).nonzero(as_tuple=True)
+        parts.append((r[rr], j + g[rr] + a * G, vals[rr, a]))
+        if rest.shape[1]:
+            r, c = (rest >= limit[:, None]).nonzero(as_tuple=True)
+            parts.append((r, j + G * GROUP + c, rest[r, c]))
+    r, c, p = (torch.cat(x) for x in zip(*parts))
+    keep = (p >= below(best[:, -1])[r]) & (p > -torch.inf)  # the final limit; never the row itself
+    return r[keep], c[keep], p[keep]
+
+
+def _collected_lists(k: int, blk: _Block, corpus64: _Rows64, sq64, corpus_t, metric: str, tile_cols: int,
+                     buffer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The float64 top-k of every row of a block (plain products, no re-scoring) from the entries
+    :func:`_collect` kept, which hold every row that can be in the list.
+
+    Per row the ``k + RERANK`` kept entries of largest product are scored in float64 (one batched product,
+    the same numbers as the float32 pool of :func:`_bounded_lists`); their k-th score :math:`t'` bounds the
+    row's k-th score from below, so only entries with :math:`\tilde p \ge t' + \text{offset} - B` (a prefix
+    of the row's entries by product) can still enter: rows with more such entries are scored again over that
+    prefix (:func:`_rescore_lists`), and the k best by float64 score (exact ties: the lower index) are the list."""
+    r, c, p = _collect(k, blk, corpus_t, tile_cols, buffer)
+    order = torch.sort(p, descending=True, stable=True).indices
+    order = order[torch.sort(r[order], stable=True).indices]  # by row, then product descending
+    r, c, p = r[order], c[order], p[order]
+    m = len(blk.q)
+    counts = torch.bincount(r, minlength=m)
+    starts = torch.cumsum(counts, 0) - counts
+    R = k + RERANK if p.dtype == torch.float32 else 2 * k + RERANK  # bfloat16 products: coarser, more within B
+    pos = torch.arange(R, device=c.device)[None, :]
+    first = c[(starts[:, None] + pos.clamp_max(counts[:, None] - 1))]  # short rows repeat their last entry
+    idx, val = _rescore_lists(k, first, counts.clamp_max(R), blk.q64, corpus64, sq64, metric)
+    floor = round_down(val[:, -1] + blk.offset - blk.bound, p.dtype)  # t' + offset - B, in products
+    need = torch.zeros(m, dtype=torch.int64, device=c.device).index_add_(
+        0, r, (p >= floor[r]).to(torch.int64))  # a prefix of each row
+    more = (need > R).nonzero().squeeze(1)
+    while len(more):  # by width, so that few candidates are padding: all of a row's in one call
+        W = int(need[more].min()) * 3 // 2 + 1
+        now = more[need[more] <= W]
+        W = int(need[now].max())
+        prefix = c[(starts[now, None] + torch.arange(W, device=c.device)[None, :]).clamp_max(len(c) - 1)]
+        idx[now], val[now] = _rescore_lists(k, prefix, need[now], blk.q64[now], corpus64, sq64, metric)
+        more = more[need[more] > W]
+    return idx, val
 
 
 def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: bool, dev: torch.device,
-            desc: str | None, potential_t: float | None = None, dtype=torch.float32) -> tuple[list, np.ndarray | None]:
+            desc: str | None, potential_t: float | None = None, product: Product | None = FP32,
+            stats: dict | None = None) -> tuple[list, np.ndarray | None]:
     """Top-k of every row of ``Q`` against ``X`` for each plan ``(k, rescore)`` (see :func:`knn`), all from
-    one sweep: candidates from ``dtype`` products (float32; bfloat16 with :data:`FAST_RERANK` extra
-    candidates in fast mode), float64 order. Returns the plans' ``(indices, scores)`` and, when
-    ``potential_t`` is given (cosine self sweep), the rows' log Gaussian potential."""
+    one sweep, float64 order. ``product``: the candidate product (:mod:`.device`: ``FP32``, ``BF16``, ``TF32``).
+    A single plain plan without the potential keeps every entry its error bound cannot rule out
+    (:func:`_collected_lists`; on the CPU, query blocks run side by side on single-threaded workers, one per
+    torch thread, each with its own tile); otherwise the products feed fixed pools (:func:`sweep_tiles`): the
+    plain plans' lists are proven complete with the bound (:func:`_bounded_lists`), re-scored plans take
+    :data:`RERANK` extra float32 candidates. ``product=None``: fast mode (bfloat16 products,
+    :data:`FAST_RERANK` extra candidates, no proof: recall is measured). ``stats`` (a dict) receives the
+    product's name, the pass and the number of rows searched again. Returns the plans' ``(indices, scores)``
+    and, when ``potential_t`` is given (cosine self sweep, float32 products), the rows' log Gaussian potential."""
     n = len(X)
+    if potential_t is not None and product is not FP32:
+        raise ValueError("the swept potential needs float32 products")
     corpus64 = _Rows64(to_tensor(X, dtype=torch.float32, device=dev), metric == "cosine")
     sq64 = corpus64.squared_norms() if metric == "euclidean" else None
     width = X.shape[1] + int(sq64 is not None)
-    extra = RERANK if dtype == torch.float32 else FAST_RERANK
+    dtype = torch.bfloat16 if product is None else product.dtype
+    extra = FAST_RERANK if product is None else RERANK if product is FP32 else BOUND_POOL
+    collect = product is not None and potential_t is None and len(plans) == 1 and plans[0][1] is None
+    workers = torch.get_num_threads() if collect and dev.type == "cpu" else 1
     if current().fits(n * width * dtype.itemsize):
-        corpus_t = corpus64.transposed(dtype, sq64)
-        starts, rows, cols, buffer = _query_blocks(len(Q), n, dev, desc, dtype)
+        corpus_t, corpus_stats = corpus64.transposed(sq64, product)
+        rows, cols = _tile_shape(len(Q), n, dev, itemsize=dtype.itemsize, product=product if collect else None)
     else:  # larger than memory: made where the sweep reads it, for as many queries at once as a tile allows
         rows = min(len(Q), LAZY_QUERY_ROWS)
         cols = int(min(n, max(GROUP * 8, chunk_rows(n, rows * dtype.itemsize * 2))))
-        starts, buffer = range(0, len(Q), rows), torch.empty(rows * cols, dtype=dtype, device=dev)
-        corpus_t = _CorpusTiles(corpus64, dtype, sq64, desc=desc, tiles=len(starts) * -(-n // cols))
+        corpus_t = _CorpusTiles(corpus64, product, sq64, desc=desc, tiles=-(-len(Q) // rows) * -(-n // cols))
+        corpus_stats = corpus64.stats(sq64, product) if product is not None else None
+        workers = 1
+    starts = range(0, len(Q), rows)
     out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]
     log_potential = np.empty(len(Q)) if potential_t is not None else None
-    with exact_matmul():
-        for s in starts:
-            q64 = to_tensor(Q[s:s + rows], dtype=torch.float32, device=dev).double()
-            if metric == "cosine":
-                q64 = unit_rows(q64)
-            q = q64.float()
-            if metric == "euclidean":
-                q = torch.cat([q, torch.ones((len(q), 1), dtype=q.dtype, device=dev)], 1)
-            q = q.to(dtype)
-            tops = [RunningTopK(len(q), min(k + extra, n - int(drop_self)), dev, rescore, dtype) for k, rescore in plans]
+    buffers = queue.SimpleQueue()
+    for _ in range(workers):
+        buffers.put(torch.empty(rows * cols, dtype=dtype, device=dev))
+    n_avail = n - int(drop_self)
+
+    def block(s: int) -> int:
+        """The lists of query rows ``s:s + rows``; returns the number of rows searched again."""
+        buffer = buffers.get()
+        try:
+            return _search_block(s, buffer)
+        finally:
+            buffers.put(buffer)
+
+    def _search_block(s: int, buffer) -> int:
+        q64 = to_tensor(Q[s:s + rows], dtype=torch.float32, device=dev).double()
+        if metric == "cosine":
+            q64 = unit_rows(q64)
+        q = q64.float()
+        qa64 = q64
+        if metric == "euclidean":
+            q = torch.cat([q, torch.ones((len(q), 1), dtype=q.dtype, device=dev)], 1)
+            qa64 = torch.cat([q64, torch.ones((len(q), 1), dtype=q64.dtype, device=dev)], 1)
+        q = q.to(dtype) if product is None or product.bits == 24 else product.rounded(q).to(dtype)
+        blk = None
+        if product is not None:
+            q_d = q.double()
+            offset = (q64 * q64).sum(1) if metric == "euclidean" else 0.0
+            bound = product_bound(q_d.norm(dim=1), (q_d - qa64).norm(dim=1), *corpus_stats, width, product, offset)
+            blk = _Block(s, q64, q, bound, offset, drop_self)
+        again = 0
+        if collect:  # one plain plan: kept entries instead of a fixed pool
+            found = [_collected_lists(plans[0][0], blk, corpus64, sq64, corpus_t, metric, cols, buffer)]
+        else:
+            tops = [RunningTopK(len(q), min(k + extra, n_avail), dev, rescore, dtype) for k, rescore in plans]
             potential = RowPotential(len(q), potential_t, dev) if potential_t is not None else None
             sweep_tiles(q, corpus_t, tops, potential=potential, self_start=s if drop_self else None, tile_cols=cols,
                         buffer=buffer)
-            for (k, rescore), top, (idx, val) in zip(plans, tops, out):
-                cand = top.indices
-                exact = torch.bmm(corpus64[cand], q64[:, :, None])[:, :, 0]  # float64 scores of the candidates
-                if metric == "euclidean":
-                    exact = 2 * exact - sq64[cand] - (q64 * q64).sum(1, keepdim=True)  # -|q - x|^2
-                if rescore is not None:
-                    exact = rescore.exact(torch.arange(s, s + len(q), device=dev)[:, None], cand, exact)
-                cand, order = cand.sort(1)  # ties in the float64 score: the lower index first
-                exact = exact.gather(1, order)
-                best = torch.sort(exact, dim=1, descending=True, stable=True).indices[:, :k]
-                top_i, score = cand.gather(1, best), exact.gather(1, best)
-                if metric == "euclidean":
-                    score = (-score).clamp_min(0).sqrt()
-                idx[s:s + len(q)] = top_i.cpu().numpy()
-                val[s:s + len(q)] = score.float().cpu().numpy()
+            found = []
+            for (k, rescore), top in zip(plans, tops):
+                if rescore is None and blk is not None:
+                    top_i, score, more = _bounded_lists(k, top, blk, corpus64, sq64, corpus_t, metric, product, cols,
+                                                        n_avail)
+                    again += more
+                else:
+                    cand = top.indices
+                    exact = _exact_scores(corpus64, sq64, q64, cand, metric)
+                    if rescore is not None:
+                        exact = rescore.exact(torch.arange(s, s + len(q), device=dev)[:, None], cand, exact)
+                    top_i, score = _top_k(cand, exact, k)
+                found.append((top_i, score))
             if potential is not None:
                 log_potential[s:s + len(q)] = potential.sums.log().cpu().numpy()
+        for (top_i, score), (idx, val) in zip(found, out):
+            if metric == "euclidean":
+                score = (-score).clamp_min(0).sqrt()
+            idx[s:s + len(q)] = top_i.cpu().numpy()
+            val[s:s + len(q)] = score.float().cpu().numpy()
+        return again
+
+    with FP32.matmul() if product is None else product.matmul():
+        if workers > 1:
+            with _one_thread_each(workers) as pool:
+                done = pool.map(block, starts)
+                searched_again = sum(progress(done, desc=desc, total=len(starts)) if desc else done)
+        else:
+            searched_again = sum(block(s) for s in (progress(starts, desc=desc, total=len(starts)) if desc
+                                                    else starts))
+    if stats is not None:
+        stats.update(product="bf16-fast" if product is None else product.name, searched_again=searched_again,
+                     queries=len(Q), sweep="collect" if collect else "pool", workers=workers)
     return out, log_potential
+
+
+@contextmanager
+def _one_thread_each(workers: int):
+    """A pool of ``workers`` threads whose torch operations each run on one thread (the process's torch thread
+    count is 1 inside the block and restored after): independent query blocks side by side, without the
+    synchronisation of every small operation across threads."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            yield pool
+    finally:
+        torch.set_num_threads(saved)
 
 
 def neighbour_sets_overlap(nb_a, nb_b) -> np.ndarray:

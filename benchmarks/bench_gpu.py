@@ -1,0 +1,352 @@
+"""`make bench-gpu`: the GPU tests and the GPU benchmarks, each against plain torch in the same run.
+
+On a machine where torch sees no CUDA device it prints one line saying so and exits 0. Otherwise, within
+``--budget`` seconds (default 360: the whole command fits 6 minutes on an H100):
+
+1. **GPU tests**: ``pytest -k cuda`` over the test suite — the device-parametrised kernel tests (the
+   ``device`` fixture of ``tests/conftest.py``) on the GPU, which compare the GPU's numbers with float64
+   references computed on the host (the same references the CPU cases meet). Test files that cannot be
+   imported on this machine (packages it lacks) are listed, not counted as failures.
+2. **Exact k-NN**, 1M x 768 float32 (cosine, k = 10, self excluded; generated on the GPU, handed over as a
+   host array as a report run has it): ``knn`` end to end (target: at most 10 s on an H100) and its search
+   alone, against plain torch (TF32 ``q @ X.T`` in chunks, then ``topk``); the lists checked against
+   float64 brute force on 1,000 seeded rows.
+3. **Isotropy**, 1M x 768: ``measure_isotropy`` without and with its bootstrap (target: at most 1 s)
+   against plain torch (one float32 covariance GEMM + ``eigvalsh``).
+4. **Host round trips**: ``torch.profiler`` counts the device-to-host copies of the isotropy bootstrap at
+   two replicate counts (a count that grows with the replicates means a round trip inside the loop), and
+   whether the eigendecompositions and Procrustes run on the device at all.
+5. **The intrinsic report** on 1M x 768 (target: at most 5 minutes): the five chapters' compute functions
+   run directly (isotropy, uniformity, collapse, hubness, correction, after the shared graph as a report run
+   computes it), since papermill and nbconvert need not be installed here; it gets the rest of the budget and
+   says so when it does not finish.
+
+Prints one line per figure as it is measured and a summary table at the end. Each section runs in its own
+process (a fresh CUDA context; a timeout). ``--n``/``--d``/``--report-n`` shrink the sizes;
+``--device cpu`` runs the same code on the CPU (a dry run of this script).
+
+Usage: ``python benchmarks/bench_gpu.py [--budget 360] [--n 1000000] [--d 768] [--report-n 1000000]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+#: seconds each section may take at most (the intrinsic report: whatever is left of the budget)
+CAPS = {"tests": 100, "knn": 100, "isotropy": 45, "roundtrips": 45}
+TARGETS = {"knn": 10.0, "isotropy": 1.0, "report": 300.0}
+
+
+def _data(n: int, d: int, dev, seed: int = 0):
+    """Clustered float32 rows, generated on ``dev`` (64 centres + noise, as bench_knn's data)."""
+    import torch
+
+    g = torch.Generator(device=dev).manual_seed(seed)
+    centres = torch.randn(64, d, generator=g, device=dev)
+    X = torch.empty(n, d, device=dev)
+    for s in range(0, n, 262_144):
+        m = min(262_144, n - s)
+        pick = torch.randint(0, 64, (m,), generator=g, device=dev)
+        X[s:s + m] = centres[pick] + 0.8 * torch.randn(m, d, generator=g, device=dev)
+    return X
+
+
+def _sync(dev) -> None:
+    import torch
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed(fn, dev):
+    _sync(dev)
+    t = time.perf_counter()
+    out = fn()
+    _sync(dev)
+    return time.perf_counter() - t, out
+
+
+def section_knn(a, dev) -> dict:
+    import numpy as np
+    import torch
+
+    from embeval_report.kernels import neighbours as nb
+    from embeval_report.kernels.graph_cache import clear_memory
+
+    k = 10
+    X = _data(a.n, a.d, dev)
+    host = X.cpu().numpy()
+
+    def plain():  # chunked TF32 products + topk over whole rows
+        U = torch.nn.functional.normalize(X, dim=1)
+        rows = max(1, int(torch.cuda.mem_get_info()[0] * 0.3) // (a.n * 4 * 2)) if dev.type == "cuda" else 2048
+        saved = torch.backends.cuda.matmul.fp32_precision
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        try:
+            out = []
+            for s in range(0, a.n, rows):
+                S = U[s:s + rows] @ U.T
+                S[torch.arange(len(S), device=dev), torch.arange(s, s + len(S), device=dev)] = -torch.inf
+                out.append(torch.topk(S, k, dim=1).indices)
+                del S
+            return torch.cat(out).cpu().numpy()
+        finally:
+            torch.backends.cuda.matmul.fp32_precision = saved
+
+    t_plain, idx_plain = _timed(plain, dev)
+    torch.cuda.empty_cache() if dev.type == "cuda" else None
+    stats = {}
+    clear_memory()
+    t_knn, (idx, _) = _timed(lambda: nb.knn(host, k, device=dev, desc=None, stats=stats), dev)
+    clear_memory()
+    torch.cuda.empty_cache() if dev.type == "cuda" else None
+    product = nb.exact_product(dev)
+    t_search, ((idx2, _),) = _timed(lambda: nb._search(host, host, [(k, None)], "cosine", True, dev, None,
+                                                        product=product)[0], dev)
+    rows = np.sort(np.random.default_rng(1).choice(a.n, min(1000, a.n), replace=False))
+    U64 = torch.nn.functional.normalize(X.double(), dim=1)
+    S = U64[torch.as_tensor(rows, device=dev)] @ U64.T
+    S[torch.arange(len(rows), device=dev), torch.as_tensor(rows, device=dev)] = -torch.inf
+    ref = torch.sort(torch.topk(S, 4 * k, dim=1).indices, dim=1).values  # then stable order by score, index
+    sc = S.gather(1, ref)
+    order = torch.sort(sc, dim=1, descending=True, stable=True).indices[:, :k]
+    ref = ref.gather(1, order).cpu().numpy()
+    return dict(n=a.n, d=a.d, plain_s=t_plain, knn_s=t_knn, search_s=t_search, path=stats,
+                exact_rows=float((idx[rows] == ref).all(1).mean()), same_as_search=bool((idx == idx2).all()),
+                same_set_plain=float((np.sort(idx, 1) == np.sort(idx_plain, 1)).all(1).mean()))
+
+
+def section_isotropy(a, dev) -> dict:
+    import torch
+
+    from embeval_report.metrics.isotropy import measure_isotropy
+
+    host = _data(a.n, a.d, dev).cpu().numpy()
+
+    def plain():  # upload, one covariance GEMM, eigvalsh
+        Xd = torch.as_tensor(host, device=dev)
+        Xc = Xd - Xd.mean(0)
+        return torch.linalg.eigvalsh(Xc.T @ Xc / (len(Xc) - 1)).cpu()
+
+    plain()  # warm-up: cuBLAS / cuSOLVER handles
+    t_plain, _ = _timed(plain, dev)
+    measure_isotropy(host[:10_000], n_boot=0, device=dev)  # warm-up
+    t0, _ = _timed(lambda: measure_isotropy(host, n_boot=0, device=dev), dev)
+    t200, _ = _timed(lambda: measure_isotropy(host, device=dev), dev)
+    return dict(n=a.n, d=a.d, plain_s=t_plain, iso_s=t0, iso_boot_s=t200)
+
+
+def section_roundtrips(a, dev) -> dict:
+    import numpy as np
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from embeval_report.metrics.isotropy import measure_isotropy
+    from embeval_report.metrics.procrustes import procrustes_align
+
+    n = min(a.n, 200_000)
+    host = _data(n, a.d, dev).cpu().numpy()
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+
+    def copies(fn) -> tuple[int, int]:
+        """(device-to-host copies, device kernels) while ``fn`` runs."""
+        with profile(activities=acts) as prof:
+            fn()
+            _sync(dev)
+        names = [e.name for e in prof.events()]
+        dtoh = sum(1 for s in names if "Memcpy DtoH" in s or "memcpy DtoH" in s.lower())
+        kernels = sum(1 for e in prof.events() if getattr(e, "device_type", None) is not None
+                      and str(e.device_type).endswith("CUDA") and "Memcpy" not in e.name)
+        return dtoh, kernels
+
+    measure_isotropy(host[:5000], n_boot=5, device=dev)  # warm-up
+    b10 = copies(lambda: measure_isotropy(host, n_boot=10, device=dev))
+    b40 = copies(lambda: measure_isotropy(host, n_boot=40, device=dev))
+    rng = np.random.default_rng(0)
+    B = host @ np.linalg.qr(rng.standard_normal((a.d, a.d)))[0].astype(np.float32)
+    pro = copies(lambda: procrustes_align(torch.as_tensor(host, device=dev), torch.as_tensor(B, device=dev)))
+    return dict(n=n, boot10=b10, boot40=b40, procrustes=pro, cuda=dev.type == "cuda")
+
+
+def section_report(a, dev) -> dict:
+    import tempfile
+
+    from embeval_report.kernels.graph_cache import use_graph_cache
+    from embeval_report.metrics import collapse as col
+    from embeval_report.metrics import correction as corr
+    from embeval_report.metrics import hubness as hub
+    from embeval_report.metrics import isotropy as iso
+    from embeval_report.metrics import uniformity as uni
+    from embeval_report.metrics.hubness_reduction import reduced_knn
+
+    try:
+        import nbconvert  # noqa: F401
+        import papermill  # noqa: F401
+        how = "compute functions run directly (the notebooks are not executed by this benchmark)"
+    except ImportError:
+        how = "compute functions run directly (papermill/nbconvert are not installed on this machine)"
+    host = _data(a.report_n, a.d, dev).cpu().numpy()
+    times = {}
+    with tempfile.TemporaryDirectory() as cache:
+        use_graph_cache(cache, min_k=11)  # a report run: the shared graph's sweep also leaves the potential
+        steps = [("shared graph", lambda: reduced_knn(host, 10, ("mutual_proximity",), with_cosine=True, device=dev,
+                                                      desc=None)),
+                 ("isotropy", lambda: iso.measure_isotropy(host, device=dev)),
+                 ("uniformity", lambda: uni.measure_uniformity(host, device=dev)),
+                 ("collapse", lambda: col.measure_collapse(host, device=dev)),
+                 ("hubness", lambda: hub.measure_hubness(host, 10, device=dev)),
+                 ("correction", lambda: corr.compare_corrections(host, k=10, device=dev))]
+        for name, fn in steps:
+            times[name], _ = _timed(fn, dev)
+            print(json.dumps({"partial": name, "seconds": round(times[name], 2)}), flush=True)
+        use_graph_cache(None)
+    return dict(n=a.report_n, d=a.d, how=how, steps=times, total_s=sum(times.values()))
+
+
+def _run_tests(timeout: float) -> dict:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-k", "cuda", "-p", "no:cacheprovider", "--continue-on-collection-errors",
+           "-W", "ignore::DeprecationWarning", os.path.join(ROOT, "tests")]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t = time.perf_counter()
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+        out = res.stdout + res.stderr
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return dict(seconds=timeout, summary=f"stopped after {timeout:.0f} s", failed=[], uncollected=[])
+    last = [ln for ln in out.splitlines() if ln.strip()][-1:] or ["(no output)"]
+    failed = [ln.split(" ", 1)[1].split(" - ")[0] for ln in out.splitlines() if ln.startswith("FAILED ")]
+    uncollected = sorted({ln.split(" ", 1)[1].split(" - ")[0] for ln in out.splitlines() if ln.startswith("ERROR ")})
+    return dict(seconds=time.perf_counter() - t, summary=last[0].strip("= "), failed=failed, uncollected=uncollected,
+                code=res.returncode)
+
+
+def _section(name: str, a, timeout: float) -> dict:
+    cmd = [sys.executable, __file__, "--section", name, "--n", str(a.n), "--d", str(a.d), "--report-n",
+           str(a.report_n), "--device", a.device]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, timeout), env=env)
+    except subprocess.TimeoutExpired as e:
+        partial = [json.loads(ln) for ln in (e.stdout or b"").decode(errors="replace").splitlines()
+                   if ln.startswith("{\"partial\"")] if e.stdout else []
+        return dict(error=f"did not finish within {timeout:.0f} s", partial=partial)
+    lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    if res.returncode != 0 or not lines or "partial" in json.loads(lines[-1]):
+        tail = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return dict(error=f"failed: {tail}")
+    return json.loads(lines[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--budget", type=float, default=360.0, help="seconds for the whole run")
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--d", type=int, default=768)
+    ap.add_argument("--report-n", type=int, default=1_000_000)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip (tests, knn, isotropy, roundtrips, report)")
+    ap.add_argument("--section", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    import torch
+
+    dev = torch.device(a.device)
+    if a.section:
+        fn = {"knn": section_knn, "isotropy": section_isotropy, "roundtrips": section_roundtrips,
+              "report": section_report}[a.section]
+        print(json.dumps(fn(a, dev)), flush=True)
+        return 0
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        print(f"bench-gpu: torch {torch.__version__} sees no CUDA device on this machine; nothing to run.")
+        return 0
+    started = time.perf_counter()
+    name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU (dry run)"
+    print(f"bench-gpu on {name}, torch {torch.__version__}, budget {a.budget:.0f} s", flush=True)
+    skip = {s.strip() for s in a.skip.split(",") if s.strip()}
+    res = {}
+    if "tests" not in skip:
+        res["tests"] = _run_tests(CAPS["tests"])
+        t = res["tests"]
+        print(f"GPU tests (pytest -k cuda): {t['summary']} in {t['seconds']:.0f} s"
+              + (f"; failed: {', '.join(t['failed'])}" if t["failed"] else "")
+              + (f"; not importable here: {', '.join(t['uncollected'])}" if t["uncollected"] else ""), flush=True)
+    for sec in ("knn", "isotropy", "roundtrips", "report"):
+        if sec in skip:
+            continue
+        left = a.budget - (time.perf_counter() - started)
+        cap = left - 5 if sec == "report" else min(CAPS[sec], left - 5)
+        if cap < 10:
+            res[sec] = dict(error="not run: no time left in the budget")
+            continue
+        res[sec] = _section(sec, a, cap)
+        print(f"{sec}: {json.dumps(res[sec])}", flush=True)
+    _summary(res, time.perf_counter() - started)
+    failed = res.get("tests", {}).get("failed")
+    return 1 if failed else 0
+
+
+def _summary(res: dict, seconds: float) -> None:
+    rows = []
+    if "tests" in res:
+        t = res["tests"]
+        rows.append(("GPU tests (pytest -k cuda)", t["summary"], "", "all pass", "yes" if not t["failed"] else "NO"))
+    k = res.get("knn", {})
+    if "knn_s" in k:
+        rows.append((f"exact k-NN {k['n']:,} x {k['d']}, knn()", f"{k['knn_s']:.1f} s",
+                     f"{k['plain_s'] / k['knn_s']:.2f} x torch", f"<= {TARGETS['knn']:.0f} s",
+                     "yes" if k["knn_s"] <= TARGETS["knn"] else "no"))
+        rows.append(("  the search alone", f"{k['search_s']:.1f} s", f"{k['plain_s'] / k['search_s']:.2f} x torch",
+                     "", ""))
+        rows.append(("  plain torch TF32 + topk", f"{k['plain_s']:.1f} s", "1.00", "", ""))
+        rows.append(("  lists = float64 (1,000 rows)", f"{k['exact_rows']:.2%}", f"path {k['path'].get('product')}",
+                     "100%", "yes" if k["exact_rows"] == 1.0 else "NO"))
+    elif "knn" in res:
+        rows.append(("exact k-NN", res["knn"].get("error", "?"), "", "", ""))
+    i = res.get("isotropy", {})
+    if "iso_s" in i:
+        rows.append((f"isotropy {i['n']:,} x {i['d']}, no CI", f"{i['iso_s']:.2f} s",
+                     f"{i['plain_s'] / i['iso_s']:.2f} x torch", f"<= {TARGETS['isotropy']:.0f} s",
+                     "yes" if i["iso_s"] <= TARGETS["isotropy"] else "no"))
+        rows.append(("  with the 200-replicate bootstrap", f"{i['iso_boot_s']:.2f} s",
+                     f"{i['plain_s'] / i['iso_boot_s']:.2f} x torch", f"<= {TARGETS['isotropy']:.0f} s",
+                     "yes" if i["iso_boot_s"] <= TARGETS["isotropy"] else "no"))
+        rows.append(("  plain torch covariance + eigvalsh", f"{i['plain_s']:.2f} s", "1.00", "", ""))
+    elif "isotropy" in res:
+        rows.append(("isotropy", res["isotropy"].get("error", "?"), "", "", ""))
+    r = res.get("roundtrips", {})
+    if "boot10" in r and not r.get("cuda", True):
+        rows.append(("host round trips", "not measured (no GPU: a dry run)", "", "", ""))
+    elif "boot10" in r:
+        grows = r["boot40"][0] > r["boot10"][0]
+        rows.append(("bootstrap DtoH copies (10 / 40 reps)", f"{r['boot10'][0]} / {r['boot40'][0]}",
+                     "grows with reps" if grows else "constant", "constant", "no" if grows else "yes"))
+        rows.append(("Procrustes: device kernels, DtoH", f"{r['procrustes'][1]}, {r['procrustes'][0]}",
+                     "on the host" if r["procrustes"][1] == 0 else "on the device", "on the device",
+                     "no" if r["procrustes"][1] == 0 else "yes"))
+    elif "roundtrips" in res:
+        rows.append(("host round trips", res["roundtrips"].get("error", "?"), "", "", ""))
+    p = res.get("report", {})
+    if "total_s" in p:
+        rows.append((f"intrinsic report {p['n']:,} x {p['d']}", f"{p['total_s']:.0f} s", "", f"<= {TARGETS['report']:.0f} s",
+                     "yes" if p["total_s"] <= TARGETS["report"] else "no"))
+        rows += [(f"  {s}", f"{v:.1f} s", "", "", "") for s, v in p["steps"].items()]
+    elif "report" in res:
+        done = ", ".join(f"{x['partial']} {x['seconds']:.0f}" for x in res["report"].get("partial", []))
+        rows.append(("intrinsic report", res["report"].get("error", "?"), done, f"<= {TARGETS['report']:.0f} s", "no"))
+    widths = [max(len(str(row[c])) for row in rows + [("figure", "value", "vs baseline", "target", "met")])
+              for c in range(5)]
+    print(f"\nsummary ({seconds:.0f} s in all)")
+    for row in [("figure", "value", "vs baseline", "target", "met")] + rows:
+        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
+    if "how" in p:
+        print(f"intrinsic report: the chapters' {p['how']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
