@@ -139,7 +139,12 @@ def section_isotropy(a, dev) -> dict:
     measure_isotropy(host[:10_000], n_boot=0, device=dev)  # warm-up
     t0, _ = _timed(lambda: measure_isotropy(host, n_boot=0, device=dev), dev)
     t200, _ = _timed(lambda: measure_isotropy(host, device=dev), dev)
-    return dict(n=a.n, d=a.d, plain_s=t_plain, iso_s=t0, iso_boot_s=t200)
+    from embeval_report.kernels import device as dv
+
+    dv.PIN_UPLOADS = False  # the same passes with pageable uploads (which of the two the kernels should use)
+    t_pageable, _ = _timed(lambda: measure_isotropy(host, n_boot=0, device=dev), dev)
+    dv.PIN_UPLOADS = True
+    return dict(n=a.n, d=a.d, plain_s=t_plain, iso_s=t0, iso_boot_s=t200, iso_pageable_s=t_pageable)
 
 
 def section_roundtrips(a, dev) -> dict:
@@ -177,7 +182,7 @@ def section_roundtrips(a, dev) -> dict:
 def section_report(a, dev) -> dict:
     import tempfile
 
-    from embeval_report.kernels.graph_cache import use_graph_cache
+    from embeval_report.context import CacheFolder, ComputeContext
     from embeval_report.metrics import collapse as col
     from embeval_report.metrics import correction as corr
     from embeval_report.metrics import hubness as hub
@@ -193,8 +198,9 @@ def section_report(a, dev) -> dict:
         how = "compute functions run directly (papermill/nbconvert are not installed on this machine)"
     host = _data(a.report_n, a.d, dev).cpu().numpy()
     times = {}
-    with tempfile.TemporaryDirectory() as cache:
-        use_graph_cache(cache, min_k=11)  # a report run: the shared graph's sweep also leaves the potential
+    with tempfile.TemporaryDirectory() as cache, ComputeContext(  # a report run's caches: the shared graph's
+            device=dev.type, graph_cache=CacheFolder(f"{cache}/neighbours", min_k=11),  # sweep leaves the potential
+            moments_cache=CacheFolder(f"{cache}/moments")):
         steps = [("shared graph", lambda: reduced_knn(host, 10, ("mutual_proximity",), with_cosine=True, device=dev,
                                                       desc=None)),
                  ("isotropy", lambda: iso.measure_isotropy(host, device=dev)),
@@ -205,7 +211,6 @@ def section_report(a, dev) -> dict:
         for name, fn in steps:
             times[name], _ = _timed(fn, dev)
             print(json.dumps({"partial": name, "seconds": round(times[name], 2)}), flush=True)
-        use_graph_cache(None)
     return dict(n=a.report_n, d=a.d, how=how, steps=times, total_s=sum(times.values()))
 
 

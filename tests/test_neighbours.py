@@ -395,7 +395,8 @@ def test_product_error_bound_holds_and_is_attained(name, device):
 
     def error_and_bound(Q64, C64, ieee=False):  # the float32 accumulation of the rounded inputs (a bfloat16
         q, c = prod.rounded(Q64), prod.rounded(C64)  # output's own rounding is left to the kernel's thresholds)
-        with prod.matmul() if prod.dtype == torch.float32 and not ieee else dv.exact_matmul():
+        with dv.exact_matmul() if ieee and prod.dtype == torch.float32 else prod.matmul():  # bfloat16: float32
+            # accumulation on every backend (cuBLAS's reduced-precision reduction off)
             p = (q @ c.T).double()
         s = Q64 @ C64.T
         c_d = c.double()
@@ -568,3 +569,36 @@ def test_exact_matmul_guards_against_tf32_and_restores_the_callers_setting():
         assert (cuda.fp32_precision, mkldnn.fp32_precision) == ("ieee", "bf16")
     finally:
         cuda.fp32_precision, mkldnn.fp32_precision = saved
+
+
+@pytest.mark.parametrize("product", PRODUCTS, indirect=True)
+def test_grouped_whole_row_pools_give_the_float64_lists(product, device, monkeypatch):
+    """The GPU's plain search (:func:`~embeval_report.kernels.neighbours._grouped_lists`: pools from group
+    maxima of whole-row tiles, every row with more entries at its floor than the pool scored again), run here
+    on every device: random rows, near-ties one to three ulps apart, 60 exact copies of a row (more than k +
+    pool), every metric, the set itself and separate queries; the lists are float64 brute force."""
+    monkeypatch.setattr(nb, "GROUPED_DEVICES", ("cpu", "cuda"))
+    monkeypatch.setattr(nb, "TOP_GROUP", 16)  # many groups, a ragged last one
+    monkeypatch.setattr(nb, "GROUPED_POOL", 3)  # a small pool: rows are scored again
+    monkeypatch.setattr(nb, "CPU_TILE", (97, 4096))
+    monkeypatch.setattr(nb, "CPU_COLLECT_TILE", (97, 4096))
+    rng = np.random.default_rng(31)
+    anchors = rng.standard_normal((6, 16)).astype(np.float32)
+    near = np.repeat(anchors, 30, axis=0)
+    near = near + rng.integers(-3, 4, near.shape).astype(np.float32) * np.spacing(np.abs(near))
+    X = np.vstack([near, np.repeat(anchors[:1] * 2, 60, axis=0),
+                   (rng.standard_normal((803, 16)) + 0.5).astype(np.float32)]).astype(np.float32)
+    Q = (anchors + 0.3 * rng.standard_normal(anchors.shape)).astype(np.float32)
+    searched_again = 0
+    for metric in ("cosine", "dot", "euclidean"):
+        for k in (1, 10):
+            stats = {}
+            out, _ = nb._search(X, X, [(k, None)], metric, True, torch.device(device), None,
+                                product=nb.exact_product(torch.device(device)), stats=stats)
+            assert stats["sweep"] == "grouped"
+            searched_again += stats["searched_again"]
+            _assert_float64_top_k(*out[0], _strict_reference(X, X, metric, True), k, metric)
+            out, _ = nb._search(X, Q, [(k, None)], metric, False, torch.device(device), None,
+                                product=nb.exact_product(torch.device(device)))
+            _assert_float64_top_k(*out[0], _strict_reference(X, Q, metric, False), k, metric)
+    assert searched_again > 0  # the copies exceed every pool: the second pass ran and kept the lists exact
