@@ -139,12 +139,7 @@ def section_isotropy(a, dev) -> dict:
     measure_isotropy(host[:10_000], n_boot=0, device=dev)  # warm-up
     t0, _ = _timed(lambda: measure_isotropy(host, n_boot=0, device=dev), dev)
     t200, _ = _timed(lambda: measure_isotropy(host, device=dev), dev)
-    from embeval_report.kernels import device as dv
-
-    dv.PIN_UPLOADS = False  # the same passes with pageable uploads (which of the two the kernels should use)
-    t_pageable, _ = _timed(lambda: measure_isotropy(host, n_boot=0, device=dev), dev)
-    dv.PIN_UPLOADS = True
-    return dict(n=a.n, d=a.d, plain_s=t_plain, iso_s=t0, iso_boot_s=t200, iso_pageable_s=t_pageable)
+    return dict(n=a.n, d=a.d, plain_s=t_plain, iso_s=t0, iso_boot_s=t200)
 
 
 def section_roundtrips(a, dev) -> dict:

@@ -284,17 +284,13 @@ def to_tensor(a, *, dtype=torch.float32, device="cpu") -> torch.Tensor:
     return upload(host, dtype=dtype, device=device)
 
 
-#: whether chunks travel to a GPU through pinned memory (:func:`upload`)
-PIN_UPLOADS = True
-
-
 def upload(host: torch.Tensor, *, dtype: torch.dtype, device, pin: bool | None = None) -> torch.Tensor:
     """A host tensor on ``device`` as ``dtype``: narrowed on the host first when ``dtype`` is the narrower
-    float (fewer bytes to move), moved through pinned memory (``pin``: default :data:`PIN_UPLOADS` when
-    ``device`` is a GPU), widened on the device otherwise (exactly)."""
+    float (fewer bytes to move), moved through pinned memory (``pin``: default, when ``device`` is a GPU),
+    widened on the device otherwise (exactly)."""
     if host.dtype.is_floating_point and dtype.is_floating_point and dtype.itemsize < host.dtype.itemsize:
         host = host.to(dtype)  # narrowing: on the host
-    if pin if pin is not None else (PIN_UPLOADS and torch.device(device).type == "cuda"):
+    if pin if pin is not None else torch.device(device).type == "cuda":
         host = host.pin_memory()
     return host.to(device, non_blocking=True).to(dtype)
 

@@ -56,30 +56,28 @@ CPU_TILE = (2048, 4096)
 CPU_COLLECT_TILE = (1024, 4096)
 #: query rows per sweep over a corpus larger than memory (each sweep reads and normalises the whole corpus)
 LAZY_QUERY_ROWS = 16_384
+#: share of the free GPU memory the tiles of a sweep may take, and how many tile-sized buffers a sweep holds at
+#: once (the tile, a re-scored copy, float64 and boolean temporaries of the merges: with 2, the shared graph of
+#: a 300,000 x 768 set with mutual proximity ran out of an H200's 140 GB)
+GPU_TILE_SHARE = 0.4
+GPU_TILE_COPIES = 6
 #: bytes of gathered float64 candidate rows scored at a time (in cache for the batched product)
 SCORE_BYTES = 2 * 2**20
-#: devices where a plain exact search takes each row's pool from whole-row tiles by group maxima
-#: (:func:`_grouped_lists`: a few large operations per tile, what a GPU runs fast) instead of :func:`_collect`
-GROUPED_DEVICES = ("cuda",)
-#: contiguous columns per group of :func:`_grouped_lists`
-TOP_GROUP = 256
-#: candidates per row beyond k in :func:`_grouped_lists` (a larger pool: fewer rows searched again)
-GROUPED_POOL = 32
 
 
 def _tile_shape(n_queries: int, n: int, device: torch.device, *, free: int | None = None, itemsize: int = 4,
                 product: Product | None = None) -> tuple[int, int]:
     """Query rows and corpus columns of one product tile of a search of ``n_queries`` rows against ``n``.
 
-    GPU: whole corpus rows per tile, as many query rows as 40% of the ``free`` device memory (read from the
-    device when None) holds twice (the tile and one working copy of it); when not even one whole row fits,
-    one row and as many 32-column groups as fit. CPU: :data:`CPU_TILE` (:data:`CPU_COLLECT_TILE` for a
+    GPU: whole corpus rows per tile, as many query rows as :data:`GPU_TILE_SHARE` of the ``free`` device memory
+    (read from the device when None) holds :data:`GPU_TILE_COPIES` times (the tile and the tile-sized
+    temporaries of a sweep); when not even one whole row fits, one row and as many 32-column groups as fit. CPU: :data:`CPU_TILE` (:data:`CPU_COLLECT_TILE` for a
     kept-entry search of ``product`` bfloat16 products) within :func:`~.device.chunk_budget`.
     """
     if device.type == "cuda":  # rows from free device memory, not the CPU budget
         if free is None:
             free, _ = torch.cuda.mem_get_info(device)
-        room = int(free * 0.4) // (itemsize * 2)  # elements of one tile
+        room = int(free * GPU_TILE_SHARE) // (itemsize * GPU_TILE_COPIES)  # elements of one tile
         if room >= n:
             return int(max(1, min(n_queries, room // n))), n
         return 1, int(min(n, max(GROUP, room // GROUP * GROUP)))
@@ -630,51 +628,6 @@ def _collect(k: int, blk: _Block, corpus_t, tile_cols: int, buffer: torch.Tensor
     return r[keep], c[keep], p[keep]
 
 
-def _grouped_lists(k: int, blk: _Block, corpus64: _Rows64, sq64, corpus_t, metric: str, buffer: torch.Tensor,
-                   n_avail: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-    r"""The float64 top-k of every row of a block from one whole-row tile of candidate products, proven complete.
-
-    The tile :math:`\tilde P` (m x n) is computed at once. A row's P largest products lie in its P groups (of
-    :data:`TOP_GROUP` contiguous columns) with the largest maxima (a value outside them is below P larger group
-    maxima, each a distinct entry), so the pool is found from the group maxima and those groups alone. The pool
-    is scored in float64 (:func:`_rescore_lists`) and t is its k-th score; every corpus row of the true list has
-    :math:`\tilde p \ge t + \text{offset} - B` (the argument of :func:`_bounded_lists`). Rows where more
-    entries of the tile reach that floor than the pool holds are scored again over all of those entries
-    (their largest products by one ``topk``). Returns ``(indices, float64 scores, rows scored again)``.
-    """
-    q = blk.q
-    m, n = len(q), corpus_t.shape[1]
-    dev = q.device
-    S = buffer[:m * n].view(m, n)
-    torch.matmul(q, corpus_t, out=S)
-    rows = torch.arange(m, device=dev)
-    if blk.drop_self:
-        own = rows + blk.start
-        inside = own < n
-        S[rows[inside], own[inside]] = -torch.inf
-    P = min(k + GROUPED_POOL, n_avail)
-    G = TOP_GROUP
-    full = n // G * G
-    gmax = S[:, :full].view(m, n // G, G).amax(2)
-    if full < n:
-        gmax = torch.cat([gmax, S[:, full:].amax(1, keepdim=True)], 1)
-    groups = torch.topk(gmax, min(P, gmax.shape[1]), dim=1).indices
-    cols = (groups[:, :, None] * G + torch.arange(G, device=dev)).reshape(m, -1)
-    valid = cols < n
-    cols = cols.clamp_max(n - 1)
-    approx, pos = torch.topk(S.gather(1, cols).masked_fill(~valid, -torch.inf), P, dim=1)
-    idx, val = _rescore_lists(k, cols.gather(1, pos), torch.full((m,), P, device=dev), blk.q64, corpus64, sq64, metric)
-    floor = round_down(val[:, -1] + blk.offset - blk.bound, S.dtype)  # at or below t + offset - B
-    need = (S >= floor[:, None]).sum(1)
-    redo = (need > (approx >= floor[:, None]).sum(1)).nonzero().squeeze(1)
-    for a in range(0, len(redo), 256):  # rows with more entries at the floor than their pool holds
-        sub = redo[a:a + 256]
-        W = int(need[sub].max())
-        cand = torch.topk(S[sub], W, dim=1).indices
-        idx[sub], val[sub] = _rescore_lists(k, cand, need[sub], blk.q64[sub], corpus64, sq64, metric)
-    return idx, val, len(redo)
-
-
 def _collected_lists(k: int, blk: _Block, corpus64: _Rows64, sq64, corpus_t, metric: str, tile_cols: int,
                      buffer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     r"""The float64 top-k of every row of a block (plain products, no re-scoring) from the entries
@@ -775,10 +728,7 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
             bound = product_bound(q_d.norm(dim=1), (q_d - qa64).norm(dim=1), *corpus_stats, width, product, offset)
             blk = _Block(s, q64, q, bound, offset, drop_self)
         again = 0
-        if collect and dev.type in GROUPED_DEVICES and cols == n:  # one plain plan, whole-row tiles
-            top_i, score, again = _grouped_lists(plans[0][0], blk, corpus64, sq64, corpus_t, metric, buffer, n_avail)
-            found = [(top_i, score)]
-        elif collect:  # one plain plan: kept entries instead of a fixed pool
+        if collect:  # one plain plan: kept entries instead of a fixed pool
             found = [_collected_lists(plans[0][0], blk, corpus64, sq64, corpus_t, metric, cols, buffer)]
         else:
             tops = [RunningTopK(len(q), min(k + extra, n_avail), dev, rescore, dtype) for k, rescore in plans]
@@ -817,8 +767,7 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
                                                     else starts))
     if stats is not None:
         stats.update(product="bf16-fast" if product is None else product.name, searched_again=searched_again,
-                     queries=len(Q), workers=workers,
-                     sweep=("grouped" if dev.type in GROUPED_DEVICES and cols == n else "collect") if collect else "pool")
+                     queries=len(Q), sweep="collect" if collect else "pool", workers=workers)
     return out, log_potential
 
 
