@@ -20,7 +20,7 @@ Every chapter receives the same :class:`ChapterSettings`:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class Option:
     chapters: tuple[str, ...] = ()            # the chapters that read it
     choices: tuple | None = None
     bounds: tuple[float, float] | None = None  # open interval (low, high) a number must lie in
+    check: Callable[[Any], Any] | None = None  # validates and normalises the value (raises ValueError)
 
     def parse(self, value: Any) -> Any:
         """``value`` (a string from the command line, or a Python value) as this option's type."""
@@ -56,7 +57,15 @@ class Option:
             lo, hi = self.bounds
             raise ValueError(f"option {self.name}: expected a value above {lo:g}"
                              + (f" and below {hi:g}" if hi != float("inf") else "") + f", got {value!r}")
+        if self.check is not None:
+            return self.check(v)
         return kind(v) if kind in (int, float) else v
+
+
+def _check_mde(value) -> str:
+    from .metrics.effects import check
+
+    return check(value)
 
 
 _LINK = ("link_prediction", "temporal_link_prediction")
@@ -82,9 +91,10 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("mmd_sample", 1000, "rows per side of the MMD permutation test", ("drift",), bounds=(1, _INF)),
     Option("silhouette_sample", 10_000, "rows the cosine silhouette is computed on", ("clustering",),
            bounds=(1, _INF)),
-    Option("mde", 0.01, "the effect a user cares about, in a metric's own units: the statistical-rigor chapter gives "
-           "the units needed to detect it, and `compare` calls a comparison underpowered when its minimum detectable "
-           "effect is larger (also --mde)", ("rigor",), bounds=(0, _INF)),
+    Option("mde", "auto", "the effect a user cares about per metric (also --mde): 0.01 (absolute), 2% (of the "
+           "metric's value), chapter.metric=VALUE, comma-separated; auto: 0.01 for bounded metrics (less near a bound), "
+           "5% for unbounded ones such as ranks; the statistical-rigor chapter gives the units needed to detect it, "
+           "`compare` shows equivalence within it (docs/compare.md)", ("rigor",), check=_check_mde),
     Option("rec_holdout", 2, "recommendation: interactions held out per user when no test_interactions are given "
            "(the latest when timestamped, else a seeded draw)", ("recommendation",), bounds=(0, _INF)),
     Option("rec_sampled_negatives", 0, "recommendation: also rank each test item among this many sampled negatives "
