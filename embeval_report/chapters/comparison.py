@@ -20,7 +20,7 @@ from ..report.format import p_value
 from ..report.plotting import PALETTE, WIDTH, use_style
 
 __all__ = ["ComparisonReport", "CLIP", "detail_table", "difference_figure", "legend", "load", "method", "narrative",
-           "rollup_table", "ship_sentence", "show_details", "show_differences", "show_method", "show_models",
+           "rollup_table", "ship_sentence", "show_differences", "show_method", "show_models",
            "show_ranks", "show_rollup", "show_summary", "show_table_of_differences", "show_verdict",
            "show_verdict_table", "show_wins", "verdict_table", "wins_figure"]
 
@@ -169,19 +169,26 @@ def legend(rep: ComparisonReport) -> str:
             "*better* is in each metric's own direction.")
 
 
-def verdict_table(rep: ComparisonReport) -> pd.DataFrame:
-    """The verdict per metric, compact: metric, A → B, B − A with the interval the verdict uses, E, verdict
-    (numbers to a tenth of E)."""
+def _per_row(rep: ComparisonReport, cells) -> pd.DataFrame:
+    """One row per comparison: the pair (with several), the metric, then ``cells(row, signed, plain)``, the two
+    number formats resolving a tenth of the row's E."""
     t, short = rep.table, _short(rep)
     rows = []
     for _, r in t.iterrows():
         k = decimals(r["effect"])
         rows.append({**({"models": f"{short[r['b']]} vs {short[r['a']]}"} if _pairs(t) > 1 else {}),
-                     "metric": _metric(r), "A → B": f"{_num(r['mean_a'], f'.{k}f')}{NBSP}→ {_num(r['mean_b'], f'.{k}f')}",
-                     "B − A [interval]": f"{_signed(r['diff'], f'+.{k}f')} [{_signed(r['sim_low'], f'+.{k}f')},"
-                                         f"{NBSP}{_signed(r['sim_high'], f'+.{k}f')}]",
-                     "E": _num(r["effect"], ".2g"), "verdict": _badge(r, short)})
+                     "metric": _metric(r), **cells(r, f"+.{k}f", f".{k}f")})
     return pd.DataFrame(rows)
+
+
+def verdict_table(rep: ComparisonReport) -> pd.DataFrame:
+    """The verdict per metric, compact: metric, A → B, B − A with the interval the verdict uses, E, verdict
+    (numbers to a tenth of E)."""
+    short = _short(rep)
+    return _per_row(rep, lambda r, sg, pl: {
+        "A → B": f"{_num(r['mean_a'], pl)}{NBSP}→ {_num(r['mean_b'], pl)}",
+        "B − A [interval]": f"{_signed(r['diff'], sg)} [{_signed(r['sim_low'], sg)},{NBSP}{_signed(r['sim_high'], sg)}]",
+        "E": _num(r["effect"], ".2g"), "verdict": _badge(r, short)})
 
 
 def difference_figure(t: pd.DataFrame) -> plt.Figure:
@@ -301,20 +308,13 @@ def narrative(rep: ComparisonReport) -> str:
 def detail_table(rep: ComparisonReport) -> pd.DataFrame:
     """The statistics behind each verdict: units, marginal interval, d_z, wins/ties/losses, the randomisation test
     raw and adjusted, E and the MDE (the t and Wilcoxon p-values are in comparison.csv)."""
-    t, short = rep.table, _short(rep)
-    rows = []
-    for _, r in t.iterrows():
-        k = decimals(r["effect"])
-        rows.append({**({"models": f"{short[r['b']]} vs {short[r['a']]}"} if _pairs(t) > 1 else {}),
-                     "metric": _metric(r), "units": f"{int(r['n']):,}",
-                     "B − A (95 % marginal CI)": f"{_signed(r['diff'], f'+.{k}f')} ({_signed(r['ci_low'], f'+.{k}f')}"
-                                                 f"{NBSP}to{NBSP}{_signed(r['ci_high'], f'+.{k}f')})",
-                     "d_z": _num(r["d_z"], ".2f"),
-                     "wins / ties / losses": f"{r['wins']:,} / {r['ties']:,} / {r['losses']:,}",
-                     "p": p_value(r["p_randomisation"]).replace(" ", NBSP),
-                     "p adj.": p_value(r["p_adjusted"]).replace(" ", NBSP),
-                     "E": _num(r["effect"], ".2g"), "MDE": _num(r["mde"], ".2g")})
-    return pd.DataFrame(rows)
+    return _per_row(rep, lambda r, sg, pl: {
+        "units": f"{int(r['n']):,}",
+        "B − A (95 % marginal CI)": f"{_signed(r['diff'], sg)} ({_signed(r['ci_low'], sg)}{NBSP}to{NBSP}"
+                                    f"{_signed(r['ci_high'], sg)})",
+        "d_z": _num(r["d_z"], ".2f"), "wins / ties / losses": f"{r['wins']:,} / {r['ties']:,} / {r['losses']:,}",
+        "p": p_value(r["p_randomisation"]).replace(" ", NBSP), "p adj.": p_value(r["p_adjusted"]).replace(" ", NBSP),
+        "E": _num(r["effect"], ".2g"), "MDE": _num(r["mde"], ".2g")})
 
 
 def method(rep: ComparisonReport) -> str:
@@ -396,10 +396,6 @@ def show_verdict_table(rep: ComparisonReport) -> None:
 
 def show_summary(rep: ComparisonReport) -> None:
     show_markdown(narrative(rep))
-
-
-def show_details(rep: ComparisonReport) -> None:
-    show_table_of_differences(rep)
 
 
 def show_models(rep: ComparisonReport) -> None:

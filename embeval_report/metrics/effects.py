@@ -129,7 +129,7 @@ class Effects:
         if eff is not None:
             e = eff.resolve(base)
             if eff.relative and not (math.isfinite(e) and e > 0):
-                return ABSOLUTE, f"{how} of a value of 0: {ABSOLUTE:g}"
+                return ABSOLUTE, f"{how}, but the value is 0 or missing: {ABSOLUTE:g}"
             return e, how + (f" of {_short(base)}" if eff.relative else "")
         return default_effect(metric_kind(chapter, metric), base)
 

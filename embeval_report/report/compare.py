@@ -1,12 +1,15 @@
 """``embeval-report compare``: the same chapters on several models, their per-unit results paired.
 
 Each source is a manifest (or vectors file), run into ``OUT/models/<name>/`` with the same settings, or an
-earlier report folder, reused as it is. Every chapter that recorded per-unit values
+earlier report folder, reused as it is; a model's name is ``--names``, its manifest's ``name:``, or its file or
+folder name (:func:`model_names`). Every chapter that recorded per-unit values
 (:meth:`~embeval_report.report.recorder.Recorder.units`: queries, test edges, entities, users) in two
 reports is paired on the unit ids both share, metric by metric, and compared with
-:func:`embeval_report.metrics.paired.paired_comparison`; the p-values of every pair of models × metric are
-adjusted together. ``OUT/comparison.json`` and ``OUT/comparison.csv`` hold the numbers; the comparison
-notebook (``notebooks/compare/comparison.ipynb``) shows them, rendered into ``OUT/report.html``/``.pdf``.
+:func:`embeval_report.metrics.paired.paired_comparison`; :func:`embeval_report.metrics.paired.compare_table`
+adjusts the p-values of every pair of models × metric together and decides each verdict against the metric's
+effect that matters (``--mde``, :mod:`embeval_report.metrics.effects`). ``OUT/comparison.json`` and
+``OUT/comparison.csv`` hold the numbers; the comparison notebook (``notebooks/compare/comparison.ipynb``) shows
+them, rendered into ``OUT/report.html``/``.pdf``; :func:`terminal_lines` is what the command prints.
 """
 from __future__ import annotations
 
