@@ -92,8 +92,8 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("silhouette_sample", 10_000, "rows the cosine silhouette is computed on", ("clustering",),
            bounds=(1, _INF)),
     Option("mde", "auto", "the effect a user cares about per metric (also --mde): 0.01 (absolute), 2% (of the "
-           "metric's value), chapter.metric=VALUE, comma-separated; auto: 0.01 for bounded metrics (less near a bound), "
-           "5% for unbounded ones such as ranks; the statistical-rigor chapter gives the units needed to detect it, "
+           "metric's value), chapter.metric=VALUE, comma-separated; auto: 0.01 for bounded metrics (less near a "
+           "bound), 5% for unbounded ones such as ranks; the statistical-rigor chapter gives the units needed to detect it, "
            "`compare` shows equivalence within it (docs/compare.md)", ("rigor",), check=_check_mde),
     Option("rec_holdout", 2, "recommendation: interactions held out per user when no test_interactions are given "
            "(the latest when timestamped, else a seeded draw)", ("recommendation",), bounds=(0, _INF)),

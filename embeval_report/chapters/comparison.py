@@ -187,7 +187,8 @@ def verdict_table(rep: ComparisonReport) -> pd.DataFrame:
     short = _short(rep)
     return _per_row(rep, lambda r, sg, pl: {
         "A → B": f"{_num(r['mean_a'], pl)}{NBSP}→ {_num(r['mean_b'], pl)}",
-        "B − A [interval]": f"{_signed(r['diff'], sg)} [{_signed(r['sim_low'], sg)},{NBSP}{_signed(r['sim_high'], sg)}]",
+        "B − A [interval]": f"{_signed(r['diff'], sg)} [{_signed(r['sim_low'], sg)},{NBSP}"
+                            f"{_signed(r['sim_high'], sg)}]",
         "E": _num(r["effect"], ".2g"), "verdict": _badge(r, short)})
 
 

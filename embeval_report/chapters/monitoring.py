@@ -19,7 +19,8 @@ from ..stats import HypothesisTest
 from .setup import ChapterContext
 
 __all__ = ["MonitoringReport", "batches_table", "compute", "dashboard_figure", "latest_table", "narrative",
-           "panel_data", "power_note", "precheck", "show_batches", "show_dashboard", "show_latest", "show_metrics", "show_summary", "show_tests"]
+           "panel_data", "power_note", "precheck", "show_batches", "show_dashboard", "show_latest", "show_metrics",
+           "show_summary", "show_tests"]
 
 LEVEL_COLOUR = {"ok": PALETTE["healthy"], "warning": PALETTE["concerning"], "critical": PALETTE["problematic"]}
 

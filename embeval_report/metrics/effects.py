@@ -110,7 +110,8 @@ class Effects:
 
     def canonical(self) -> str:
         """The entries as one string (what the settings keep and the reports show)."""
-        parts = ([self.default.text()] if self.default else []) + [f"{k}={e.text()}" for k, e in self.per_metric.items()]
+        parts = [self.default.text()] if self.default else []
+        parts += [f"{k}={e.text()}" for k, e in self.per_metric.items()]
         return ",".join(parts) or AUTO
 
     def entry(self, chapter: str, metric: str) -> tuple[Effect | None, str]:
@@ -201,5 +202,5 @@ def declared_metrics() -> set:
     return set(_spec_ranges())
 
 
-__all__ = ["ABSOLUTE", "AUTO", "Effect", "Effects", "NEAR_BOUND", "RELATIVE", "check", "declared_metrics", "default_effect",
-           "metric_kind"]
+__all__ = ["ABSOLUTE", "AUTO", "Effect", "Effects", "NEAR_BOUND", "RELATIVE", "check", "declared_metrics",
+           "default_effect", "metric_kind"]

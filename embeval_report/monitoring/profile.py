@@ -248,7 +248,8 @@ def load_profile(folder) -> Profile:
     meta.pop("format")
     if "anomaly_rank" not in meta:  # written before the calibration (mu + 2 sigma): calibrated from its scores
         meta["anomaly_threshold"], meta["anomaly_rank"] = calibrate(arrays["calibration_scores"], ANOMALY_RATE)
-        meta["calibration_anomalous_fraction"] = float((arrays["calibration_scores"] > meta["anomaly_threshold"]).mean())
+        above = arrays["calibration_scores"] > meta["anomaly_threshold"]
+        meta["calibration_anomalous_fraction"] = float(above.mean())
         meta["anomaly_rate"] = ANOMALY_RATE
     try:
         p = Profile(**meta, **arrays)

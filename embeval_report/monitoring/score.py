@@ -100,9 +100,11 @@ _SIG = "and its test rejects at α/7"
 
 #: signal name -> (label, rule in words)
 SIGNALS = {
-    "mean_shift": ("Mean shift", f"{TABLE_217_3} mean drift: warning > 1.5×, critical > 2.5× the no-drift level, {_SIG}"),
+    "mean_shift": ("Mean shift", f"{TABLE_217_3} mean drift: warning > 1.5×, critical > 2.5× the no-drift level, "
+                                 f"{_SIG}"),
     "norm_shift": ("Norm shift", f"{TABLE_217_3} mean drift on the mean norm: warning > 1.5×, critical > 2.5× its "
-                                 f"standard error (Welch |t|), {_SIG} (|t| above about 2.7: a significant shift is critical)"),
+                                 f"standard error (Welch |t|), {_SIG} (|t| above about 2.7: a significant shift is "
+                                 "critical)"),
     "isotropy_drift": ("Isotropy drift (APCS)", f"{SEED_220_1}: warning when |ΔAPCS| > 0.1; {SEED_220_2}: APCS > 0.3 "
                                                 f"warning, > 0.5 critical (above the reference's band), {_SIG}"),
     "mmd": ("MMD² (permutation test)", "warning when its test rejects at α/7 (Gretton et al. 2012); no critical "
