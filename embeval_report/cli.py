@@ -56,9 +56,12 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "store and resampling moments follow it, and a transformed copy of the set larger than a "
                         "quarter of it is computed where it is read instead of held; the numbers do not depend on it "
                         "beyond the last digits of float64 sums")
-    p.add_argument("--mde", type=float, default=None, metavar="EFFECT",
-                   help="the smallest change of a metric you care about, in its own units (default 0.01): the "
-                        "statistical-rigor chapter states how many queries/edges/entities detecting it takes")
+    p.add_argument("--mde", action="append", default=None, metavar="EFFECT",
+                   help="the smallest change of a metric you care about: 0.01 (absolute, every metric), 2%% (of the "
+                        "metric's value), chapter.metric=VALUE or metric=VALUE; comma-separated or repeated. Default "
+                        "auto: 0.01 for bounded metrics (10%% of the distance to a bound near one), 5%% for unbounded "
+                        "ones such as mean rank. The statistical-rigor chapter states how many units detecting it "
+                        "takes; compare calls a difference within it 'no difference larger than E' only when shown")
     p.add_argument("--set", dest="options", action="append", type=_option, default=[], metavar="NAME=VALUE",
                    help="a chapter option, e.g. --set k=20 (repeatable; see `embeval-report options`)")
     p.add_argument("--renderer", choices=("auto", "quarto", "builtin"), default="auto")
@@ -117,8 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--correction", choices=("holm", "bh", "none"), default="holm",
                      help="multiple-testing correction over every model pair x metric (default holm)")
     cmp.add_argument("--fail-on-regression", action="store_true",
-                     help="exit with status 3 when another model is significantly worse than the first on any metric "
-                          "(CI gating of a new model)")
+                     help="exit with status 3 when another model is significantly worse than the first (verdict "
+                          "'<first> better') on any metric after the correction; the message lists them as "
+                          "chapter.metric (CI gating of a new model; docs/compare.md)")
     _common(cmp)
     ch = sub.add_parser("chapters", help="list the chapters and the inputs each needs")
     ch.add_argument("source", nargs="?", type=Path, help="a manifest or vectors file to check against")
@@ -143,12 +147,32 @@ def _settings(args):
     from .chapters.registry import resolve_settings
 
     try:
-        options = dict(args.options, **({"mde": args.mde} if getattr(args, "mde", None) is not None else {}))
+        mde = getattr(args, "mde", None)
+        options = dict(args.options, **({"mde": ",".join(mde)} if mde else {}))
+        _check_mde_names(options.get("mde"))
         return resolve_settings(seed=args.seed, device=args.device, sample_size=args.sample_size,
                                 options=options, precision=args.precision,
                                 memory_budget=getattr(args, "memory_budget", None))
     except ValueError as exc:
         raise InputError(str(exc)) from None
+
+
+def _check_mde_names(text) -> None:
+    """An ``--mde`` entry must name a chapter that exists and a metric some chapter declares (one line, exit 2)."""
+    if text is None:
+        return
+    from .chapters.registry import discover
+    from .metrics.effects import Effects, declared_metrics
+
+    known = declared_metrics()
+    chapters = {c.name for c in discover()}
+    for name in Effects.parse(text).per_metric:
+        chapter, _, metric = name.rpartition(".")
+        if chapter and chapter not in chapters:
+            raise ValueError(f"--mde {name}=...: no chapter {chapter!r}; chapters: {', '.join(sorted(chapters))}")
+        if metric not in known:
+            raise ValueError(f"--mde {name}=...: no metric {metric!r} is declared by any chapter (e.g. mean_rank, "
+                             "mrr, ndcg_at_10, knn_overlap)")
 
 
 def _run(args, source, prepare=None) -> int:
@@ -242,26 +266,27 @@ def _render(args) -> int:
 
 
 def _compare(args) -> int:
-    from .report.compare import model_names, regressions, run_compare
+    from .report.compare import model_names, regression_names, regressions, run_compare, terminal_lines
 
     _check_formats(args.formats)
     settings = _settings(args)
     out_names = model_names(args.sources, args.names)
+    say = lambda line: print(f"embeval-report: {line}", file=sys.stderr, flush=True)  # noqa: E731
     out, table, files = run_compare(
         args.sources, args.out, names=args.names, settings=settings, chapters=args.chapters,
         correction=args.correction, renderer=args.renderer, pdf_engine=args.pdf_engine, formats=args.formats,
         title=args.title, timeout=args.timeout, force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache,
-        progress=lambda line: print(f"embeval-report: {line}", file=sys.stderr))
-    for row in table.itertuples():
-        print(f"  {row.b} vs {row.a}  {row.chapter}.{row.metric}: {row.diff:+.4f} "
-              f"({row.ci_low:+.4f} to {row.ci_high:+.4f}), p adj {row.p_adjusted:.3g}: {row.verdict}", file=sys.stderr)
+        progress=say)
+    for line in terminal_lines(table):
+        print(f"  {line}", file=sys.stderr)
     for f in files.values():
         print(f)
     print(out / "metrics.json")
     worse = regressions(table, out_names[0]) if len(table) else table
     if args.fail_on_regression and len(worse):
-        print(f"embeval-report: {len(worse)} significant regression(s) against {out_names[0]} "
-              f"({', '.join(sorted(set(worse['metric'])))}) (--fail-on-regression)", file=sys.stderr)
+        names = regression_names(worse, len(out_names))
+        print(f"embeval-report: {len(names)} significant regression(s) against {out_names[0]}: "
+              f"{', '.join(names)} (--fail-on-regression)", file=sys.stderr)
         return ExitCode.GATE
     return ExitCode.OK if files else ExitCode.RENDER
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.weightstats import ttost_paired
 
 from embeval_report.cli import main
 from embeval_report.metrics import paired
@@ -69,25 +70,121 @@ def test_randomisation_test_holds_its_size_under_the_null():
     assert lo <= rejections <= hi
 
 
+def _row(a, b, metric="m", seed=0, **kw):
+    """A comparison row as :func:`embeval_report.report.compare.paired_rows` builds it."""
+    return dict(a="x", b="y", chapter="c", metric=metric, label=metric, direction=kw.pop("direction", "higher"),
+                unit="queries", result=paired.paired_comparison(a, b, seed=seed, **kw),
+                differences=paired.paired_differences(a, b))
+
+
 def test_verdicts_and_the_correction():
-    assert paired.verdict("higher", 0.02, 0.001, 0.005, 0.01) == "B better"
-    assert paired.verdict("lower", 0.02, 0.001, 0.005, 0.01) == "A better"
-    assert paired.verdict("higher", 0.002, 0.4, 0.008, 0.01) == "no difference larger than the MDE"
-    assert paired.verdict("higher", 0.002, 0.4, 0.05, 0.01) == "underpowered"
+    assert paired.verdict("higher", 0.02, 0.001, inside=False, mde=0.005, effect=0.01) == "B better"
+    assert paired.verdict("lower", 0.02, 0.001, inside=False, mde=0.005, effect=0.01) == "A better"
+    assert paired.verdict("higher", 0.002, 0.4, inside=True, mde=0.008, effect=0.01) == "no difference larger than E"
+    assert paired.verdict("higher", 0.002, 0.4, inside=True, mde=0.05, effect=0.01) == "no difference larger than E"
+    assert paired.verdict("higher", 0.002, 0.4, inside=False, mde=0.05, effect=0.01) == "underpowered"
+    assert paired.verdict("higher", 0.006, 0.4, inside=False, mde=0.008, effect=0.01) == "inconclusive"
     rng = np.random.default_rng(3)
     rows = []
     for i in range(6):
         a = rng.uniform(0, 1, 80)
-        rows.append(dict(a="x", b="y", chapter="c", metric=f"m{i}", label=f"m{i}", direction="higher", unit="queries",
-                         result=paired.paired_comparison(a, a + rng.normal(0.03 * i, 0.1, 80), seed=i)))
-    table = paired.compare_table(rows, correction="holm", effect=0.01)
+        rows.append(_row(a, a + rng.normal(0.03 * i, 0.1, 80), metric=f"m{i}", seed=i))
+    table = paired.compare_table(rows, correction="holm", effects=0.01)
     np.testing.assert_allclose(table["p_adjusted"], multipletests(table["p_randomisation"], method="holm")[1])
-    bh = paired.compare_table(rows, correction="bh", effect=0.01)
+    bh = paired.compare_table(rows, correction="bh", effects=0.01)
     np.testing.assert_allclose(bh["p_adjusted"], multipletests(bh["p_randomisation"], method="fdr_bh")[1])
-    assert (paired.compare_table(rows, correction="none")["p_adjusted"] == table["p_randomisation"]).all()
+    none = paired.compare_table(rows, correction="none", effects=0.01)
+    assert (none["p_adjusted"] == table["p_randomisation"]).all()
     assert table.loc[5, "verdict"] == "B better"
+    # the simultaneous interval: the paired t interval at 1 - alpha/m (Bonferroni over the 6 rows), closed form
+    for r, row in zip(table.itertuples(), rows):
+        d = row["differences"]
+        half = sps.t.ppf(1 - 0.05 / 6 / 2, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+        assert (r.sim_low, r.sim_high) == pytest.approx((d.mean() - half, d.mean() + half), rel=1e-9)
+        assert r.sim_level == pytest.approx(1 - 0.05 / 6) and r.interval == "simultaneous"
+        assert r.mde == pytest.approx(minimum_detectable_effect(d.std(ddof=1), len(d), alpha=0.05 / 6), rel=1e-9)
+        # TOST (statsmodels ttost_paired) at alpha/(2m) agrees with the interval lying inside +-E
+        p_tost = ttost_paired(row["result"].mean_b + d, row["result"].mean_b + 0 * d, -0.01, 0.01)[0]
+        assert r.p_equivalence == pytest.approx(p_tost, rel=1e-9)
+        assert r.inside == (-0.01 < r.sim_low and r.sim_high < 0.01)
+    assert (none["interval"] == "marginal").all() and (none["sim_level"] == 0.95).all()
     with pytest.raises(ValueError, match="correction"):
         paired.compare_table(rows, correction="bonferroni")
+
+
+def _fast_row(d, metric, seed=0):
+    """A row from simulated differences ``d`` without the resampling statistics (the verdict reads the p-value,
+    the differences and the spread; the randomisation test's own size is tested above): the t-test's p stands in
+    for the randomisation test's."""
+    sd = float(d.std(ddof=1))
+    r = paired.PairedComparison(n=len(d), mean_a=0.5, mean_b=0.5 + d.mean(), diff=float(d.mean()), ci_low=np.nan,
+                                ci_high=np.nan, ci_method="", sd_diff=sd, d_z=d.mean() / sd, wins=0, ties=0, losses=0,
+                                p_t=np.nan, p_wilcoxon=np.nan, p_randomisation=float(sps.ttest_1samp(d, 0).pvalue),
+                                mde=np.nan)
+    return dict(a="x", b="y", chapter="c", metric=metric, label=metric, direction="higher", unit="u", result=r,
+                differences=d)
+
+
+def _p_inside(delta, effect, n, alpha):
+    """Exact probability that the 1 - alpha paired t interval of n normal differences (mean delta, sd 1) lies inside
+    (-effect, effect): Phi terms integrated over the chi-square law of the sample variance (TOST power)."""
+    from scipy import integrate
+
+    nu, c, se = n - 1, sps.t.ppf(1 - alpha / 2, n - 1), 1 / np.sqrt(n)
+
+    def given(q):  # q = nu * s^2
+        h = c * np.sqrt(q / nu) * se
+        return max(0.0, sps.norm.cdf((effect - h - delta) / se) - sps.norm.cdf((-effect + h - delta) / se)) \
+            * sps.chi2.pdf(q, nu)
+    return integrate.quad(given, 0, sps.chi2.ppf(1 - 1e-12, nu), limit=200)[0]
+
+
+def _within(count, runs, p):
+    """Whether ``count`` of ``runs`` is inside the binomial 99.9 % two-sided range at rate ``p``."""
+    lo, hi = sps.binom.ppf([0.0005, 0.9995], runs, p)
+    return lo <= count <= hi
+
+
+def test_equivalence_verdicts_have_their_stated_error_rates():
+    """Simulated pairs, 60 units, differences N(delta, 1), E = 0.6, for delta = 0, +-E/2, +-E, +-2E.
+
+    Marginal (--correction none, one table of many rows): "no difference larger than E" at delta = +-E (the worst
+    case of a false equivalence) happens at rate alpha/2 = 0.025 exactly, and at 0 and +-E/2 at the TOST power of
+    the 95 % interval (exact integral); a false "better" at delta = 0 at rate alpha; never the wrong direction.
+    Simultaneous (Holm over families of the 7 rows): equivalence at the Bonferroni level alpha/7, so a false one
+    at delta = +-E is at most alpha/14, and the true null row raises a "better" in at most alpha of the families."""
+    n, E, runs = 60, 0.6, 400
+    deltas = (0.0, E / 2, -E / 2, E, -E, 2 * E, -2 * E)
+    rng = np.random.default_rng(29)
+    rows = [_fast_row(rng.normal(delta, 1, n), f"d{j}_{i}") for i in range(runs) for j, delta in enumerate(deltas)]
+    t = paired.compare_table(rows, correction="none", effects=E)
+    t["delta"] = np.tile(deltas, runs)
+    by = {delta: t[t["delta"] == delta] for delta in deltas}
+    same = "no difference larger than E"
+    for delta in deltas:  # the interval lies inside +-E at the TOST power (the exact integral)
+        inside = int(by[delta]["inside"].sum())
+        assert _within(inside, runs, _p_inside(delta, E, n, 0.05)), (delta, inside)
+        # the verdict says so unless the test rejects first (then it names the better model)
+        assert ((by[delta]["verdict"] == same) == (by[delta]["inside"] & (by[delta]["p_adjusted"] > 0.05))).all()
+        wrong = "A better" if delta > 0 else "B better"
+        assert delta == 0 or (by[delta]["verdict"] == wrong).sum() <= sps.binom.ppf(0.999, runs, 0.025)
+    edge = pd.concat([by[E], by[-E]])  # a false equivalence: at most alpha/2, attained by the interval
+    assert _within(int(edge["inside"].sum()), 2 * runs, 0.025)
+    assert (edge["verdict"] == same).sum() <= sps.binom.ppf(0.9995, 2 * runs, 0.025)
+    assert _within(int(by[0.0]["verdict"].isin(["A better", "B better"]).sum()), runs, 0.05)
+    assert (by[2 * E]["verdict"] == "B better").all() and (by[-2 * E]["verdict"] == "A better").all()
+    # families of the 7 rows, Holm + the Bonferroni-level interval
+    families, false_alarms, false_same, null_inside = 120, 0, 0, 0
+    for i in range(families):
+        fam = paired.compare_table([_fast_row(rng.normal(delta, 1, n), f"d{j}") for j, delta in enumerate(deltas)],
+                                   effects=E)
+        assert fam["sim_level"].iloc[0] == pytest.approx(1 - 0.05 / 7)
+        false_alarms += fam["verdict"].iloc[0] in ("A better", "B better")
+        false_same += int((fam["verdict"].iloc[[3, 4]] == same).sum())
+        null_inside += bool(fam["inside"].iloc[0])
+    assert false_alarms <= sps.binom.ppf(0.999, families, 0.05)
+    assert false_same <= sps.binom.ppf(0.999, 2 * families, 0.05 / 14)
+    assert _within(null_inside, families, _p_inside(0.0, E, n, 0.05 / 7))
 
 
 def test_holm_keeps_the_family_wise_error_and_the_mde_has_its_power():
@@ -100,9 +197,7 @@ def test_holm_keeps_the_family_wise_error_and_the_mde_has_its_power():
         rows = []
         for m in range(5):
             a = rng.normal(0.5, 0.2, n)
-            rows.append(dict(a="x", b="y", chapter="c", metric=f"m{m}", label="m", direction="higher", unit="u",
-                             result=paired.paired_comparison(a, a + rng.normal(0, 0.1, n), seed=seed,
-                                                             n_resamples=199)))
+            rows.append(_row(a, a + rng.normal(0, 0.1, n), metric=f"m{m}", seed=seed, n_resamples=199))
         false_alarms += (paired.compare_table(rows)["p_adjusted"] <= 0.05).any()
     assert false_alarms <= sps.binom.ppf(0.999, runs, 0.05)
     sd = 0.1
@@ -160,7 +255,10 @@ def test_compare_command_end_to_end(tmp_path, capsys):
     assert row["p_adjusted"] == pytest.approx(multipletests(t["p_randomisation"], method="holm")[1][row.name])
     html = (out / "report.html").read_text()
     assert "Model comparison" in html and "tbl-compare-differences" in html
-    assert "new vs prod" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "new (B) vs prod (A)" in err and "retrieval: new better on" in err and "comparing the models" in err
+    assert "retrieval.mrr: +" in err and ": new better" in err and "A better" not in err
+    assert 'class="verdict verdict-healthy"' in html and "verdict-new" not in html  # coloured, one class word
     # earlier report folders are reused as they are: the same numbers without re-running; three models get ranks
     third = tmp_path / "third"
     shutil.copytree(out / "models" / "prod", third)
@@ -183,7 +281,11 @@ def test_compare_command_end_to_end(tmp_path, capsys):
     gate = tmp_path / "gate"
     assert main(["compare", str(out / "models" / "new"), str(out / "models" / "prod"), "--out", str(gate),
                  "--formats", "html", "--fail-on-regression"]) == 3
-    assert "regression" in capsys.readouterr().err
+    gate_line = capsys.readouterr().err.strip().splitlines()[-1]
+    worse = pd.DataFrame(json.loads((gate / "comparison.json").read_text())["comparisons"])
+    worse = worse[worse["verdict"] == "A better"]
+    assert gate_line == (f"embeval-report: {len(worse)} significant regression(s) against new: "
+                         + ", ".join(f"retrieval.{m}" for m in worse["metric"]) + " (--fail-on-regression)")
     assert "Do not ship prod" in (gate / "report.html").read_text()
     assert "Ship new" in html
     # a model whose units share no id with the other's: one line, exit 2
@@ -196,6 +298,58 @@ def test_compare_command_end_to_end(tmp_path, capsys):
     assert "share no queries" in capsys.readouterr().err
     ranks = pd.DataFrame(doc2["ranks"]["retrieval.mrr"])
     assert list(ranks["model"]) == ["new", "prod", "third"] and "tbl-compare-ranks" in (again / "report.html").read_text()
+
+
+def test_mde_forms_and_defaults_per_metric_kind():
+    from embeval_report.metrics.effects import Effects, metric_kind
+
+    auto = Effects.parse("auto")
+    assert metric_kind("link_prediction", "mean_rank")[0] == "unbounded"  # range (1, inf) in its spec
+    assert metric_kind("retrieval", "mrr")[:1] == ("bounded",) and metric_kind("drift", "mean_drift__2024_02")[0] == \
+        "bounded"
+    assert auto.for_metric("link_prediction", "mean_rank", 40.0)[0] == pytest.approx(2.0)
+    assert auto.for_metric("retrieval", "mrr", 0.5)[0] == 0.01
+    assert auto.for_metric("recommendation", "hit_rate_at_10", 0.015)[0] == pytest.approx(0.0015)
+    assert auto.for_metric("retrieval", "hit_rate_at_10", 0.995)[0] == pytest.approx(0.0005)  # near the top bound
+    assert auto.for_metric("retrieval", "hit_rate_at_10", 0.0)[0] == 0.01  # on the bound: no relative base
+    assert auto.for_metric("x", "not_declared", 3.0) == (0.01, "0.01 (default)")
+    e = Effects.parse("2%,link_prediction.mean_rank=1, mrr=0.03,drift.mean_drift=5%")
+    assert e.for_metric("link_prediction", "mean_rank", 40.0)[0] == 1.0
+    assert e.for_metric("retrieval", "mrr", 0.5)[0] == 0.03 and e.for_metric("link_prediction", "mrr", 0.1)[0] == 0.03
+    assert e.for_metric("drift", "mean_drift__2024_05", 0.2)[0] == pytest.approx(0.01)  # a snapshot's copy
+    assert e.for_metric("retrieval", "ndcg_at_10", 0.5) == (pytest.approx(0.01), "--mde 2% of 0.5")
+    assert Effects.parse(0.02).canonical() == "0.02" and Effects.parse("auto").canonical() == "auto"
+    for bad, words in (("x", "not a number"), ("0", "positive"), ("-1%", "positive"), ("1,2", "two values"),
+                       ("a.b.c=1", "not a metric name"), ("mrr=1,mrr=2", "given twice"), ("mrr=", "not a number"),
+                       ("", "empty"), ("0.01,,mrr=1", "empty entry")):
+        with pytest.raises(ValueError, match=words):
+            Effects.parse(bad)
+
+
+def test_bad_mde_values_are_one_line_and_exit_2(tmp_path, capsys):
+    a, b = _model(tmp_path / "a", 1.0), _model(tmp_path / "b", 0.5)
+    for value, words in (("1.5x", "not a number"), ("0", "positive"), ("link_prediction.mean_rnak=1", "no metric"),
+                         ("retrievl.mrr=1", "no chapter 'retrievl'"), ("mrr=2,mrr=3", "given twice")):
+        assert main(["compare", str(a), str(b), "--out", str(tmp_path / "o"), "--mde", value]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err and err.startswith("embeval-report: error: --mde"), err
+        assert not (tmp_path / "o").exists()
+    assert main(["run", str(a), "--out", str(tmp_path / "r"), "--mde", "2%", "--mde", "banana=1"]) == 2
+    assert "no metric 'banana'" in capsys.readouterr().err
+
+
+def test_model_names_from_the_manifest_or_the_folder(tmp_path):
+    from embeval_report.report.compare import folder_name, model_names
+
+    for sub, text in (("prod", "name: Production model\nvectors: v.npy\n"), ("new", "vectors: v.npy\n"),
+                      ("old", "vectors: v.npy\n")):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "manifest.yaml").write_text(text)
+    sources = [tmp_path / "prod" / "manifest.yaml", tmp_path / "new" / "manifest.yaml"]
+    assert model_names(sources) == ["Production model", "new"]  # the name it declares, else the folder's
+    assert model_names([tmp_path / "new" / "manifest.yaml", tmp_path / "old" / "manifest.yaml"]) == ["new", "old"]
+    assert model_names(sources, ["a", "b"]) == ["a", "b"]
+    assert folder_name("Production model (v2)") == "Production-model-v2"
 
 
 def test_compare_bad_input_is_one_line(tmp_path, capsys):

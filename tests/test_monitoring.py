@@ -26,7 +26,7 @@ def profile():
 
 
 def fast(p, Y, seed=0):
-    return score_batch(p, Y, seed=seed, n_perm=100, mmd_sample=300, ks_sample=600, classifier_sample=300,
+    return score_batch(p, Y, seed=seed, n_perm=150, mmd_sample=300, ks_sample=600, classifier_sample=300,
                        anomaly_sample=600, device="cpu")
 
 
@@ -130,3 +130,122 @@ def test_chapter_end_to_end(profile, tmp_path):
     html = (out / "report.html").read_text()
     for words in ("monitoring dashboard", "week 3", "The latest batch"):
         assert words in html, words
+
+
+def t_rows(n, seed, df=3):
+    """Heavy-tailed rows: Student t with 3 degrees of freedom, mixed and shifted like ``draw``."""
+    return (np.random.default_rng(seed).standard_t(df, (n, D)) @ MIX + 1.0).astype(np.float32)
+
+
+def test_exceedances_of_the_calibrated_threshold_are_beta_binomial():
+    """A batch's count of scores above the k-th smallest of m held-out scores (k = ceil((1 - q)(m + 1))) follows
+    BetaBin(n, m - k + 1, k) whatever the scores' law (here lognormal): simulated counts against scipy's pmf."""
+    from scipy import stats
+
+    from embeval_report.monitoring.profile import calibrate
+
+    rng = np.random.default_rng(0)
+    m, n, runs = 199, 40, 20000
+    counts = np.empty(runs, int)
+    for i in range(runs):
+        cal, batch = rng.lognormal(0, 2, m), rng.lognormal(0, 2, n)
+        threshold, k = calibrate(cal, 0.025)
+        counts[i] = (batch > threshold).sum()
+    assert k == 195  # ceil(0.975 * 200)
+    expected = stats.betabinom.pmf(np.arange(n + 1), n, m - k + 1, k) * runs
+    observed = np.bincount(counts, minlength=n + 1)
+    keep = expected >= 5  # pool the tail for the chi-square test
+    obs = np.r_[observed[keep], observed[~keep].sum()]
+    exp = np.r_[expected[keep], expected[~keep].sum()]
+    assert stats.chisquare(obs, exp).pvalue > 0.001
+    assert counts.mean() / n == pytest.approx((m - k + 1) / (m + 1), rel=0.03)
+
+
+def test_unchanged_heavy_tailed_batches_stay_ok_in_the_table_and_the_dashboard(tmp_path):
+    """Student-t rows: the calibrated threshold leaves (m - k)/m of the held-out rows above it, about q = 2.5 %;
+    unchanged batches stay ok (at most the Bonferroni false-alarm rate), their anomalous fraction below its warning
+    edge, and the dashboard reads every level from the bands the table's level came from."""
+    from embeval_report.chapters.monitoring import PANELS, dashboard_figure, panel_data
+    from embeval_report.monitoring.history import append_history, history_record
+    from embeval_report.monitoring.score import band_level
+
+    p = build_profile(t_rows(4000, 0), sample_size=1500, calibration=600, device="cpu")
+    cal = p.calibration_scores
+    assert (cal > p.anomaly_threshold).mean() == pytest.approx((len(cal) - p.anomaly_rank) / len(cal))
+    m = len(cal)
+    assert p.nominal_rate == pytest.approx((m - p.anomaly_rank + 1) / (m + 1)) and p.nominal_rate <= 0.025
+    levels = []
+    for i in range(8):
+        s = fast(p, t_rows(500, 300 + i), seed=i)
+        levels.append(s.level)
+        f = s.signals["anomalous_fraction"]
+        assert f.value <= f.bands["warning"] and f.level == "ok"
+        for sig in s.signals.values():  # every signal has a critical edge or says it has none
+            assert sig.bands.get("critical") is not None or "no critical level" in sig.rule
+        append_history(tmp_path / "h.jsonl", history_record(s, batch=f"b{i}", timestamp=f"2024-01-0{i + 1}"))
+    from scipy import stats
+    assert sum(lv != "ok" for lv in levels) <= stats.binom.ppf(0.999, 8, 0.05)
+    h = read_history(tmp_path / "h.jsonl")
+    for sname, col, _ in PANELS:
+        d = panel_data(h, sname, col)
+        assert list(d["level"]) == list(d["recorded"]), sname  # the dashboard's colour = the table's level
+        if sname == "anomalous_fraction":
+            assert (d["value"] <= d["warning"]).all() and (d["value"] < 2.5 * p.nominal_rate * 2).all()
+    assert band_level(0.2, {"warning": 0.1, "critical": 0.3}) == "warning"
+    dashboard_figure(h)
+
+
+def test_every_level_is_where_its_test_rejects_and_a_strong_shift_is_critical(profile):
+    from scipy import stats
+
+    moved = fast(profile, draw(400, 9, shift=1.5))
+    auc = moved.signals["domain_classifier"]
+    assert auc.value > 0.7 and auc.level == "critical"  # AUC has a critical level now
+    assert moved.signals["mmd"].level == "warning" and "no critical level" in moved.signals["mmd"].rule
+    for s in moved.signals.values():  # a level above ok only where the signal's own test rejects at alpha/7
+        assert (s.level != "ok") <= (s.p_value <= 0.05 / 7), s.name
+    frac = moved.signals["anomalous_fraction"]
+    a, b = profile.exceedance
+    n = frac.detail["rows"]
+    for edge in (frac.bands["warning"], frac.bands["critical"]):  # the first count above an edge is significant
+        first = int(np.floor(edge * n + 1e-9)) + 1
+        assert stats.betabinom.sf(first - 1, n, a, b) <= 0.05 / 7 and edge >= 2 * profile.nominal_rate
+
+
+def test_small_batches_say_what_they_cannot_see(profile, tmp_path, monkeypatch, capsys):
+    from statsmodels.stats.power import NormalIndPower
+    from statsmodels.stats.proportion import proportion_effectsize
+
+    s = fast(profile, draw(5, 4))
+    assert "anomalous_fraction" in s.info["underpowered"]
+    q = profile.nominal_rate
+    pw = s.info["power"]["anomalous_fraction"]
+    assert pw["power"] == pytest.approx(NormalIndPower().power(proportion_effectsize(2 * q, q), nobs1=5,
+                                                               alpha=0.05 / 7, ratio=0, alternative="larger"))
+    monkeypatch.chdir(tmp_path)
+    np.save("ref.npy", draw(2000, 0))
+    np.save("tiny.npy", draw(5, 1))
+    assert main(["profile", "ref.npy", "--out", "prof", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    assert main(["monitor", "prof", "tiny.npy", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "too small to see a warning-level change of the anomalous fraction" in out and "rows needed" in out
+
+
+def test_monitor_json_beside_the_history_and_json_dash_prints_only_json(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    np.save("ref.npy", draw(2000, 0))
+    np.save("same.npy", draw(300, 1))
+    np.save("moved.npy", draw(300, 2, shift=1.0))
+    assert main(["profile", "ref.npy", "--out", "prof", "--device", "cpu"]) == 0
+    capsys.readouterr()
+    assert main(["monitor", "prof", "same.npy", "--history", "logs/h.jsonl", "--device", "cpu"]) == 0
+    assert (tmp_path / "logs" / "monitor-same.json").is_file() and not (tmp_path / "monitor-same.json").exists()
+    capsys.readouterr()
+    assert main(["monitor", "prof", "moved.npy", "--json", "-", "--history", "logs/h.jsonl", "--fail-on",
+                 "warning", "--device", "cpu"]) == 3
+    out, err = capsys.readouterr()
+    rec = json.loads(out)
+    assert err == "" and rec["level"] == "critical" and rec["verdict"] == "problematic"
+    assert not (tmp_path / "logs" / "monitor-moved.json").exists()
+    assert len(read_history("logs/h.jsonl").records) == 2

@@ -2,6 +2,7 @@
 directly), the per-unit records and their minimum detectable effects (against statsmodels' TTestPower), the
 chapters' test tables filled with the adjusted values, and the chapter in a report."""
 import json
+import math
 
 import nbformat
 import numpy as np
@@ -82,6 +83,33 @@ def test_units_record_the_minimum_detectable_effect(tmp_path):
     assert power.loc["ndcg", "required_n"] == required_units(0.05, x.std(ddof=1))
     assert bool(power.loc["ndcg", "detects_effect"]) == (power.loc["ndcg", "mde"] <= 0.05)
     assert power.loc["ndcg", "mde"] == pytest.approx(minimum_detectable_effect(x.std(ddof=1), len(x)))
+
+
+def test_power_rows_use_each_metrics_effect():
+    """The default E per metric kind, from the specs' ranges: 0.01 for a bounded rate (10 % of the distance to a
+    bound near one), 5 % of the value for mean rank (an unbounded range); a per-metric --mde wins. Units needed
+    against statsmodels' TTestPower solved for n."""
+    stats = pd.DataFrame([
+        dict(chapter="link_prediction", metric="mean_rank", label="Mean rank", unit="test edges", n=7919, sd=30.0,
+             mde=0.95, value=46.0),
+        dict(chapter="link_prediction", metric="mrr", label="MRR", unit="test edges", n=7919, sd=0.2, mde=0.0063,
+             value=0.11),
+        dict(chapter="recommendation", metric="hit_rate_at_10", label="Hit rate@10", unit="users", n=4000, sd=0.12,
+             mde=0.0053, value=0.015),
+    ])
+    power = rg.power_table(stats, "auto").set_index("metric")
+    assert power.loc["mean_rank", "effect"] == pytest.approx(0.05 * 46.0)
+    assert power.loc["mrr", "effect"] == pytest.approx(0.01)
+    assert power.loc["hit_rate_at_10", "effect"] == pytest.approx(0.1 * 0.015)
+    for m in power.index:
+        e, sd = power.loc[m, "effect"], power.loc[m, "sd"]
+        n = TTestPower().solve_power(effect_size=e / sd, alpha=0.05, power=0.8, alternative="two-sided")
+        assert power.loc[m, "required_n"] == math.ceil(n) and bool(power.loc[m, "detects_effect"]) == (
+            power.loc[m, "mde"] <= e)
+    assert power.loc["mean_rank", "required_n"] < 2000  # not the tens of millions an absolute 0.01 would ask for
+    given = rg.power_table(stats, "0.02,link_prediction.mean_rank=1,hit_rate_at_10=20%").set_index("metric")
+    assert list(given["effect"]) == pytest.approx([1.0, 0.02, 0.2 * 0.015])
+    assert given.loc["mean_rank", "effect_rule"] == "--mde link_prediction.mean_rank=1"
 
 
 def test_test_tables_are_shown_adjusted_when_rendered_and_the_notebook_is_left_as_executed(tmp_path):

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..metrics import effects
+
 INF = float("inf")
 
 
@@ -43,6 +45,7 @@ class Option:
     help: str = ""
     choices: tuple | None = None
     bounds: tuple[float, float] | None = None  # open interval (low, high) a number must lie in
+    check: Callable[[Any], Any] | None = None  # validates and normalises the value (raises ValueError)
 
     def parse(self, value: Any) -> Any:
         """``value`` (a string from the command line, or a Python value) as this option's type."""
@@ -66,14 +69,17 @@ class Option:
             lo, hi = self.bounds
             raise ValueError(f"option {self.name}: expected a value above {lo:g}"
                              + (f" and below {hi:g}" if hi != INF else "") + f", got {value!r}")
+        if self.check is not None:
+            return self.check(v)
         return kind(v) if kind in (int, float) else v
 
 
 #: options read by several chapters (each chapter lists the ones it reads among its ``options``)
 K = Option("k", 10, "neighbours per point for neighbour-based metrics", bounds=(0, INF))
-MDE = Option("mde", 0.01, "the effect a user cares about, in a metric's own units: the statistical-rigor chapter gives "
-             "the units needed to detect it, and `compare` calls a comparison underpowered when its minimum detectable "
-             "effect is larger (also --mde)", bounds=(0, INF))
+MDE = Option("mde", "auto", "the effect a user cares about per metric (also --mde): 0.01 (absolute), 2% (of the "
+             "metric's value), chapter.metric=VALUE, comma-separated; auto: 0.01 for bounded metrics (less near a "
+             "bound), 5% for unbounded ones such as ranks; the statistical-rigor chapter gives the units needed to "
+             "detect it, `compare` shows equivalence within it (docs/compare.md)", check=effects.check)
 
 
 @dataclass(frozen=True)

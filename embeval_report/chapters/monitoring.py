@@ -14,7 +14,7 @@ import pandas as pd
 from ..errors import ChapterSkipped
 from ..monitoring import score as sc
 from ..monitoring.history import MonitorHistory
-from ..present.display import callout, escape, show_figure, show_markdown, show_table, show_tests
+from ..present.display import Badge, callout, escape, show_figure, show_markdown, show_table, show_tests
 from ..present.display import show_metrics as show_metric_table
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from .setup import ChapterContext
 
 __all__ = ["MonitoringReport", "batches_table", "compute", "dashboard_figure", "latest_table", "narrative",
-           "precheck", "show_batches", "show_dashboard", "show_latest", "show_metrics", "show_summary", "show_tests"]
+           "panel_data", "power_note", "precheck", "show_batches", "show_dashboard", "show_latest", "show_metrics",
+           "show_summary", "show_tests"]
 
 LEVEL_COLOUR = {"ok": PALETTE["healthy"], "warning": PALETTE["concerning"], "critical": PALETTE["problematic"]}
 
@@ -54,7 +55,7 @@ def compute(ctx: ChapterContext) -> MonitoringReport:
             continue
         spec = sc.SPECS[metric]
         pa = s.get("p_adjusted")
-        ref = (f"{s['rule']}; Holm-adjusted p = {pa:.3g}" if pa is not None else s["rule"]) if s.get("rule") \
+        ref = (f"{s['rule']}; adjusted p = {pa:.3g}" if pa is not None else s["rule"]) if s.get("rule") \
             else spec.reference
         m = spec.record(s["value"], (s.get("ci_low"), s.get("ci_high")), ci_method="see the Method section",
                         label=f"{spec.label} (latest: {latest['batch']})", reference=ref, verdict=False)
@@ -95,6 +96,23 @@ def _alerting(rec: dict) -> list[str]:
     return [f"{s['label']} ({s['level']})" for s in rec["signals"].values() if s["level"] != "ok"]
 
 
+def _level(level: str) -> Badge:
+    """A level as a coloured badge: its word (ok, warning, critical), its verdict's colour."""
+    return Badge(level, sc.VERDICT[level])
+
+
+def power_note(rec: dict) -> str:
+    """What a batch is too small to see (from its record's power), or ""."""
+    notes = []
+    for name in rec.get("underpowered") or []:
+        pw = rec.get("power", {}).get(name, {})
+        label = rec["signals"].get(name, {}).get("label", name)
+        need = f"about {pw['rows_needed']:,} rows" if pw.get("rows_needed") else "a larger reference sample"
+        notes.append(f"{label.lower()}: power {pw.get('power', float('nan')):.2f} to detect {pw.get('change', '')}, "
+                     f"{need} needed")
+    return "; ".join(notes)
+
+
 def narrative(rep: MonitoringReport) -> str:
     recs = rep.history.records
     levels = [r["level"] for r in recs]
@@ -105,15 +123,24 @@ def narrative(rep: MonitoringReport) -> str:
              f"{escape(latest['timestamp'])}. {sum(lv != 'ok' for lv in levels)} raised an alert "
              f"({sum(lv == 'critical' for lv in levels)} critical)."]
     if first is None:
-        parts.append("No batch differs from the reference by more than sampling explains: every signal's test "
-                     f"stays below its Holm-corrected threshold (family-wise false-alarm rate "
-                     f"{latest.get('alpha', 0.05):g} per batch).")
+        parts.append("No batch differs from the reference by more than sampling explains: no signal's test rejects "
+                     f"at α/7 (a false-alarm rate of at most {latest.get('alpha', 0.05):g} per batch over its seven "
+                     "signals), or no significant change reaches a level.")
     else:
         parts.append(f"The first alert is batch **{escape(recs[first]['batch'])}** ({escape(recs[first]['timestamp'])}, "
                      f"level {levels[first]}): {escape(', '.join(_alerting(recs[first])))}.")
     al = _alerting(latest)
     parts.append(f"The latest batch, **{escape(latest['batch'])}** ({latest['n']:,} rows), is at level "
                  f"**{latest['level']}**" + (f": {escape(', '.join(al))}." if al else ": no signal alerts."))
+    weak = [r for r in recs if r.get("underpowered")]
+    if power_note(latest):
+        parts.append(f"The latest batch is **too small to see a warning-level change** of every signal "
+                     f"({escape(power_note(latest))}): its *ok* there is not evidence of no change.")
+    elif weak:
+        parts.append(f"{len(weak)} batch(es) were too small to see a warning-level change of every signal (the "
+                     "batches table says which).")
+    parts.append("Levels are *ok*, *warning* and *critical* here, in `monitor`'s output and in its JSON; the "
+                 "report's scorecard and `metrics.json` read them as healthy, concerning and problematic.")
     if first is not None and len(recs) - first > 1 and all(lv != "ok" for lv in levels[first:]):
         parts.append("Every batch since the first alert alerts as well: a sustained change (Table 217.3's guidance: a "
                      "gradual trend calls for scheduled retraining, a sudden regime shift for review as well), not an "
@@ -125,8 +152,9 @@ def batches_table(rep: MonitoringReport) -> pd.DataFrame:
     rows = []
     for r in rep.history.records:
         rows.append({"batch": str(r["batch"]), "time": str(r["timestamp"]), "rows": f"{r['n']:,}",
-                     "level": r["level"], "verdict": sc.VERDICT[r["level"]],
-                     "alerting signals": ", ".join(_alerting(r)) or "—"})
+                     "level": _level(r["level"]), "alerting signals": ", ".join(_alerting(r)) or "—",
+                     "too small to see": ", ".join(r["signals"].get(k, {}).get("label", k)
+                                                   for k in r.get("underpowered") or []) or "—"})
     return pd.DataFrame(rows)
 
 
@@ -137,69 +165,111 @@ def latest_table(rep: MonitoringReport) -> pd.DataFrame:
     rows = []
     for s in rep.latest["signals"].values():
         ci = f"{f(s.get('ci_low'))} – {f(s.get('ci_high'))}" if s.get("ci_low") is not None else "—"
+        bands = sc.stored_bands(s.get("detail"))
+        edges = ("p ≤ " + f(bands["warning_p"], ".2g") + " / none" if "warning_p" in bands else
+                 " / ".join(f"> {f(bands[k], '.3g')}" if bands.get(k) is not None else "none"
+                            for k in ("warning", "critical")) if bands else "—")
+        if bands.get("warning_below") is not None:
+            edges = edges.replace(" / ", f" or < {f(bands['warning_below'], '.3g')} / ", 1)
         rows.append({"signal": s["label"], "value": f(s["value"]), "95 % CI": ci,
-                     "× no-drift level": f(s.get("ratio"), ".2f"), "p (Holm)": f(s.get("p_adjusted"), ".3g"),
-                     "verdict": sc.VERDICT[s["level"]], "rule": s.get("rule", "")})
+                     "reads": f(_plotted(s), ".3g"), "warning / critical": edges,
+                     "p (×7)": f(s.get("p_adjusted"), ".3g"), "level": _level(s["level"])})
     return pd.DataFrame(rows)
 
 
-#: dashboard panels: (signal, what is plotted, y label, warning edge, critical edge)
+def _plotted(s: dict):
+    """The value a signal's level reads (its ``plotted`` quantity: value, ratio or the batch's APCS)."""
+    which = s.get("plotted", "value")
+    return s.get("detail", {}).get("apcs") if which == "apcs" else s.get(which)
+
+
+#: dashboard panels: (signal, the quantity its level reads, y label)
 PANELS = (
-    ("mean_shift", "ratio", "mean shift, × no-drift level", sc.MEAN_DRIFT_WARNING, sc.MEAN_DRIFT_CRITICAL),
-    ("norm_shift", "ratio", "mean norm change, |z|", sc.MEAN_DRIFT_WARNING, sc.MEAN_DRIFT_CRITICAL),
-    ("isotropy_drift", "apcs", "APCS of the batch", sc.APCS_WARNING, sc.APCS_CRITICAL),
-    ("anomalous_fraction", "value", "anomalous fraction", sc.ANOMALY_WARNING, sc.ANOMALY_CRITICAL),
-    ("mmd", "value", "MMD²", None, None),
-    ("ks_dimensions", "value", "share of dimensions drifted", None, sc.KS_SHARE_CRITICAL),
-    ("domain_classifier", "value", "domain-classifier AUC", sc.AUC_WARNING, None),
+    ("mean_shift", "ratio", "mean shift, × no-drift level"),
+    ("norm_shift", "ratio", "mean norm change, Welch |t|"),
+    ("isotropy_drift", "apcs", "APCS of the batch"),
+    ("anomalous_fraction", "value", "anomalous fraction"),
+    ("mmd", "value", "MMD²"),
+    ("ks_dimensions", "value", "share of dimensions drifted"),
+    ("domain_classifier", "value", "domain-classifier AUC"),
 )
+_EDGES = ("warning", "critical", "warning_below", "warning_p")
+
+
+def panel_data(h: MonitorHistory, signal: str, column: str) -> pd.DataFrame:
+    """One dashboard panel: per batch, the plotted value, the bands the batch stored (``warning``, ``critical``,
+    ``warning_below``, ``warning_p``; NaN where none) and the level :func:`~embeval_report.monitoring.score.
+    signal_level` reads from them, the same function that set the table's level (a history written before the
+    bands were stored keeps its recorded level)."""
+    part = h.signals[h.signals["signal"] == signal].sort_values("batch_index")
+    out = pd.DataFrame({"batch_index": part["batch_index"].to_numpy(),
+                        "value": part[column].to_numpy(float) if column in part else np.nan,
+                        "p_value": part["p_value"].to_numpy(float), "recorded": part["level"].to_numpy()})
+    for e in _EDGES:
+        out[e] = part[f"{e}_edge"].to_numpy(float) if f"{e}_edge" in part else np.nan
+    has = out[list(_EDGES)].notna().any(axis=1)
+    out["level"] = [sc.signal_level(v, p, {e: r[e] for e in _EDGES if np.isfinite(r[e])}) if ok else rec
+                    for v, p, ok, rec, (_, r) in zip(out["value"], out["p_value"], has, out["recorded"],
+                                                     out.iterrows())]
+    return out
 
 
 def dashboard_figure(h: MonitorHistory) -> plt.Figure:
-    """Each signal over the batches with its alert bands (amber: warning, red: critical); the marker colour
-    is the signal's level (it alerts only when its test rejects); red dashed lines mark critical batches."""
-    t = h.signals
+    """Each signal over the batches with the bands its level is read against, batch by batch (amber: warning, red:
+    critical; they include where the signal's test rejects, so they move with the batch's size); the marker colour
+    is the level, which lies in the band the marker sits in; red dashed lines mark critical batches."""
     batches = h.batches
     x = batches["batch_index"].to_numpy()
     names = batches["batch"].astype(str).tolist()
     critical = x[batches["level"].to_numpy() == "critical"]
     fig, axes = plt.subplots(4, 2, figsize=(WIDTH, 10.5), sharex=True)
-    for ax, (sname, col, ylabel, warn, crit) in zip(axes.flat, PANELS):
-        part = t[t["signal"] == sname].sort_values("batch_index")
-        if part.empty or col not in part:
+    for ax, (sname, col, ylabel) in zip(axes.flat, PANELS):
+        d = panel_data(h, sname, col)
+        if d.empty or not np.isfinite(d["value"]).any():
             ax.set_visible(False)
             continue
-        y = part[col].to_numpy(float)
-        xs = part["batch_index"].to_numpy()
+        y, xs = d["value"].to_numpy(float), d["batch_index"].to_numpy()
         finite = y[np.isfinite(y)]
-        top = max([finite.max() if len(finite) else 1.0] + [e * 1.3 for e in (warn, crit) if e is not None])
-        bottom = min(0.0, finite.min() if len(finite) else 0.0)
+        edges = d[["warning", "critical", "warning_below"]].to_numpy(float)
+        shown = edges[np.isfinite(edges) & (edges < 1e6)]
+        top = max([finite.max()] + [e * 1.15 for e in shown if e > 0] + [1e-9])
+        bottom = min([0.0, finite.min()] + list(shown))
         if sname == "domain_classifier":
-            bottom = min(0.45, bottom if len(finite) == 0 else finite.min() - 0.02)
-        if warn is not None:
-            ax.axhspan(warn, crit if crit is not None else top * 1.05, color=PALETTE["concerning"], alpha=0.12, lw=0)
-        if crit is not None:
-            ax.axhspan(crit, top * 1.05, color=PALETTE["problematic"], alpha=0.12, lw=0)
+            bottom = min(0.45, finite.min() - 0.02)
+        if sname == "isotropy_drift":
+            bottom = min(finite.min(), *(shown if len(shown) else [finite.min()])) - 0.02
+        hi = top * 1.05 if top > 0 else 1.0
+        for xi, (w, c, wb) in zip(xs, edges):
+            span = [xi - 0.5, xi + 0.5]
+            if np.isfinite(w) and w < hi:
+                ax.fill_between(span, w, c if np.isfinite(c) else hi, color=PALETTE["concerning"], alpha=0.14, lw=0)
+            if np.isfinite(c) and c < hi:
+                ax.fill_between(span, c, hi, color=PALETTE["problematic"], alpha=0.14, lw=0)
+            if np.isfinite(wb):
+                ax.fill_between(span, bottom, wb, color=PALETTE["concerning"], alpha=0.14, lw=0)
         if sname == "anomalous_fraction":
-            ax.bar(xs, y, color="#e69138", width=0.6)
-            ref = part["reference_fraction"].iloc[-1] if "reference_fraction" in part else None
-            if ref is not None and np.isfinite(ref):
-                ax.axhline(ref, color=PALETTE["muted"], ls=":", lw=1, label="held-out reference rows")
+            ax.bar(xs, y, color="#e69138", width=0.5, zorder=2)
+            ref = h.signals.loc[h.signals["signal"] == sname, "reference_fraction"] \
+                if "reference_fraction" in h.signals else pd.Series(dtype=float)
+            if len(ref) and np.isfinite(ref.iloc[-1]):
+                ax.axhline(ref.iloc[-1], color=PALETTE["muted"], ls=":", lw=1, label="nominal rate q (held-out rows)")
                 ax.legend(frameon=False, fontsize=7, loc="upper left")
         else:
             ax.plot(xs, y, color=PALETTE["data"], lw=1.2, zorder=2)
-        ax.scatter(xs, y, c=[LEVEL_COLOUR[lv] for lv in part["level"]], s=28, zorder=3, edgecolors="white",
+        ax.scatter(xs, y, c=[LEVEL_COLOUR[lv] for lv in d["level"]], s=28, zorder=3, edgecolors="white",
                    linewidths=0.5)
-        if sname == "isotropy_drift" and "reference_apcs" in part:
-            r = float(part["reference_apcs"].iloc[-1])
-            ax.axhspan(r - sc.APCS_DRIFT, r + sc.APCS_DRIFT, color=PALETTE["muted"], alpha=0.12, lw=0)
+        if sname == "isotropy_drift" and "reference_apcs" in h.signals:
+            r = h.signals.loc[h.signals["signal"] == sname, "reference_apcs"].iloc[-1]
             ax.axhline(r, color=PALETTE["muted"], ls=":", lw=1)
-            bottom = min(bottom, r - sc.APCS_DRIFT * 1.1)
         if sname == "domain_classifier":
             ax.axhline(0.5, color=PALETTE["muted"], ls=":", lw=1)
+        if sname == "mmd":
+            ax.text(0.02, 0.95, "no bands: warning when its test rejects at α/7; no critical level",
+                    transform=ax.transAxes, fontsize=7, va="top", color=PALETTE["muted"])
         for c in critical:
             ax.axvline(c, color=PALETTE["problematic"], ls="--", lw=0.7, alpha=0.6)
-        ax.set_ylim(bottom, top * 1.05 if top > 0 else 1)
+        ax.set_ylim(bottom, hi)
+        ax.set_xlim(x.min() - 0.6, x.max() + 0.6)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.set_title(sc.SIGNALS[sname][0], fontsize=9)
     ax = axes.flat[-1]
@@ -228,30 +298,36 @@ def show_summary(rep: MonitoringReport) -> None:
 
 def show_dashboard(rep: MonitoringReport) -> None:
     show_figure(dashboard_figure(rep.history),
-                caption="The monitoring dashboard: each signal per batch, with its alert bands (amber: warning, red: "
-                        "critical; Table 217.3 for the mean shift and the anomalous fraction, the §220.2 dashboard for "
-                        "APCS, Evidently's defaults for the classifier AUC and the share of drifted dimensions). A "
-                        "marker's colour is the signal's level: it alerts only when its test rejects after Holm's "
-                        "correction, so a point inside a band can stay green. Grey band: reference APCS ± 0.1 "
-                        "(§220.1). Red dashed lines: batches at critical.", label="fig-monitoring-dashboard")
+                caption="The monitoring dashboard: each signal per batch, with the bands its level is read against "
+                        "(amber: warning, red: critical; Table 217.3 for the mean and norm shift and the anomalous "
+                        "fraction, the §220.1–220.2 rules for APCS, Evidently's and Hosmer–Lemeshow's for the "
+                        "classifier AUC and the share of drifted dimensions). Each band starts no lower than where the "
+                        "signal's own test rejects at α/7, so it moves with the batch's size, and a marker's colour is "
+                        "the level of the band it sits in, as in the tables. The anomalous fraction's threshold is "
+                        "calibrated on the profile's held-out rows (dotted: their nominal rate q). MMD² has no scale "
+                        "to draw bands on: it is amber when its test rejects. Red dashed lines: batches at critical.",
+                label="fig-monitoring-dashboard")
 
 
 def show_batches(rep: MonitoringReport) -> None:
-    show_table(batches_table(rep), caption="Every batch in the history, its level, and the signals that alerted.",
-               label="tbl-monitoring-batches")
+    show_table(batches_table(rep), caption="Every batch in the history, its level, the signals that alerted, and "
+                                           "the signals whose warning-level change it had too few rows to see "
+                                           "(power below 0.8 at α/7).", label="tbl-monitoring-batches")
 
 
 def show_latest(rep: MonitoringReport) -> None:
-    show_table(latest_table(rep), caption=f"The latest batch ({escape(rep.latest['batch'])}): each signal with its "
-                                          "95 % interval, its ratio to the no-drift level where Table 217.3 reads "
-                                          "one, its Holm-adjusted p-value and its rule.",
-               label="tbl-monitoring-latest")
+    show_table(latest_table(rep), caption=f"The latest batch ({escape(rep.latest['batch'])}): each signal's effect "
+                                          "with its 95 % interval, the value its level reads (× the no-drift level, "
+                                          "the batch's APCS, or the effect), the warning and critical edges it is "
+                                          "read against (the dashboard's bands), its p-value × 7 (Bonferroni) and its "
+                                          "level.", label="tbl-monitoring-latest")
 
 
 def show_metrics(rep: MonitoringReport) -> None:
-    show_metric_table(rep.metrics, caption="Recorded numbers: the latest batch's signals (the verdict is the alert "
-                                           "level: ok = healthy, warning = concerning, critical = problematic) and "
-                                           "the alert counts over the history.", label="tbl-monitoring-metrics")
+    show_metric_table(rep.metrics, caption="Recorded numbers: the latest batch's signals and the alert counts over "
+                                           "the history. The verdict column is the report-wide reading of the level: "
+                                           "ok = healthy, warning = concerning, critical = problematic.",
+                      label="tbl-monitoring-metrics")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,11 +11,12 @@ import numpy as np
 import pandas as pd
 
 from ..metrics import rigor as rg
+from ..metrics.effects import Effects
 from ..present.display import Table, hypothesis_rows, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.plotting import PALETTE, WIDTH
+from .declaration import MDE, ChapterSpec
 from .recorder import read_adjusted, read_results
-from .declaration import ChapterSpec, MDE
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -34,9 +35,9 @@ class RigorReport:
     """Everything the chapter shows."""
 
     tests: pd.DataFrame     # every recorded test, adjusted over the whole report
-    power: pd.DataFrame     # one row per headline mean: n, sd, MDE, units needed for `effect`
+    power: pd.DataFrame     # one row per headline mean: n, sd, MDE, its effect E, units needed for E
     counts: dict
-    effect: float
+    effect: str             # the --mde text (each row's E is in `power`)
     metrics: dict
 
 
@@ -47,8 +48,9 @@ def compute(ctx: ChapterContext) -> RigorReport:
     tests = read_adjusted(results_dir) if results_dir else None
     if tests is None:  # re-run by hand outside a report run: adjust here
         tests = rg.adjust_tests(rg.collect_tests(records))
-    effect = float(ctx.option("mde"))
-    power = rg.power_table(rg.unit_statistics(records), effect)
+    effects = Effects.parse(ctx.option("mde"))
+    effect = effects.canonical()
+    power = rg.power_table(rg.unit_statistics(records), effects)
     counts = rg.rejection_counts(tests)
     metrics = {name: rg.SPECS[name].record(value, verdict=False) for name, value in counts.items()}
     ctx.rec.add(*metrics.values())
@@ -85,27 +87,43 @@ def narrative(rep: RigorReport) -> str:
         parts.append(
             f"**{len(p)} headline numbers are means over units** (queries, test edges, entities): for each, the table "
             "below gives the smallest change a paired comparison on the same units would detect (α = 0.05, power "
-            f"0.8), and how many units detecting a change of **{rep.effect:g}** would take. "
-            + (f"{len(weak)} of them cannot detect a change of {rep.effect:g} with the units this report has "
+            f"0.8), the change that matters for it, **E** ({_effect_words(rep)}), and how many units detecting E "
+            "would take. "
+            + (f"{len(weak)} of them cannot detect their E with the units this report has "
                f"(e.g. {weak.iloc[0]['label']}: MDE {_fmt(weak.iloc[0]['mde'])} over {int(weak.iloc[0]['n']):,} "
-               f"{weak.iloc[0]['unit']}, {_fmt(weak.iloc[0]['required_n'])} needed): a comparison of two models "
-               "on these numbers would call smaller differences noise." if len(weak) else
-               f"All of them can detect a change of {rep.effect:g}."))
+               f"{weak.iloc[0]['unit']}, E {_fmt(weak.iloc[0]['effect'])}, {_fmt(weak.iloc[0]['required_n'])} "
+               "needed): a comparison of two models on these numbers would call smaller differences noise."
+               if len(weak) else "All of them can detect their E."))
     else:
         parts.append("No chapter in this report recorded a mean over units, so there is no power table.")
     return "\n\n".join(parts)
 
 
-def power_display(power: pd.DataFrame, effect: float) -> pd.DataFrame:
-    """The power table as shown: chapter, metric, value, n, sd, MDE, units needed for ``effect``."""
+def _effect_words(rep: RigorReport) -> str:
+    """How E was set, in words (``--mde``)."""
+    if rep.effect == "auto":
+        return ("by default 0.01 for a bounded metric such as a rate, 10 % of its distance to the bound when it is "
+                "near one, and 5 % of the value for an unbounded one such as mean rank; `--mde` sets it")
+    return f"`--mde {rep.effect}`"
+
+
+def _common_effect(power: pd.DataFrame) -> str:
+    """``"0.02"`` when every row has the same E, else ``"E"`` (the column header reads "units to detect …")."""
+    e = power["effect"].dropna().unique()
+    return f"{e[0]:g}" if len(e) == 1 else "E"
+
+
+def power_display(power: pd.DataFrame) -> pd.DataFrame:
+    """The power table as shown: chapter, metric, value, n, sd, MDE, E, units needed for E."""
     return pd.DataFrame({
         "chapter": power["chapter"], "metric": power["label"],
         "value": [_fmt(v) for v in power["value"]],
         "units": [f"{int(n):,} {u}" for n, u in zip(power["n"], power["unit"])],
         "sd over units": [_fmt(s) for s in power["sd"]],
         "MDE (α 0.05, power 0.8)": [_fmt(m) for m in power["mde"]],
-        f"units to detect {effect:g}": ["—" if r is None or (isinstance(r, float) and not np.isfinite(r))
-                                         else f"{int(r):,}" for r in power["required_n"]],
+        "E": [_fmt(e) for e in power["effect"]],
+        f"units to detect {_common_effect(power)}": ["—" if r is None or (isinstance(r, float) and not np.isfinite(r))
+                                                      else f"{int(r):,}" for r in power["required_n"]],
         "detects it": ["yes" if d else "no" for d in power["detects_effect"]],
     })
 
@@ -142,10 +160,11 @@ def show_power(rep: RigorReport) -> None:
     if not len(rep.power):
         show_markdown("No headline mean over units in this report.")
         return
-    show_table(power_display(rep.power, rep.effect),
-               caption=f"Power of every headline mean over units: the smallest true change a two-sided paired t-test "
-                       f"on the same units detects with probability 0.8 at α = 0.05 (MDE = d·sd, statsmodels "
-                       f"TTestPower), and the units needed to detect a change of {rep.effect:g} (--mde).",
+    show_table(power_display(rep.power),
+               caption="Power of every headline mean over units: the smallest true change a two-sided paired t-test "
+                       "on the same units detects with probability 0.8 at α = 0.05 (MDE = d·sd, statsmodels "
+                       f"TTestPower), the change that matters E ({_effect_words(rep)}), and the units needed to "
+                       "detect E.",
                label="tbl-rigor-power")
 
 

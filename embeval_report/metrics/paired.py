@@ -3,20 +3,36 @@ r"""Paired comparison of two models on the same units (queries, test edges, enti
 For per-unit values :math:`a_i, b_i` of one metric and their differences :math:`d_i = b_i - a_i`
 (i = 1..n units both models were evaluated on):
 
-* the mean difference :math:`\bar d` with a paired bootstrap interval (units resampled, BCa;
-  :func:`embeval_report.stats.mean_ci`);
+* the mean difference :math:`\bar d` with a marginal paired bootstrap interval (units resampled, BCa up to
+  :data:`embeval_report.stats.BCA_MAX` units, the normal interval beyond; :func:`embeval_report.stats.mean_ci`);
 * the paired t-test (:func:`scipy.stats.ttest_1samp` on :math:`d`), the Wilcoxon signed-rank test
   (:func:`scipy.stats.wilcoxon`, zero differences dropped, Wilcoxon 1945) and the paired randomisation
   test (:func:`scipy.stats.permutation_test` flipping the sign of each difference; Fisher 1935,
   recommended for IR evaluation by Smucker, Allan & Carterette 2007), all two-sided;
 * the effect size :math:`d_z = \bar d / s_d` (Cohen 1988; Lakens 2013), wins / ties / losses over units
-  (a win: B better on that unit, in the metric's direction);
-* the minimum detectable effect from the observed spread, :math:`\mathrm{MDE} = d_{0.05,0.8}(n)\,s_d`
-  (:func:`embeval_report.stats.minimum_detectable_effect`).
+  (a win: B better on that unit, in the metric's direction).
 
-The verdict uses the randomisation test's p-value after Holm's correction over every metric compared
-(``--correction``): "B better" / "A better" when it rejects; otherwise "no difference larger than the
-MDE" when the MDE is at most the effect the user cares about (``--mde``), else "underpowered".
+:func:`compare_table` then treats every row of a comparison as one family of :math:`m` tests:
+
+* the randomisation p-values are adjusted together (Holm 1979 by default; ``--correction bh|none``);
+* the **simultaneous interval** of each mean difference is the paired t interval at level
+  :math:`1 - \alpha/m` (Bonferroni; Dunn 1961), :math:`\bar d \pm t_{1-\alpha/(2m),\,n-1}\, s_d/\sqrt n`
+  (statsmodels ``DescrStatsW.tconfint_mean``); with ``--correction none`` it is the marginal
+  :math:`1-\alpha` t interval;
+* **equivalence** within the effect that matters :math:`E` (:mod:`.effects`, ``--mde``) is shown when that
+  interval lies inside :math:`(-E, E)`: the two one-sided tests (TOST; Schuirmann 1987, Westlake 1976;
+  statsmodels ``DescrStatsW.ttost_mean``) reject at :math:`\alpha/(2m)` each. Claiming "no difference larger
+  than E" when the true difference is at least E then happens with probability at most :math:`\alpha/(2m)`
+  per metric (at most :math:`\alpha/2` over the family), conservative against TOST at :math:`\alpha/m`;
+* the **minimum detectable effect** at the same per-test level, :math:`\mathrm{MDE} = d_{\alpha/m,\,0.8}(n)\,s_d`
+  (:func:`embeval_report.stats.minimum_detectable_effect`: a two-sided paired t-test at :math:`\alpha/m` with
+  power 0.8).
+
+The verdict, in order: "B better" / "A better" when the adjusted randomisation test rejects at α (the sign and
+the metric's direction say which); otherwise "no difference larger than E" when the simultaneous interval lies
+inside ±E; otherwise "underpowered" when the MDE exceeds E (not significant after correction, and these units
+could not detect E); otherwise "inconclusive" (powered for E, yet the interval still reaches past ±E).
+Holm can reject where the Bonferroni interval just touches zero: the verdict follows the test.
 
 With more than two models, :func:`rank_intervals` bootstraps the units jointly and reports each model's
 rank interval (as in the MTEB leaderboard-stability analysis: most adjacent pairs are not separable).
@@ -26,6 +42,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -42,7 +59,15 @@ BATCH_VALUES = 20_000_000
 ASYMPTOTIC_UNITS = 30
 #: bootstrap resamples of the rank intervals
 RANK_RESAMPLES = 1000
-VERDICTS = ("B better", "A better", "no difference larger than the MDE", "underpowered")
+VERDICTS = ("B better", "A better", "no difference larger than E", "underpowered", "inconclusive")
+#: what each verdict means, in words (tables, narrative, docs)
+VERDICT_MEANING = {
+    "B better": "the adjusted test rejects and B is better in the metric's direction",
+    "A better": "the adjusted test rejects and A is better in the metric's direction",
+    "no difference larger than E": "the simultaneous interval lies inside ±E (equivalence shown, TOST)",
+    "underpowered": "not significant after correction, and these units could not detect E (MDE > E)",
+    "inconclusive": "not significant after correction and powered for E, but the interval reaches past ±E",
+}
 CORRECTIONS = ("holm", "bh", "none")
 #: |difference| below this counts as a tie on a unit
 TIE = 1e-12
@@ -70,6 +95,15 @@ class PairedComparison:
     mde: float
 
 
+def paired_differences(a, b) -> np.ndarray:
+    """``b - a`` over the units where both values are finite (the differences every statistic here uses)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired values need the same units: {a.shape} vs {b.shape}")
+    ok = np.isfinite(a) & np.isfinite(b)
+    return b[ok] - a[ok]
+
+
 def paired_comparison(a, b, *, direction: str = "higher", level: float = DEFAULT_LEVEL, seed: int = 0,
                       n_resamples: int = RANDOMISATION_RESAMPLES, units: str = "units") -> PairedComparison:
     """Compare per-unit values ``a`` (model A) and ``b`` (model B) of the same units (see the module docstring).
@@ -80,11 +114,9 @@ def paired_comparison(a, b, *, direction: str = "higher", level: float = DEFAULT
     if direction not in ("higher", "lower"):
         raise ValueError(f"direction must be 'higher' or 'lower', not {direction!r}")
     a, b = np.asarray(a, float), np.asarray(b, float)
-    if a.shape != b.shape:
-        raise ValueError(f"paired values need the same units: {a.shape} vs {b.shape}")
+    d = paired_differences(a, b)
     ok = np.isfinite(a) & np.isfinite(b)
     a, b = a[ok], b[ok]
-    d = b - a
     n = len(d)
     sign = 1.0 if direction == "higher" else -1.0
     wins, losses = int((sign * d > TIE).sum()), int((sign * d < -TIE).sum())
@@ -134,30 +166,85 @@ def randomisation_pvalue(d, *, n_resamples: int = RANDOMISATION_RESAMPLES, seed:
     return p
 
 
-def verdict(direction: str, diff: float, p_adjusted: float, mde: float, effect: float,
+def verdict(direction: str, diff: float, p_adjusted: float, *, inside: bool, mde: float, effect: float,
             alpha: float = 0.05) -> str:
-    """One of :data:`VERDICTS` (see the module docstring)."""
+    """One of :data:`VERDICTS` (see the module docstring): ``inside`` is whether the simultaneous interval lies
+    inside ±``effect``; ``mde`` is the minimum detectable effect at the per-test level of the correction."""
     if np.isfinite(p_adjusted) and p_adjusted <= alpha and diff != 0:
         better_b = diff > 0 if direction == "higher" else diff < 0
         return "B better" if better_b else "A better"
-    if np.isfinite(mde) and mde <= effect:
-        return "no difference larger than the MDE"
-    return "underpowered"
+    if inside:
+        return "no difference larger than E"
+    if not (np.isfinite(mde) and mde <= effect):
+        return "underpowered"
+    return "inconclusive"
 
 
-def compare_table(rows: list[dict], *, correction: str = "holm", effect: float = 0.01, alpha: float = 0.05
+@lru_cache(maxsize=256)
+def _unit_mde(n: int, alpha: float) -> float:
+    """The minimum detectable effect of ``n`` paired units with sd 1 at ``alpha`` (MDE = this × sd)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        return minimum_detectable_effect(1.0, n, alpha=alpha)
+
+
+def per_test_alpha(correction: str, m: int, alpha: float = 0.05) -> float:
+    """The level each comparison's interval, equivalence test and MDE use: α/m (Bonferroni) when the family of
+    ``m`` comparisons is corrected (holm, bh), α with ``none``."""
+    return alpha if correction == "none" or m <= 1 else alpha / m
+
+
+def equivalence(d, effect: float, alpha: float) -> tuple[float, float, float]:
+    """``(low, high, p_tost)``: the paired t interval of mean(``d``) at level 1 − ``alpha`` and the TOST p-value of
+    |mean| ≥ ``effect`` (statsmodels ``DescrStatsW.tconfint_mean`` and ``ttost_mean``); the interval lies inside
+    (−effect, effect) exactly when ``p_tost`` ≤ ``alpha``/2. Constant differences: the interval is the point."""
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    d = np.asarray(d, float)
+    if len(d) < 2 or not np.isfinite(effect):
+        return math.nan, math.nan, math.nan
+    m = float(d.mean())
+    if np.ptp(d) == 0:
+        return m, m, 0.0 if abs(m) < effect else 1.0
+    w = DescrStatsW(d)
+    lo, hi = w.tconfint_mean(alpha=alpha)
+    return float(lo), float(hi), float(w.ttost_mean(-effect, effect)[0])
+
+
+def compare_table(rows: list[dict], *, correction: str = "holm", effects=None, alpha: float = 0.05
                   ) -> pd.DataFrame:
     """The comparison table: ``rows`` (one per model pair × metric: ``a``, ``b``, ``chapter``, ``metric``,
-    ``label``, ``direction`` and a :class:`PairedComparison` under ``"result"``) with every field, the
-    randomisation p-value adjusted over all rows (``correction``: holm, bh or none) and the verdict."""
+    ``label``, ``direction``, a :class:`PairedComparison` under ``"result"`` and its per-unit differences under
+    ``"differences"``) with every field, and per row: ``p_adjusted`` (the randomisation p adjusted over all rows;
+    ``correction``: holm, bh or none), ``effect`` and ``effect_rule`` (``effects``: an
+    :class:`~.effects.Effects`, its text, or one absolute number; the base of a relative effect is A's mean),
+    ``alpha_test``, ``sim_level``, ``sim_low``/``sim_high`` (the simultaneous interval), ``interval``
+    ("simultaneous" or "marginal"), ``p_equivalence`` (TOST), ``inside`` (interval inside ±E), ``mde`` (at
+    ``alpha_test``) and the ``verdict`` (see the module docstring)."""
+    from .effects import Effects
+
     if correction not in CORRECTIONS:
         raise ValueError(f"correction must be one of {', '.join(CORRECTIONS)}, not {correction!r}")
-    table = pd.DataFrame([{k: v for k, v in r.items() if k != "result"} | r["result"].__dict__ for r in rows])
+    effects = effects if isinstance(effects, Effects) else Effects.parse(effects)
+    table = pd.DataFrame([{k: v for k, v in r.items() if k not in ("result", "differences")} | r["result"].__dict__
+                          for r in rows])
     if not len(table):
         return table
     p = table["p_randomisation"].to_numpy(float)
-    table["p_adjusted"] = p if correction == "none" else adjust_pvalues(p, correction, alpha)[1]
-    table["verdict"] = [verdict(r.direction, r.diff, r.p_adjusted, r.mde, effect, alpha) for r in table.itertuples()]
+    p_adjusted = p if correction == "none" else adjust_pvalues(p, correction, alpha)[1]
+    m = int(np.isfinite(p).sum())
+    a_test = per_test_alpha(correction, m, alpha)
+    eff = [effects.for_metric(r["chapter"], r["metric"], r["result"].mean_a) for r in rows]
+    eq = [equivalence(r["differences"], e, a_test) for r, (e, _) in zip(rows, eff)]
+    mde = [_unit_mde(int(n), a_test) * sd if np.isfinite(sd) else math.nan
+           for sd, n in zip(table["sd_diff"], table["n"])]
+    cols = dict(p_adjusted=p_adjusted, effect=[e for e, _ in eff], effect_rule=[how for _, how in eff],
+                alpha_test=a_test, sim_level=1 - a_test, interval="marginal" if a_test == alpha else "simultaneous",
+                sim_low=[x[0] for x in eq], sim_high=[x[1] for x in eq], p_equivalence=[x[2] for x in eq],
+                inside=[bool(np.isfinite(x[2]) and x[2] <= a_test / 2) for x in eq], mde=mde)
+    table = pd.concat([table.drop(columns="mde"), pd.DataFrame(cols, index=table.index)], axis=1)
+    table["verdict"] = [verdict(r.direction, r.diff, r.p_adjusted, inside=r.inside, mde=r.mde, effect=r.effect,
+                                alpha=alpha) for r in table.itertuples()]
     return table
 
 
@@ -183,3 +270,12 @@ def rank_intervals(values: dict[str, np.ndarray], *, direction: str = "higher", 
                          "rank_low": np.quantile(reps, q, axis=0, method="lower").astype(int),
                          "rank_high": np.quantile(reps, 1 - q, axis=0, method="higher").astype(int),
                          "units": n}).sort_values("rank", kind="stable").reset_index(drop=True)
+
+
+def rollup(table: pd.DataFrame) -> pd.DataFrame:
+    """Per model pair × chapter: how many metrics each verdict has (columns :data:`VERDICTS`, in that order)."""
+    if not len(table):
+        return pd.DataFrame(columns=["a", "b", "chapter", *VERDICTS])
+    counts = (table.groupby(["a", "b", "chapter"], sort=False)["verdict"].value_counts().unstack(fill_value=0)
+              .reindex(columns=list(VERDICTS), fill_value=0))
+    return counts.reset_index()

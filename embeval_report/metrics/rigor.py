@@ -10,7 +10,9 @@ adjusted together, and the power of every headline mean.
   deviation s over n units, the minimum detectable effect at level α and power 1 − β is
   :math:`\mathrm{MDE} = d_{\alpha,\beta}(n)\, s`, with :math:`d` the effect size a two-sided one-sample
   (paired) t-test detects (statsmodels ``TTestPower``; → :math:`(z_{1-\alpha/2}+z_{1-\beta})/\sqrt n`
-  for large n), and the units needed to detect a shift δ solve the same equation for n. Seed 001's
+  for large n), and the units needed to detect a shift δ solve the same equation for n, with δ the effect
+  that matters for that metric (``--mde``, :mod:`.effects`: by default 0.01 for a bounded metric, less
+  near a bound, and 5 % of the value for an unbounded one such as mean rank). Seed 001's
   formulas use the two-sample z form :math:`2\sigma^2/n`; a mean over one set of units, or a paired
   comparison of two models on the same units, is the one-sample form.
 """
@@ -74,16 +76,26 @@ def rejection_counts(adjusted: pd.DataFrame) -> dict:
             "tests_rejected_bh": int(adjusted["rejected_bh"][ok].sum())}
 
 
-def power_table(units: pd.DataFrame, effect: float, *, alpha: float = ALPHA, power: float = POWER) -> pd.DataFrame:
-    """Per headline mean: ``n``, ``sd``, ``mde`` (at ``alpha``, ``power``) and ``required_n``, the units needed
-    to detect a shift of ``effect`` in the metric's units (:func:`~embeval_report.stats.required_units`).
+def power_table(units: pd.DataFrame, effects, *, alpha: float = ALPHA, power: float = POWER) -> pd.DataFrame:
+    """Per headline mean: ``n``, ``sd``, ``mde`` (at ``alpha``, ``power``), the effect that matters ``effect`` (E)
+    with ``effect_rule`` (how it was set: ``effects``, an :class:`~.effects.Effects`, the ``--mde`` text or one
+    absolute number; a relative E is a share of the metric's value), ``required_n``, the units needed to detect a
+    shift of E (:func:`~embeval_report.stats.required_units`), and ``detects_effect`` (MDE ≤ E).
 
-    ``units``: one row per metric with columns ``chapter``, ``metric``, ``label``, ``unit``, ``n``, ``sd``, ``mde``.
+    ``units``: one row per metric with columns ``chapter``, ``metric``, ``label``, ``unit``, ``n``, ``sd``, ``mde``
+    and ``value``.
     """
+    from .effects import Effects
+
+    effects = effects if isinstance(effects, Effects) else Effects.parse(effects)
     out = units.copy()
-    out["required_n"] = [required_units(effect, sd, alpha=alpha, power=power) if np.isfinite(sd) and n >= 2 else None
-                         for sd, n in zip(out["sd"], out["n"])]
-    out["detects_effect"] = [bool(np.isfinite(m) and m <= effect) for m in out["mde"]]
+    eff = [effects.for_metric(c, m, None if v is None or pd.isna(v) else float(v))
+           for c, m, v in zip(out["chapter"], out["metric"], out["value"])]
+    out["effect"] = [e for e, _ in eff]
+    out["effect_rule"] = [how for _, how in eff]
+    out["required_n"] = [required_units(e, sd, alpha=alpha, power=power) if np.isfinite(sd) and n >= 2 else None
+                         for e, sd, n in zip(out["effect"], out["sd"], out["n"])]
+    out["detects_effect"] = [bool(np.isfinite(m) and m <= e) for m, e in zip(out["mde"], out["effect"])]
     return out
 
 

@@ -5,9 +5,11 @@
     embeval-report profile baseline.yaml --out profile/
     embeval-report monitor profile/ new_batch.npy [--history monitor.jsonl] [--fail-on warning|critical]
 
-``monitor`` prints a short table (one row per signal), writes the batch's JSON (``--json``), appends one
-line to ``--history`` when given, and exits 3 when the batch's level is at or above ``--fail-on``. Bad input
-(a batch of another dimension, NaN, an empty batch, a profile of another format version) is one line,
+``monitor`` prints a short table (one row per signal, with the bands its level is read against), writes the
+batch's JSON (``--json``; by default ``monitor-<batch>.json`` beside ``--history``, else in the current folder;
+``--json -`` prints only the JSON on stdout, and nothing else on stdout or stderr unless there is an error),
+appends one line to ``--history`` when given, and exits 3 when the batch's level is at or above ``--fail-on``.
+Bad input (a batch of another dimension, NaN, an empty batch, a profile of another format version) is one line,
 exit 2 (raised as :class:`~embeval_report.errors.InputError`, printed by the main CLI).
 """
 from __future__ import annotations
@@ -47,14 +49,15 @@ def register(sub) -> None:
     mo.add_argument("--fail-on", choices=("warning", "critical"), default=None,
                     help="exit with status 3 when the batch's alert level reaches this level")
     mo.add_argument("--json", type=Path, default=None,
-                    help="where to write the batch's JSON (default: monitor-<batch name>.json in the current "
-                         "folder; '-' prints it instead of the table)")
+                    help="where to write the batch's JSON (default: monitor-<batch name>.json beside --history, "
+                         "else in the current folder; '-' prints only the JSON on stdout, nothing else)")
     mo.add_argument("--name", default=None, help="the batch's name in the history (default: the file name)")
     mo.add_argument("--timestamp", default=None,
                     help="the batch's time in the history (default: now, ISO 8601)")
     mo.add_argument("--seed", type=int, default=0, help="seed of the test samples and permutations (default 0)")
     mo.add_argument("--alpha", type=float, default=0.05,
-                    help="family-wise false-alarm rate of one batch (Holm over its tests; default 0.05)")
+                    help="false-alarm rate of one batch: each of the seven signals' tests is read at alpha/7 "
+                         "(Bonferroni; default 0.05)")
     mo.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
 
 
@@ -80,8 +83,8 @@ def _profile(args) -> int:
     folder = save_profile(p, args.out)
     print(f"profile of {es.name}: {p.n:,} vectors, d = {p.d}; APCS {p.apcs:.4f}, PR/d "
           f"{p.participation_ratio_fraction:.3f}, mean norm {p.norm_mean:.4g} (CV {p.norm_cv:.3f}); "
-          f"{len(p.sample):,} sampled rows ({p.n_index:,} k-NN reference, {len(p.calibration_scores):,} held out, "
-          f"{100 * p.calibration_anomalous_fraction:.1f} % of them beyond the anomaly threshold); "
+          f"{len(p.sample):,} sampled rows ({p.n_index:,} k-NN reference, {len(p.calibration_scores):,} held out; "
+          f"the anomaly threshold is their {100 * (1 - p.nominal_rate):.3g} % quantile); "
           f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
     if p.apcs > 0.3 or p.norm_cv > 0.5:
         print("embeval-report: note: the reference itself is past a §220.2 dashboard threshold (APCS > 0.3 or norm "
@@ -95,13 +98,34 @@ def _fmt(x, spec=".4g") -> str:
     return "–" if x is None or x != x else format(x, spec)
 
 
+def _edges_text(s) -> str:
+    """A signal's bands in words: ``> 1.5 / > 2.5`` (warning / critical), ``p ≤ 0.0071``, ``none``."""
+    b = s.bands
+    if "warning_p" in b:
+        return f"p ≤ {b['warning_p']:.2g} / none"
+    parts = [f"> {_fmt(b.get('warning'), '.3g')}" if b.get("warning") is not None else "none",
+             f"> {_fmt(b.get('critical'), '.3g')}" if b.get("critical") is not None else "none"]
+    if b.get("warning_below") is not None:
+        parts[0] += f" or < {_fmt(b['warning_below'], '.3g')}"
+    return " / ".join(parts)
+
+
 def table(score) -> str:
-    """The short table ``monitor`` prints: one row per signal, then the batch's level."""
-    lines = [f"{'signal':30s} {'value':>10s} {'× base':>7s} {'p (Holm)':>9s}  level"]
+    """The short table ``monitor`` prints: one row per signal (the value its level reads, the warning / critical
+    edges, Bonferroni p, level), then the batch's level and, when it is too small, what it cannot see."""
+    from .score import VERDICT
+
+    lines = [f"{'signal':28s} {'value':>10s} {'reads':>8s} {'warning / critical':>22s} {'p (×7)':>8s}  level"]
     for s in score.signals.values():
-        lines.append(f"{s.label:30s} {_fmt(s.value):>10s} {_fmt(s.ratio, '.2f'):>7s} {_fmt(s.p_adjusted, '.3g'):>9s}"
-                     f"  {s.level}")
-    lines.append(f"batch: {score.n:,} rows, d = {score.d}, level {score.level.upper()} ({score.seconds:.2f} s)")
+        lines.append(f"{s.label:28s} {_fmt(s.value):>10s} {_fmt(s.plotted_value, '.3g'):>8s} {_edges_text(s):>22s} "
+                     f"{_fmt(s.p_adjusted, '.2g'):>8s}  {s.level}")
+    lines.append(f"batch: {score.n:,} rows, d = {score.d}, level {score.level.upper()} (the report's verdict: "
+                 f"{VERDICT[score.level]}; {score.seconds:.2f} s)")
+    for name in score.info.get("underpowered", []):
+        pw = score.info["power"][name]
+        need = f"about {pw['rows_needed']:,} rows needed" if pw["rows_needed"] else "more reference rows needed"
+        lines.append(f"note: too small to see a warning-level change of the {score.signals[name].label.lower()}: "
+                     f"power {pw['power']:.2f} to detect {pw['change']} ({need})")
     return "\n".join(lines)
 
 
@@ -115,25 +139,29 @@ def _monitor(args) -> int:
 
     if not 0 < args.alpha < 1:
         raise InputError(f"--alpha: expected a value between 0 and 1, got {args.alpha}")
+    quiet = str(args.json) == "-"  # only the JSON on stdout, nothing else unless an error
     profile = load_profile(args.profile)
     Y, _ = _read_batch(args.batch, load_vectors)
     score = score_batch(profile, Y, seed=args.seed, alpha=args.alpha, label=args.batch.name, device=args.device)
     record = history_record(score, batch=args.name or args.batch.stem,
                             timestamp=args.timestamp or time.strftime("%Y-%m-%dT%H:%M:%S"), file=str(args.batch))
     text = json.dumps(record, indent=2, allow_nan=False)
-    if str(args.json) == "-":
-        print(table(score), file=sys.stderr)
+    if quiet:
         print(text)
     else:
-        out = args.json or Path(f"monitor-{args.batch.stem}.json")
+        default = Path(f"monitor-{args.batch.stem}.json")
+        out = args.json or (args.history.parent / default if args.history else default)
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
         print(table(score))
         print(out)
     if args.history:
         append_history(args.history, record)
-        print(f"appended to {args.history}", file=sys.stderr)
+        if not quiet:
+            print(f"appended to {args.history}", file=sys.stderr)
     if args.fail_on and LEVELS.index(score.level) >= LEVELS.index(args.fail_on):
-        print(f"embeval-report: the batch reached '{score.level}' (--fail-on {args.fail_on})", file=sys.stderr)
+        if not quiet:
+            print(f"embeval-report: the batch reached '{score.level}' (--fail-on {args.fail_on})", file=sys.stderr)
         return ExitCode.GATE
     return ExitCode.OK
 

@@ -7,7 +7,7 @@ set, so the reference vectors themselves are never read again:
   scalar statistics: trace of the covariance :math:`\mathrm{tr}\,\Sigma` and :math:`\mathrm{tr}\,\Sigma^2`
   (the mean-shift test), mean and standard deviation of the row norms, the all-pairs mean cosine
   (APCS, seed 000 §217.0.5.2) with the two variance components of its U-statistic, the participation
-  ratio, and the k-NN calibration (threshold and anomalous share of held-out reference rows);
+  ratio, and the k-NN calibration (threshold, its rank among the held-out rows' scores, the nominal rate);
 * ``arrays.npz`` — the mean and the covariance (float64), the mean unit vector, 101 quantiles of the
   row norms and of every dimension, the row sample, and the calibration rows' k-NN distances.
 
@@ -18,6 +18,16 @@ the **k-NN reference**: the distance of a row to its ``k``-th nearest neighbour 
 outlier score (Ramaswamy et al. 2000). The last ``calibration`` rows are held out of that index; their
 scores give the no-drift distribution the batch's scores are compared with (both are rows outside the
 index, so under no drift their scores are exchangeable).
+
+**Calibrated anomaly threshold.** A batch row is anomalous when its score exceeds the
+:math:`k`-th smallest of the :math:`m` held-out scores, :math:`k = \lceil (1-q)(m+1) \rceil` for the nominal
+rate :math:`q` (:data:`ANOMALY_RATE`, 2.5 %: the share beyond :math:`\mu + 2\sigma` of a normal score, the
+seed's rule, whatever the scores' actual tails; the conformal quantile, Vovk et al. 2005). Under no drift a new
+row exceeds it with probability :math:`(m-k+1)/(m+1) \le q`, and the number of a batch's :math:`n` rows that do
+is beta-binomial, :math:`\mathrm{BetaBin}(n, m-k+1, k)` (the exceedances of an order statistic; Gumbel &
+von Schelling 1950), exactly, whatever the distribution of the scores. (Seed 000's :math:`\mu + 2\sigma` of the
+scores flags 10–12 % of a heavy-tailed set's own rows.) A profile written before the calibration keeps its
+held-out scores and is calibrated when it is read.
 """
 from __future__ import annotations
 
@@ -42,8 +52,9 @@ FORMAT_VERSION = 1
 SAMPLE_SIZE, CALIBRATION = 5000, 1000
 #: neighbour rank of the k-NN outlier score
 K = 10
-#: the anomaly rule d > mu + k sigma of seed 000 §217.2.3.2 (its code uses k = 2)
-ANOMALY_K = 2.0
+#: nominal share of reference rows beyond the anomaly threshold (the normal tail beyond mu + 2 sigma, the rule of
+#: seed 000 §217.2.3.2, is 2.3 %), calibrated on the held-out rows
+ANOMALY_RATE = 0.025
 #: quantile levels stored for the norms and each dimension
 QUANTILES = np.linspace(0.0, 1.0, 101)
 #: rows per chunk of the moment passes
@@ -82,6 +93,20 @@ class Profile:
     created: str = ""
     version: str = __version__
     format_version: int = FORMAT_VERSION
+    anomaly_rate: float = ANOMALY_RATE   # the nominal rate q the threshold is calibrated to
+    anomaly_rank: int = 0                # k: the threshold is the k-th smallest held-out score
+
+    @property
+    def exceedance(self) -> tuple[int, int]:
+        """``(a, b)`` of the no-drift law of a batch's exceedances, BetaBin(n, a, b) = BetaBin(n, m − k + 1, k)."""
+        m = len(self.calibration_scores)
+        return m - self.anomaly_rank + 1, self.anomaly_rank
+
+    @property
+    def nominal_rate(self) -> float:
+        """The probability that a row of the reference distribution exceeds the threshold, (m − k + 1)/(m + 1)."""
+        a, b = self.exceedance
+        return a / (a + b)
 
     @property
     def index(self) -> np.ndarray:
@@ -117,6 +142,14 @@ def _moments(X: np.ndarray, dev: torch.device) -> tuple:
     mean = pilot + s / n
     cov = G / n - torch.outer(s / n, s / n)
     return mean.cpu().numpy(), cov.cpu().numpy(), su.cpu().numpy(), Gu.cpu().numpy(), norms
+
+
+def calibrate(scores: np.ndarray, rate: float = ANOMALY_RATE) -> tuple[float, int]:
+    """``(threshold, k)``: the k-th smallest of the held-out ``scores``, k = ⌈(1 − rate)(m + 1)⌉ (at most m; see
+    the module docstring)."""
+    s = np.sort(np.asarray(scores, float))
+    k = min(len(s), math.ceil((1 - rate) * (len(s) + 1) - 1e-9))
+    return float(s[k - 1]), int(k)
 
 
 def knn_scores(index: np.ndarray, rows: np.ndarray, k: int, device="auto") -> np.ndarray:
@@ -155,7 +188,7 @@ def build_profile(X, *, name: str = "", seed: int = 0, sample_size: int = SAMPLE
     if n_index < k + 1 or n_cal < 2:
         raise InputError(f"{name or 'reference'}: {n} vectors are too few for a k-NN reference with k = {k}")
     scores = knn_scores(sample[:n_index], sample[n_index:], k, device=dev)
-    threshold = float(scores.mean() + ANOMALY_K * scores.std(ddof=1))
+    threshold, rank = calibrate(scores)
     dim_q = np.quantile(sample if n > 200_000 else X, QUANTILES, axis=0).astype(np.float32)
     return Profile(
         name=name, n=n, d=d, seed=seed, k=k, n_index=n_index, trace=float(np.trace(cov)),
@@ -165,7 +198,7 @@ def build_profile(X, *, name: str = "", seed: int = 0, sample_size: int = SAMPLE
         anomaly_threshold=threshold, calibration_anomalous_fraction=float((scores > threshold).mean()),
         mean=mean, covariance=cov, mean_unit=mean_unit, norm_quantiles=np.quantile(norms, QUANTILES),
         dim_quantiles=dim_q, sample=sample, calibration_scores=scores,
-        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), anomaly_rate=ANOMALY_RATE, anomaly_rank=rank)
 
 
 def save_profile(profile: Profile, folder) -> Path:
@@ -213,6 +246,11 @@ def load_profile(folder) -> Profile:
         raise InputError(f"{folder / ARRAYS_FILE}: missing or damaged ({exc}); re-run `embeval-report profile`") \
             from None
     meta.pop("format")
+    if "anomaly_rank" not in meta:  # written before the calibration (mu + 2 sigma): calibrated from its scores
+        meta["anomaly_threshold"], meta["anomaly_rank"] = calibrate(arrays["calibration_scores"], ANOMALY_RATE)
+        above = arrays["calibration_scores"] > meta["anomaly_threshold"]
+        meta["calibration_anomalous_fraction"] = float(above.mean())
+        meta["anomaly_rate"] = ANOMALY_RATE
     try:
         p = Profile(**meta, **arrays)
     except TypeError as exc:

@@ -27,7 +27,7 @@ import pandas as pd
 
 from .format import interval, is_missing, number, p_value
 
-__all__ = ["escape", "Link", "Table", "show_table", "show_figure", "show_markdown", "callout", "metrics_table",
+__all__ = ["escape", "Badge", "Link", "Table", "show_table", "show_figure", "show_markdown", "callout", "metrics_table",
            "definitions_markdown", "show_metrics", "show_tests", "hypothesis_table", "TESTS_CAPTION", "VERDICT_COLORS",
            "CALLOUT_KINDS"]
 
@@ -36,7 +36,7 @@ __all__ = ["escape", "Link", "Table", "show_table", "show_figure", "show_markdow
 _MD_SPECIALS = re.compile(r"([\\`*_{}\[\]#|$~^@])")
 _MD_LINE_START = re.compile(r"^(\s*)(?:([-+:=])|(\d+)([.)]))", re.MULTILINE)
 
-VERDICT_COLORS = {"healthy": "#2e7d32", "concerning": "#b26a00", "problematic": "#c62828"}
+VERDICT_COLORS = {"healthy": "#2e7d32", "concerning": "#b26a00", "problematic": "#c62828", "neutral": "#2f6fb3"}
 CALLOUT_KINDS = ("note", "warning", "danger", "success")
 _CALLOUT_STYLE = {  # border, background (inline styles for JupyterLab; the report CSS matches)
     "note": ("#2f6fb3", "#eef4fb"),
@@ -110,16 +110,41 @@ def _is_numeric(v: Any) -> bool:
     return isinstance(v, numbers.Number) and not isinstance(v, bool)
 
 
-def _badge_html(v: str) -> str:
-    color = VERDICT_COLORS.get(v.lower(), "#666")
-    return (f'<span class="verdict verdict-{_html_text(v.lower())}" style="background:{color};color:#fff;'
+def _badge_class(kind: str) -> str:
+    """One CSS class word from a verdict or kind (``"A better"`` → ``a-better``)."""
+    return re.sub(r"[^a-z0-9]+", "-", kind.lower()).strip("-") or "unknown"
+
+
+def _badge_html(v: str, kind: str | None = None) -> str:
+    kind = _badge_class(kind or v)
+    color = VERDICT_COLORS.get(kind, "#666")
+    return (f'<span class="verdict verdict-{kind}" style="background:{color};color:#fff;'
             f'padding:0.1em 0.55em;border-radius:0.7em;font-size:0.85em;font-weight:600;white-space:nowrap">'
             f"{_html_text(v)}</span>")
 
 
-def _badge_md(v: str) -> str:
-    cls = re.sub(r"[^a-z0-9-]", "", v.lower()) or "unknown"
-    return f"[{escape(v)}]{{.verdict .verdict-{cls}}}"
+def _badge_md(v: str, kind: str | None = None) -> str:
+    return f"[{escape(v)}]{{.verdict .verdict-{_badge_class(kind or v)}}}"
+
+
+class Badge:
+    """A table cell shown as a verdict badge reading ``text`` in the colour of ``kind`` (healthy, concerning,
+    problematic, neutral; any other kind is grey), e.g. a comparison's "prod better"."""
+
+    def __init__(self, text, kind: str):
+        self.text, self.kind = str(text), str(kind)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"Badge({self.text!r}, {self.kind!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, Badge) and (self.text, self.kind) == (other.text, other.kind)
+
+    def __hash__(self):
+        return hash((self.text, self.kind))
 
 
 def _label_id(label: str | None) -> str | None:
@@ -165,6 +190,8 @@ class Table:
         return out
 
     def _cell(self, v: Any, verdict: bool, fmt: str) -> str:
+        if isinstance(v, Badge):
+            return _badge_html(v.text, v.kind) if fmt == "html" else _badge_md(v.text, v.kind)
         if verdict:
             if is_missing(v) or str(v).strip() == "":
                 return ""

@@ -144,3 +144,10 @@ def metric_text(m, fmt: str, what: str = "95 % CI") -> str:
     """``value (95 % CI lo–hi)`` of a :class:`~embeval_report.metrics.spec.Metric` for narrative (its
     bias-corrected estimate beside it where the interval excludes the value: :func:`value_with_ci`)."""
     return value_with_ci(m.value, m.ci_low, m.ci_high, fmt, what, m.bias_corrected)
+
+
+def decimals(effect) -> int:
+    """Decimals that resolve a tenth of E (E = 0.01: 3; E = 2.3: 1), so a difference reads against ±E."""
+    if effect is None or not math.isfinite(effect) or effect <= 0:
+        return 4
+    return int(min(max(1 - math.floor(math.log10(effect)), 0), 8))

@@ -1,18 +1,22 @@
 """``embeval-report compare``: the same chapters on several models, their per-unit results paired.
 
 Each source is a manifest (or vectors file), run into ``OUT/models/<name>/`` with the same settings, or an
-earlier report folder, reused as it is. Every chapter that recorded per-unit values
+earlier report folder, reused as it is; a model's name is ``--names``, its manifest's ``name:``, or its file or
+folder name (:func:`model_names`). Every chapter that recorded per-unit values
 (:meth:`~embeval_report.chapters.recorder.Recorder.units`: queries, test edges, entities, users) in two
 reports is paired on the unit ids both share, metric by metric, and compared with
-:func:`embeval_report.metrics.paired.paired_comparison`; the p-values of every pair of models × metric are
-adjusted together. ``OUT/comparison.json`` and ``OUT/comparison.csv`` hold the numbers; the comparison
-notebook (``notebooks/compare/comparison.ipynb``) shows them, rendered into ``OUT/report.html``/``.pdf``.
+:func:`embeval_report.metrics.paired.paired_comparison`; :func:`embeval_report.metrics.paired.compare_table`
+adjusts the p-values of every pair of models × metric together and decides each verdict against the metric's
+effect that matters (``--mde``, :mod:`embeval_report.metrics.effects`). ``OUT/comparison.json`` and
+``OUT/comparison.csv`` hold the numbers; the comparison notebook (``notebooks/compare/comparison.ipynb``) shows
+them, rendered into ``OUT/report.html``/``.pdf``; :func:`terminal_lines` is what the command prints.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
 import math
+import re
 import shutil
 from dataclasses import dataclass
 from itertools import combinations
@@ -23,6 +27,9 @@ import pandas as pd
 from ..version import __version__
 from ..errors import InputError
 from ..metrics import paired
+from ..metrics.paired import rollup
+from ..present.format import decimals
+from ..metrics.effects import Effects
 from ..resources import notebooks_dir
 from ..chapters.registry import resolve_settings
 from ..settings import ChapterSettings
@@ -69,7 +76,9 @@ def is_report_folder(path) -> bool:
 
 
 def model_names(sources, names=None) -> list[str]:
-    """Display names: ``names`` when given (one per source, unique), else the file or folder stems, made unique."""
+    """Display names: ``names`` when given (one per source, unique); else each manifest's ``name:`` (an earlier
+    report's: from its run.json), or the file's or folder's stem, where two sources share a stem their folders'
+    names, made unique."""
     if names:
         if len(names) != len(sources):
             raise InputError(f"--names: {len(names)} name(s) for {len(sources)} model(s); give one per model")
@@ -79,19 +88,53 @@ def model_names(sources, names=None) -> list[str]:
         if bad:
             raise InputError(f"--names: {bad[0]!r} cannot name a folder; use letters, digits, '-' or '_'")
         return list(names)
+    paths = [Path(s) for s in sources]
+    stems = [p.name if p.is_dir() else p.stem for p in paths]
     out = []
-    for s in sources:
-        stem = Path(s).stem if not Path(s).is_dir() else Path(s).name
-        name, i = stem, 2
+    for p, stem in zip(paths, stems):
+        given = _declared_name(p)
+        if not given and stems.count(stem) > 1 and p.resolve().parent.name:
+            given = p.resolve().parent.name if not p.is_dir() else stem
+        base = given or stem
+        name, i = base, 2
         while name in out:
-            name, i = f"{stem}-{i}", i + 1
+            name, i = f"{base} ({i})", i + 1
         out.append(name)
     return out
 
 
-def paired_rows(reports: list[ModelReport], *, level: float = 0.95, seed: int = 0) -> list[dict]:
-    """One row per (A, B) pair of models × chapter × metric both recorded per unit (see the module docstring)."""
-    rows = []
+def _declared_name(path: Path) -> str:
+    """The name a manifest (``name:``) or an earlier report folder (run.json's ``name``) declares, or ""."""
+    import yaml
+
+    try:
+        if is_report_folder(path):  # its manifest's name, unless that was the manifest's file name by default
+            run = json.loads((path / "run.json").read_text())
+            name = run.get("name")
+            if name and run.get("source") and str(name) == Path(str(run["source"])).stem:
+                return ""
+        elif path.suffix.lower() in (".yaml", ".yml") and path.is_file():
+            doc = yaml.safe_load(path.read_text())
+            name = doc.get("name") if isinstance(doc, dict) else None
+        else:
+            return ""
+    except (OSError, ValueError, yaml.YAMLError):
+        return ""  # an unreadable manifest fails with its own message when it is run
+    return str(name).strip() if isinstance(name, (str, int, float)) else ""
+
+
+def folder_name(name: str) -> str:
+    """A model's folder under ``models/``: its name with anything but letters, digits, '.', '-', '_' as '-'."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return slug or "model"
+
+
+def paired_rows(reports: list[ModelReport], *, level: float = 0.95, seed: int = 0, progress=None) -> list[dict]:
+    """One row per (A, B) pair of models × chapter × metric both recorded per unit (see the module docstring);
+    each row also holds the per-unit differences B − A (``"differences"``)."""
+    from ..progress import progress as follow
+
+    jobs = []
     for A, B in combinations(reports, 2):
         for chapter in [c for c in A.units if c in B.units]:
             ia, ib = A.records[chapter]["info"]["units"], B.records[chapter]["info"]["units"]
@@ -106,15 +149,31 @@ def paired_rows(reports: list[ModelReport], *, level: float = 0.95, seed: int = 
                     f"{', '.join(map(str, ua[key].head(3)))}; {B.name}: {', '.join(map(str, ub[key].head(3)))}); "
                     "give both models the same side data (the same ids)")
             for metric in [m for m in ia["means"] if m in ib["means"]]:
-                spec = A.records[chapter]["metrics"].get(metric, {})
-                direction = spec.get("direction", "higher")
-                result = paired.paired_comparison(joined[f"{metric}_a"], joined[f"{metric}_b"], direction=direction,
-                                                  level=level, seed=seed, units=ia["unit"])
-                if result.n < 2:
-                    continue
-                rows.append(dict(a=A.name, b=B.name, chapter=chapter, metric=metric,
-                                 label=_plain_label(spec.get("label") or metric), direction=direction, unit=ia["unit"],
-                                 units_a=len(ua), units_b=len(ub), result=result))
+                jobs.append((A, B, chapter, metric, ia, joined, len(ua), len(ub)))
+    rows = []
+    for A, B, chapter, metric, ia, joined, na, nb in follow(jobs, desc="comparing metrics", total=len(jobs)):
+        spec = A.records[chapter]["metrics"].get(metric, {})
+        direction = spec.get("direction", "higher")
+        a, b = joined[f"{metric}_a"], joined[f"{metric}_b"]
+        result = paired.paired_comparison(a, b, direction=direction, level=level, seed=seed, units=ia["unit"])
+        if result.n < 2:
+            continue
+        rows.append(dict(a=A.name, b=B.name, chapter=chapter, metric=metric, label=spec.get("label") or metric,
+                         direction=direction, unit=ia["unit"], units_a=na, units_b=nb, result=result,
+                         differences=paired.paired_differences(a, b)))
+    return _short_labels(rows)
+
+
+def _short_labels(rows: list[dict]) -> list[dict]:
+    """Labels without their protocol tag (``MRR [raw, realistic ties, …]`` → ``MRR``) unless two metrics of a
+    chapter would then read the same (drift's ``Mean drift 1 − cos [2024-02]`` keeps its snapshot)."""
+    plain = [_plain_label(r["label"]) for r in rows]
+    seen: dict = {}
+    for r, p in zip(rows, plain):
+        seen.setdefault((r["a"], r["b"], r["chapter"], p), set()).add(r["metric"])
+    for r, p in zip(rows, plain):
+        if len(seen[(r["a"], r["b"], r["chapter"], p)]) == 1:
+            r["label"] = p
     return rows
 
 
@@ -145,17 +204,21 @@ def rank_tables(reports: list[ModelReport], table: pd.DataFrame, *, level: float
     return out
 
 
-def compare_reports(reports: list[ModelReport], *, correction: str = "holm", effect: float = 0.01,
+def compare_reports(reports: list[ModelReport], *, correction: str = "holm", effects=None,
                     level: float = 0.95, seed: int = 0) -> tuple[pd.DataFrame, dict]:
-    """The comparison table (:func:`embeval_report.metrics.paired.compare_table`) and the rank intervals."""
-    table = paired.compare_table(paired_rows(reports, level=level, seed=seed), correction=correction, effect=effect)
+    """The comparison table (:func:`embeval_report.metrics.paired.compare_table`; ``effects``: the parsed
+    ``--mde``, see :mod:`embeval_report.metrics.effects`) and the rank intervals."""
+    table = paired.compare_table(paired_rows(reports, level=level, seed=seed), correction=correction,
+                                 effects=effects)
     return table, rank_tables(reports, table, level=level, seed=seed)
 
 
 def comparisons_document(table: pd.DataFrame, n_models: int) -> dict:
     """``metrics.json``'s ``comparisons``: per metric (its name, or ``chapter.metric`` where two chapters share
     a name; prefixed ``"B vs A: "`` with three or more models) ``a``, ``b``, ``difference``, ``ci_low``,
-    ``ci_high``, ``p_value`` (the randomisation test's), ``p_adjusted`` and ``verdict``, with the other tests."""
+    ``ci_high`` (marginal), ``simultaneous_low``/``_high`` (the interval the verdict uses), ``effect`` (E),
+    ``p_value`` (the randomisation test's), ``p_adjusted``, ``p_equivalence`` (TOST), ``mde`` and ``verdict``,
+    with the other tests."""
     out = {}
     clash = table.groupby("metric")["chapter"].nunique()
     for r in table.itertuples():
@@ -166,7 +229,8 @@ def comparisons_document(table: pd.DataFrame, n_models: int) -> dict:
             a=r.a, b=r.b, chapter=r.chapter, metric=r.metric, direction=r.direction, n=r.n, mean_a=r.mean_a,
             mean_b=r.mean_b, difference=r.diff, ci_low=r.ci_low, ci_high=r.ci_high, p_value=r.p_randomisation,
             p_adjusted=r.p_adjusted, p_t=r.p_t, p_wilcoxon=r.p_wilcoxon, d_z=r.d_z, wins=r.wins, ties=r.ties,
-            losses=r.losses, mde=r.mde, verdict=r.verdict).items()}
+            losses=r.losses, effect=r.effect, simultaneous_low=r.sim_low, simultaneous_high=r.sim_high,
+            simultaneous_level=r.sim_level, p_equivalence=r.p_equivalence, mde=r.mde, verdict=r.verdict).items()}
     return out
 
 
@@ -175,6 +239,52 @@ def regressions(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
     if not len(table):
         return table
     return table[(table["a"] == baseline) & (table["verdict"] == "A better")]
+
+
+def regression_names(worse: pd.DataFrame, n_models: int) -> list[str]:
+    """``chapter.metric`` of each regression (``B: chapter.metric`` with three or more models), in table order."""
+    names = [f"{r.chapter}.{r.metric}" if n_models <= 2 else f"{r.b}: {r.chapter}.{r.metric}"
+             for r in worse.itertuples()]
+    return list(dict.fromkeys(names))
+
+
+def p_text(p) -> str:
+    """A p-value for the terminal: 3 significant digits, "< 1e-300" where it underflows, "–" when missing."""
+    if p is None or not math.isfinite(float(p)):
+        return "–"
+    return "< 1e-300" if p < 1e-300 else f"{p:.3g}"
+
+
+def verdict_words(verdict: str, a: str, b: str) -> str:
+    """A verdict with the models' names (``"B better"`` → ``"<b> better"``)."""
+    return {"B better": f"{b} better", "A better": f"{a} better"}.get(verdict, verdict)
+
+
+def terminal_lines(table: pd.DataFrame) -> list[str]:
+    """What ``compare`` prints: per pair of models, the interval level, the roll-up per chapter, and one line per
+    metric with B − A, its interval (the one the verdict uses), E, the adjusted p and the verdict in names."""
+    lines = []
+    for (a, b), part in table.groupby(["a", "b"], sort=False):
+        r0 = part.iloc[0]
+        lines.append(f"{b} (B) vs {a} (A): B − A with {100 * r0.sim_level:.4g} % {r0.interval} intervals"
+                     + (f" (Bonferroni over {len(table)})" if r0.interval == "simultaneous" else ""))
+        lines += [f"  {line.split(', ', 1)[1]}" for line in rollup_lines(part)]
+        for r in part.itertuples():
+            k = decimals(r.effect)
+            lines.append(f"  {r.chapter}.{r.metric}: {r.diff:+.{k}f} [{r.sim_low:+.{k}f}, {r.sim_high:+.{k}f}], "
+                         f"E {r.effect:.2g}, p adj {p_text(r.p_adjusted)}: {verdict_words(r.verdict, a, b)}")
+    return lines
+
+
+def rollup_lines(table: pd.DataFrame) -> list[str]:
+    """``"b vs a, retrieval: a better on 4, b better on 0, no difference 3, underpowered 2, inconclusive 3"``."""
+    lines = []
+    for r in rollup(table).itertuples(index=False):
+        c = dict(zip(paired.VERDICTS, r[3:]))
+        lines.append(f"{r.b} vs {r.a}, {r.chapter}: {r.b} better on {c['B better']}, {r.a} better on "
+                     f"{c['A better']}, no difference {c['no difference larger than E']}, underpowered "
+                     f"{c['underpowered']}, inconclusive {c['inconclusive']}")
+    return lines
 
 
 def _json_safe(v):
@@ -186,8 +296,9 @@ def _json_safe(v):
 
 
 def write_comparison(folder: Path, reports: list[ModelReport], table: pd.DataFrame, ranks: dict, *,
-                     correction: str, effect: float, level: float, seed: int) -> dict:
-    """``comparison.json`` and ``comparison.csv`` in ``folder``; returns the JSON document."""
+                     correction: str, effect: str, level: float, seed: int) -> dict:
+    """``comparison.json`` and ``comparison.csv`` in ``folder``; returns the JSON document (``effect``: the
+    ``--mde`` text; each comparison holds its own ``effect`` E and ``effect_rule``)."""
     def where(path: Path) -> str:  # a report run here, inside the comparison folder: relative to it
         return str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path)
 
@@ -234,6 +345,7 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
     if correction not in paired.CORRECTIONS:
         raise InputError(f"--correction: expected one of {', '.join(paired.CORRECTIONS)}, got {correction!r}")
     settings = settings or resolve_settings()
+    effects = Effects.parse(settings.option("mde"))
     for s in sources:
         if not Path(s).exists():
             raise InputError(f"compare: {s}: no such file or folder")
@@ -241,29 +353,36 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
     target = OutputFolder.check(out, force=force)
     staging = target.staging()
     try:
-        reports = []
+        reports, folders = [], []
         for source, name in zip(sources, labels):
             if is_report_folder(source):
                 progress(f"{name}: reusing the report in {source}")
                 reports.append(ModelReport.open(Path(source).resolve(), name))
                 continue
             progress(f"{name}: running the report for {source}")
-            folder = staging / "models" / name
+            slug, i = folder_name(name), 2
+            while slug in folders:
+                slug, i = f"{folder_name(name)}-{i}", i + 1
+            folders.append(slug)
+            folder = staging / "models" / slug
             run_report(source, folder, settings=settings, chapters=chapters, renderer=renderer,
                        pdf_engine=pdf_engine, formats=formats, timeout=timeout, jobs=jobs,
                        embedding_cache=embedding_cache)
             reports.append(ModelReport.open(folder, name))
-        effect = float(settings.option("mde"))
-        table, ranks = compare_reports(reports, correction=correction, effect=effect, level=settings.level,
+        progress("comparing the models unit by unit")
+        table, ranks = compare_reports(reports, correction=correction, effects=effects, level=settings.level,
                                        seed=settings.seed)
-        write_comparison(staging, reports, table, ranks, correction=correction, effect=effect, level=settings.level,
-                         seed=settings.seed)
+        for entry in effects.unmatched(f"{c}.{m}" for c, m in zip(table.get("chapter", []), table.get("metric", []))):
+            progress(f"warning: --mde {entry}=... names no metric compared here")
+        write_comparison(staging, reports, table, ranks, correction=correction, effect=effects.canonical(),
+                         level=settings.level, seed=settings.seed)
         title = title or f"Model comparison: {' vs '.join(labels)}"
         run_info = dict(title=title, name=" vs ".join(labels), source=", ".join(str(s) for s in sources),
                         seed=settings.seed, device=settings.device, version=__version__,
                         generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), models=labels,
                         chapters=[dict(name="comparison", title="Model comparison", order=1, status="ok", reason="")])
         (staging / "chapters").mkdir()
+        progress("writing the comparison chapter")
         target_nb = staging / "chapters" / "01_comparison.ipynb"
         pm.execute_notebook(str(notebooks_dir() / NOTEBOOK), str(target_nb), parameters={"comparison_dir": ".."},
                             kernel_name="python3", progress_bar=False, cwd=str(target_nb.parent),
@@ -272,6 +391,7 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
         (staging / "run.json").write_text(json.dumps(dict(run_info, files=sorted(set(files_written))), indent=2))
         files = {}
         for fmt in formats:
+            progress(f"rendering {fmt}")
             files.update(render_report(staging, title=title, formats=(fmt,), renderer=renderer, pdf_engine=pdf_engine))
         target.commit(staging)
     except BaseException:
