@@ -287,7 +287,7 @@ def _welch(x: np.ndarray, y: np.ndarray, floor: float) -> np.ndarray:
 
 def _norm_shift(p: Profile, norms: np.ndarray, batch_norms: np.ndarray, ref_norms: np.ndarray, level: float,
                 a_sig: float, n_perm: int, rng) -> Signal:
-    """The mean-norm change (``norms``: every batch row) and a studentized permutation test of it on the sampled
+    r"""The mean-norm change (``norms``: every batch row) and a studentized permutation test of it on the sampled
     batch rows' norms (``batch_norms``) against the profile's sample (``ref_norms``): Welch's t, its p-value
     :math:`(1 + \#\{b : |t_b| \ge |t|\})/(1 + B)` over ``n_perm`` relabellings (exact under no drift whatever the
     norms' tails; Janssen 1997), and the |t| beyond which it rejects at ``a_sig`` (the critical edge)."""

@@ -338,7 +338,8 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
     import papermill as pm
 
     from .render import render_report
-    from .runner import KERNEL_ARGUMENTS, run_report
+    from .execution import KERNEL_ARGUMENTS
+    from .runner import run_report
 
     if len(sources) < 2:
         raise InputError("compare: give at least two models (manifests, vectors files or earlier report folders)")
