@@ -26,7 +26,7 @@ from ..io.side_data import load_side_data
 from ..metrics.thresholds import SEVERITY
 from ..progress import RunProgress
 from ..settings import ChapterSettings
-from .outdir import OutputFolder
+from .outdir import OutputFolder, raise_write_fault
 from .recorder import metrics_document
 from .rigor import adjust_report
 from .render import render_report
@@ -115,6 +115,7 @@ def execute_chapter(ch: Chapter, staging: Path, params: dict, *, timeout: int | 
                             progress_bar=False, cwd=str(target.parent), execution_timeout=timeout,
                             extra_arguments=KERNEL_ARGUMENTS, **({"km": kernel.km} if kernel else {}))
     except Exception as exc:  # a failing chapter must not lose the report
+        raise_write_fault(exc)  # but a full disk stops the run
         if getattr(exc, "ename", None) in SKIP_ERRORS:
             status, reason = "skipped", strip_ansi(str(getattr(exc, "evalue", ""))).strip()
         else:
@@ -278,6 +279,7 @@ def _parallel(ready: list[Chapter], staging: Path, params: dict, timeout: int | 
                 try:
                     o = future.result()
                 except Exception as exc:  # the worker process died (killed, out of memory)
+                    raise_write_fault(exc)
                     o = ChapterOutcome(ch, "failed", f"the chapter's process ended abnormally: {_error_text(exc)}",
                                        time.time() - t0)
                 done[ch.name] = o
@@ -375,6 +377,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         cache = staging / ".prepared"
         cache.mkdir(exist_ok=True)
         es = load_source(source, scratch=cache)  # a set larger than memory is written there block by block
+        target.check_room(staging, es.n, es.d)
         side = load_side_data(es)
         save_prepared(es, cache)
         side.save(cache / "side")
@@ -438,11 +441,12 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
                 files.update(render_report(staging, title=run_info["title"], formats=(fmt,), renderer=renderer,
                                            pdf_engine=pdf_engine))
             except Exception as exc:
+                raise_write_fault(exc)
                 errors[fmt] = _error_text(exc)
         _write_run(staging, outcomes, run_info)
         target.commit(staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as exc:
+        target.abandon(staging, exc)  # removes staging; a write fault becomes one line (OutputError)
         raise
     finally:
         if client is not None:  # a LocalCluster closes with its client
