@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zipfile
 from pathlib import Path
 from typing import Callable
 
@@ -91,8 +92,15 @@ def remembered(X, what: str, compute: Callable[[], tuple[np.ndarray, ...]]) -> t
 def _read(key: str) -> tuple[np.ndarray, ...] | None:
     if _folder is None or not (_folder / f"{key}.npz").is_file():
         return None
-    with np.load(_folder / f"{key}.npz") as z:
-        return tuple(z[f"a{i}"] for i in range(len(z.files)))
+    try:
+        with np.load(_folder / f"{key}.npz", allow_pickle=False) as z:
+            return tuple(z[f"a{i}"] for i in range(len(z.files)))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        from ..errors import notice  # a damaged entry: said, removed, computed again
+
+        notice(f"prepared cache: moments {_folder / f'{key}.npz'} is unreadable ({exc}); computing them again")
+        (_folder / f"{key}.npz").unlink(missing_ok=True)
+        return None
 
 
 def _write(key: str, item: tuple[np.ndarray, ...]) -> None:
