@@ -6,7 +6,9 @@ what happened (:class:`~embeval_report.errors.ExitCode`).
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -26,6 +28,10 @@ EXIT_STATUS_HELP = """exit status:
   3    --fail-on: a verdict reached the threshold (takes precedence over 4)
   4    at least one chapter failed (the report is still written)
   130  interrupted (SIGINT/SIGTERM); nothing half-written is left behind"""
+
+
+#: an OSError naming a file the user gave that cannot be read: one line, exit status 2
+INPUT_ERRNOS = (errno.EACCES, errno.EPERM, errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.ELOOP)
 
 
 def _csv(s: str) -> tuple[str, ...]:
@@ -311,14 +317,17 @@ def main(argv=None) -> int:
     except OutputError as exc:
         print(f"embeval-report: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return exc.status
-    except OSError as exc:  # a write fault outside a report run (a profile, a batch's JSON): one line too
+    except OSError as exc:  # outside a report run's own checks (a profile, a batch's JSON, an input): one line too
         from .report.outdir import write_fault
 
         fault = write_fault(exc)
-        if fault is None:
+        if fault is not None:
+            print(f"embeval-report: error: {fault[0] or 'writing'}: {fault[1]}", file=sys.stderr)
+            return int(ExitCode.WRITE)
+        if exc.filename is None or exc.errno not in INPUT_ERRNOS:
             raise
-        print(f"embeval-report: error: {fault[0] or 'writing'}: {fault[1]}", file=sys.stderr)
-        return int(ExitCode.WRITE)
+        print(f"embeval-report: error: {os.fsdecode(exc.filename)}: {exc.strerror}", file=sys.stderr)
+        return int(ExitCode.INPUT)
     except KeyboardInterrupt:
         print("embeval-report: interrupted; no report was written", file=sys.stderr)
         # reads still pending on a store's event loop (Zarr) are dropped at exit, not worth a line each

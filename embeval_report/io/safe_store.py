@@ -93,7 +93,7 @@ class _Encoder:
         return {"$": "npy", "file": name}
 
     def encode(self, v: Any) -> Any:
-        if v is None or isinstance(v, (bool, str)) or type(v) in (int, float):
+        if v is None or type(v) in (bool, str, int, float):
             return v
         if isinstance(v, np.generic):
             if v.dtype.hasobject:
@@ -139,8 +139,9 @@ class _Encoder:
     def values(self, arr) -> dict:
         """A column's values (``Series.array``/``Index.array``) with their dtype."""
         dtype = arr.dtype
-        if isinstance(arr, pd.arrays.NumpyExtensionArray):
-            return {"$": "numpy", "v": self.array(arr.to_numpy())}
+        if isinstance(dtype, np.dtype) or (isinstance(arr, pd.arrays.NumpyExtensionArray)
+                                           and not isinstance(dtype, pd.StringDtype)):
+            return {"$": "numpy", "v": self.array(arr.to_numpy())}  # object, numbers, datetime64, timedelta64
         if isinstance(dtype, pd.CategoricalDtype):
             return {"$": "categorical", "codes": self.array(np.asarray(arr.codes)),
                     "categories": self.index(dtype.categories), "ordered": bool(dtype.ordered)}
@@ -151,8 +152,6 @@ class _Encoder:
         if isinstance(dtype, pd.DatetimeTZDtype):
             return {"$": "datetimetz", "unit": dtype.unit, "tz": _tz(dtype.tz),
                     "i8": self.array(np.asarray(arr.asi8 if hasattr(arr, "asi8") else arr.view("i8")))}
-        if isinstance(arr, pd.arrays.DatetimeArray | pd.arrays.TimedeltaArray):
-            return {"$": "numpy", "v": self.array(arr.to_numpy())}
         if isinstance(arr, pd.api.extensions.ExtensionArray) and hasattr(arr, "_mask") and hasattr(arr, "_data"):
             return {"$": "masked", "dtype": str(dtype), "data": self.array(np.asarray(arr._data)),
                     "mask": self.array(np.asarray(arr._mask))}

@@ -407,10 +407,15 @@ class OutputLock:
         self.out = Path(out).resolve()
         self.path = lock_path(self.out)
         self.fd: int | None = None
+        self.made = [p for p in [self.out.parent, *self.out.parent.parents] if not p.exists()]  # removed if left empty
         target = OutputFolder(self.out)
         with target.writing(started=False):
-            self.out.parent.mkdir(parents=True, exist_ok=True)
-            self._acquire(wait, say, poll)
+            try:
+                self.out.parent.mkdir(parents=True, exist_ok=True)
+                self._acquire(wait, say, poll)
+            except BaseException:
+                self._remove_made()
+                raise
 
     def _acquire(self, wait: bool, say, poll: float) -> None:
         import fcntl
@@ -474,6 +479,15 @@ class OutputLock:
             pass
         os.close(self.fd)
         self.fd = None
+        self._remove_made()
+
+    def _remove_made(self) -> None:
+        """Remove the folders above the output that this run made and that stayed empty (a run that failed)."""
+        for p in self.made:
+            try:
+                p.rmdir()
+            except OSError:
+                break
 
 
 def _running(record: dict) -> bool:
