@@ -268,8 +268,12 @@ def owner_tag() -> str:
     return f"{os.getpid()}@{_host()}"
 
 
+#: ``.NAME.partial-PID@HOST-XXXXXXXX`` (``old`` for trash); without ``PID@HOST-`` as older versions named them
+#: (``mkdtemp``'s 8 characters, or the pid alone for a replaced report)
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-(?:(?P<pid>\d+)@(?P<host>[A-Za-z0-9._-]+)-)?"
-                       r"(?P<token>[A-Za-z0-9_]+)$")
+                       r"(?P<token>[a-z0-9_]{8}|\d+)$")
+#: what a staging or trash folder may hold: the report's entries and the run's hidden working files
+_STAGING_ENTRIES = REPORT_ENTRIES | {".prepared", ".progress"}
 
 
 def pid_alive(pid: int) -> bool:
@@ -302,6 +306,8 @@ class Leftover:
         m = _LEFTOVER.match(path.name)
         if m is None or not path.is_dir() or path.is_symlink():
             return None
+        if m["pid"] is None and not {p.name for p in path.iterdir()} <= _STAGING_ENTRIES:
+            return None  # no owner in the name and not only what a run writes: not ours
         return cls(path, m["name"], m["kind"], int(m["pid"]) if m["pid"] else None, m["host"])
 
     def state(self) -> str:
@@ -526,9 +532,9 @@ def clean(root, *, dry_run: bool = False, say: Callable[[str], None] = print) ->
     """Remove what embeval-report left under ``root`` that no run uses; one line each, then the total.
 
     * staging and trash folders (``.NAME.partial-*``, ``.NAME.old-*``) whose owner is gone; those of a live run,
-      or of a run on another host, are left and said; those of an older embeval-report (no owner in the name)
-      are removed when no run holds the output's lock;
-    * lock files no run holds;
+      or of a run on another host, are left and said; those of an older embeval-report (no owner in the name,
+      holding only what a run writes) are removed when no run holds the output's lock;
+    * lock files embeval-report wrote (a record naming the run and the output) that no run holds;
     * embedding-cache entries (``embeddings/corpus-<key>.npy``, ``queries-<key>.npy``) and their temporaries.
 
     Nothing else is touched. Returns the bytes removed (or that would be, with ``dry_run``).
@@ -562,7 +568,7 @@ def clean(root, *, dry_run: bool = False, say: Callable[[str], None] = print) ->
             path = here / f
             if f.startswith(".") and f.endswith(".lock") and len(f) > 6:
                 out = here / f[1:-5]
-                if path.is_symlink() or not _lock_free(out, remove=not dry_run):
+                if path.is_symlink() or not _lock_free(out, remove=not dry_run, ours=True):
                     continue
                 count += 1
                 say(f"{verb} {path}: a lock no run holds")
@@ -577,8 +583,9 @@ def clean(root, *, dry_run: bool = False, say: Callable[[str], None] = print) ->
     return total
 
 
-def _lock_free(out: Path, *, remove: bool = False) -> bool:
-    """Whether no run holds the lock of ``out`` (no lock file, or one nobody holds); ``remove`` that file then."""
+def _lock_free(out: Path, *, remove: bool = False, ours: bool = False) -> bool:
+    """Whether no run holds the lock of ``out`` (no lock file, or one nobody holds); ``remove`` that file then.
+    With ``ours``, False also for a file that is not a lock embeval-report wrote (a record naming ``out``)."""
     import fcntl
 
     path = lock_path(out)
@@ -596,6 +603,10 @@ def _lock_free(out: Path, *, remove: bool = False) -> bool:
         except OSError:  # no flock here: the recorded pid decides
             record = _read_record(fd)
             if record and _running(record):
+                return False
+        if ours:
+            record = _read_record(fd) or {}
+            if not {"pid", "host", "since"} <= set(record) or Path(str(record.get("out", ""))).name != out.name:
                 return False
         if remove and _same_file(fd, path):
             path.unlink()
