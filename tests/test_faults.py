@@ -78,18 +78,18 @@ def _enospc(path="?"):
 
 
 def test_no_space_before_any_chapter_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
-    from embeval_report.report import runner
+    from embeval_report.io import prepared
 
     vecs = small_set(tmp_path / "in")
 
-    def full(es, folder):
-        (Path(folder) / "vectors.npy").write_bytes(b"\x93NUMPY partial")  # a half-written file, then the fault
-        raise _enospc(Path(folder) / "vectors.npy")
+    def full(path, array):
+        Path(path).write_bytes(b"\x93NUMPY partial")  # a half-written file, then the fault
+        raise _enospc(path)
 
-    monkeypatch.setattr(runner, "save_prepared", full)
+    monkeypatch.setattr(prepared, "save_npy", full)  # the prepared float32 copy of the set
     assert main(["run", str(vecs), "--out", str(tmp_path / "o"), *RUN]) == 2
     line = one_error_line(capsys.readouterr().err)
-    assert f"--out {tmp_path / 'o'}: no space left on the device (writing .prepared/vectors.npy)" in line
+    assert f"--out {tmp_path / 'o'}: no space left on the device (writing .prepared/vectors.npy.tmp)" in line
     assert "staging folder was removed" in line
     assert not (tmp_path / "o").exists() and leftovers(tmp_path, "o") == []
 
@@ -97,7 +97,7 @@ def test_no_space_before_any_chapter_is_one_line_and_exit_2(tmp_path, capsys, mo
 def test_no_space_after_a_chapter_is_one_line_and_exit_1(tmp_path, capsys, monkeypatch):
     """The write of a chapter's notebook fails (the disk filled up while it ran): exit 1, nothing left, and an
     earlier report in the folder is kept as it was."""
-    from embeval_report.report import runner
+    import nbformat
 
     vecs = small_set(tmp_path / "in")
     out = tmp_path / "o"
@@ -108,7 +108,7 @@ def test_no_space_after_a_chapter_is_one_line_and_exit_1(tmp_path, capsys, monke
     def full(nb, target, *a, **k):
         raise _enospc(target)
 
-    monkeypatch.setattr(runner.nbformat, "write", full)
+    monkeypatch.setattr(nbformat, "write", full)  # the runner's write of the executed chapter
     assert main(["run", str(vecs), "--out", str(out), *RUN]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "no space left on the device (writing chapters/10_isotropy.ipynb)" in line
