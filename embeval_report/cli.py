@@ -6,22 +6,31 @@ what happened (:class:`~embeval_report.errors.ExitCode`).
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 
 from .version import __version__
-from .errors import ExitCode, InputError, Interrupted
+from .errors import ExitCode, InputError, Interrupted, OutputError
 from .monitoring import cli as monitoring_cli
 
 EXIT_STATUS_HELP = """exit status:
   0    every chapter ran, or was skipped with its reason
-  1    no report file could be rendered (notebooks and JSON are kept)
-  2    bad input or usage (one line names the file, field or row)
+  1    no report file could be rendered (notebooks and JSON are kept), or a write
+       failed after the chapters started (one line names the path and cause; the
+       staging folder is removed)
+  2    bad input or usage (one line names the file, field or row); --out cannot be
+       written (no space, permission, a file in the path) or another run writes it
   3    --fail-on: a verdict reached the threshold (takes precedence over 4)
   4    at least one chapter failed (the report is still written)
   130  interrupted (SIGINT/SIGTERM); nothing half-written is left behind"""
+
+
+#: an OSError naming a file the user gave that cannot be read: one line, exit status 2
+INPUT_ERRNOS = (errno.EACCES, errno.EPERM, errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.ELOOP)
 
 
 def _csv(s: str) -> tuple[str, ...]:
@@ -42,6 +51,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="report folder: new, empty, or an earlier report (replaced atomically)")
     p.add_argument("--force", action="store_true",
                    help="write into a non-empty folder that is not a report; its files are kept")
+    p.add_argument("--wait", action="store_true",
+                   help="when another run is writing the same --out, wait for it to end instead of exiting with 2")
     p.add_argument("--chapters", type=lambda s: list(_csv(s)),
                    help="comma-separated chapter names (default: every chapter whose inputs exist)")
     p.add_argument("--seed", type=int, default=0, help="seed for every sampling step (default 0)")
@@ -133,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     _pdf_engine(rd)
     rd.add_argument("--formats", default=("html", "pdf"), type=_csv)
     rd.add_argument("--title", default=None)
+    cl = sub.add_parser("clean", help="remove what embeval-report left under a folder: staging of runs that are "
+                                      "gone, unused locks, embedding-cache entries (says what and how much)")
+    cl.add_argument("dir", type=Path)
+    cl.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     monitoring_cli.register(sub)  # profile, monitor
     return ap
 
@@ -177,6 +192,7 @@ def _check_mde_names(text) -> None:
 
 def _run(args, source, prepare=None) -> int:
     from .metrics.thresholds import SEVERITY
+    from .report.outdir import output_lock
     from .report.runner import run_report
 
     _check_formats(args.formats)
@@ -187,11 +203,12 @@ def _run(args, source, prepare=None) -> int:
         raise InputError("--dask starts a cluster on this machine, --scheduler uses an existing one: give one of them")
     if args.dask_workers < 1:
         raise InputError(f"--dask-workers: expected a whole number of at least 1, got {args.dask_workers}")
-    result = run_report(source, args.out, settings=settings, chapters=args.chapters, renderer=args.renderer,
-                        pdf_engine=args.pdf_engine, formats=args.formats, title=args.title, timeout=args.timeout,
-                        prepare=prepare, force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache,
-                        engine="dask" if args.dask or args.scheduler else "local", scheduler=args.scheduler,
-                        workers=args.dask_workers)
+    with output_lock(args.out, wait=args.wait):  # one run per output folder
+        result = run_report(source, args.out, settings=settings, chapters=args.chapters, renderer=args.renderer,
+                            pdf_engine=args.pdf_engine, formats=args.formats, title=args.title, timeout=args.timeout,
+                            prepare=prepare, force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache,
+                            engine="dask" if args.dask or args.scheduler else "local", scheduler=args.scheduler,
+                            workers=args.dask_workers)
     for o in sorted(result.outcomes, key=lambda o: o.chapter.order):
         extra = f" ({o.reason})" if o.reason else ""
         print(f"  {o.status:8s} {o.chapter.name}{extra}", file=sys.stderr)
@@ -267,16 +284,18 @@ def _render(args) -> int:
 
 def _compare(args) -> int:
     from .report.compare import model_names, regression_names, regressions, run_compare, terminal_lines
+    from .report.outdir import output_lock
 
     _check_formats(args.formats)
     settings = _settings(args)
     out_names = model_names(args.sources, args.names)
     say = lambda line: print(f"embeval-report: {line}", file=sys.stderr, flush=True)  # noqa: E731
-    out, table, files = run_compare(
-        args.sources, args.out, names=args.names, settings=settings, chapters=args.chapters,
-        correction=args.correction, renderer=args.renderer, pdf_engine=args.pdf_engine, formats=args.formats,
-        title=args.title, timeout=args.timeout, force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache,
-        progress=say)
+    with output_lock(args.out, wait=args.wait):  # one run per output folder
+        out, table, files = run_compare(
+            args.sources, args.out, names=args.names, settings=settings, chapters=args.chapters,
+            correction=args.correction, renderer=args.renderer, pdf_engine=args.pdf_engine, formats=args.formats,
+            title=args.title, timeout=args.timeout, force=args.force, jobs=args.jobs,
+            embedding_cache=args.embedding_cache, progress=say)
     for line in terminal_lines(table):
         print(f"  {line}", file=sys.stderr)
     for f in files.values():
@@ -316,9 +335,27 @@ def main(argv=None) -> int:
             return int(_options())
         if args.command in monitoring_cli.COMMANDS:
             return int(monitoring_cli.run(args))
+        if args.command == "clean":
+            from .report.outdir import clean
+            clean(args.dir, dry_run=args.dry_run)
+            return int(ExitCode.OK)
         return int(_render(args))
     except InputError as exc:
         print(f"embeval-report: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return int(ExitCode.INPUT)
+    except OutputError as exc:
+        print(f"embeval-report: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return exc.status
+    except OSError as exc:  # outside a report run's own checks (a profile, a batch's JSON, an input): one line too
+        from .report.outdir import write_fault
+
+        fault = write_fault(exc)
+        if fault is not None:
+            print(f"embeval-report: error: {fault[0] or 'writing'}: {fault[1]}", file=sys.stderr)
+            return int(ExitCode.WRITE)
+        if exc.filename is None or exc.errno not in INPUT_ERRNOS:
+            raise
+        print(f"embeval-report: error: {os.fsdecode(exc.filename)}: {exc.strerror}", file=sys.stderr)
         return int(ExitCode.INPUT)
     except KeyboardInterrupt:
         print("embeval-report: interrupted; no report was written", file=sys.stderr)

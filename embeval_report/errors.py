@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import sys
 
 
 class ExitCode(enum.IntEnum):
@@ -9,6 +10,7 @@ class ExitCode(enum.IntEnum):
 
     OK = 0            # every chapter ran or was skipped with its reason
     RENDER = 1        # no report file could be rendered (the notebooks and JSON are kept)
+    WRITE = 1         # a write failed after the chapters started (no space, permission, ...): nothing is left
     INPUT = 2         # bad input or usage: one line names the file, field or row
     GATE = 3          # --fail-on: a verdict reached the threshold (takes precedence over 4)
     CHAPTER = 4       # at least one chapter failed; the report is still written
@@ -22,6 +24,26 @@ class InputError(ValueError):
     ``vectors.csv, row 17: expected 64 values, found 63``. The CLI prints it as one
     line and exits with status 2.
     """
+
+
+class OutputError(Exception):
+    """The report (or a cache, a history) could not be written where asked: no space left, permission denied,
+    a component of the path that is a file, a read-only file system.
+
+    The message is one line naming the path and the cause; ``status`` is :attr:`ExitCode.INPUT` (2) when the
+    fault was found before any chapter ran (a check of the output location) and :attr:`ExitCode.WRITE` (1)
+    when it happened later. Raised by :mod:`embeval_report.report.outdir`, printed by the CLI.
+    """
+
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = int(status)
+
+
+def notice(text: str) -> None:
+    """One line on stderr for something the user should know that is not an error (a stale lock taken over,
+    stale staging removed, a corrupt cache entry recomputed, a torn history line skipped)."""
+    print(f"embeval-report: note: {' '.join(str(text).split())}", file=sys.stderr, flush=True)
 
 
 class ChapterSkipped(Exception):

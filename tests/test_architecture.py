@@ -17,10 +17,10 @@ LAYERS = {
     "errors": 0, "progress": 0, "resources": 0, "version": 0, "context": 0,
     "io": 1,
     "kernels": 2,
-    "stats": 3, "metrics": 3,
+    "stats": 3, "metrics": 3, "monitoring": 3,
     "present": 4,
     "settings": 5, "chapters": 5,
-    "report": 6, "monitoring": 6,
+    "report": 6,
     "demo": 7, "api": 7, "cli": 7, "__init__": 8,
 }
 

@@ -111,7 +111,8 @@ def test_bad_history_lines(tmp_path):
 
 
 def test_chapter_end_to_end(profile, tmp_path):
-    from embeval_report.monitoring.history import append_history, history_record
+    from embeval_report.io.monitor_history import append_history
+    from embeval_report.monitoring.score import history_record
 
     folder = tmp_path / "set"
     folder.mkdir()
@@ -166,7 +167,8 @@ def test_unchanged_heavy_tailed_batches_stay_ok_in_the_table_and_the_dashboard(t
     unchanged batches stay ok (at most the Bonferroni false-alarm rate), their anomalous fraction below its warning
     edge, and the dashboard reads every level from the bands the table's level came from."""
     from embeval_report.chapters.monitoring import PANELS, dashboard_figure, panel_data
-    from embeval_report.monitoring.history import append_history, history_record
+    from embeval_report.io.monitor_history import append_history
+    from embeval_report.monitoring.score import history_record
     from embeval_report.monitoring.score import band_level
 
     p = build_profile(t_rows(4000, 0), sample_size=1500, calibration=600, device="cpu")

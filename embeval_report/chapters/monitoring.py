@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..errors import ChapterSkipped
 from ..monitoring import score as sc
-from ..monitoring.history import MonitorHistory
+from ..io.monitor_history import MonitorHistory
 from ..present.display import Badge, callout, escape, show_figure, show_markdown, show_table, show_tests
 from ..present.display import show_metrics as show_metric_table
 from ..present.plotting import PALETTE, WIDTH

@@ -30,7 +30,8 @@ def demo_side_data(folder, seed: int = 0) -> dict:
     """Score the demo's monthly traffic against a profile of the baseline; write ``monitor_history.jsonl``
     (and the profile folder ``monitor_profile/``) into ``folder``; return ``{"monitor_history": ...}``."""
     from ..metrics.drift import stable_core_rotation
-    from ..monitoring.history import append_history, history_record
+    from ..io.monitor_history import append_history
+    from ..monitoring.score import history_record
     from ..monitoring.profile import build_profile, save_profile
     from ..monitoring.score import score_batch
     from .drift import demo_snapshots

@@ -267,3 +267,13 @@ def read_negatives(path, ids, test: EdgeList | None = None, *, label: str | None
 def field_label(path, field_name: str) -> str:
     """How messages name a side-data file: ``edges.csv (edges)``."""
     return f"{Path(path).name} ({field_name})"
+
+
+@dataclass(frozen=True)
+class Negatives:
+    """Fixed negatives: the test edges they belong to, and ``candidates[i]`` the negative
+    destinations of test edge ``i`` (row indices, padded with -1)."""
+
+    test: EdgeList
+    candidates: np.ndarray
+    file: str

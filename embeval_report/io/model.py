@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, notice
 from ..progress import progress
 from .files import describe, ids_fit_text, one_line, resolve_path, save_npy, write_atomic
 
@@ -377,21 +377,50 @@ def cached_embeddings(spec: ModelSpec, texts: Sequence[str], ids: Sequence[str],
         model = loader() if loader is not None else load_model(spec, device)
     vectors = embed_texts(model, texts, batch_size=spec.batch_size, normalize=spec.normalize,
                           prompt=spec.prompt(role), desc=f"embedding {role}")
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, lambda tmp: save_npy(tmp, vectors))
+    _store_cached(path, vectors)
     return vectors
 
 
 def _read_cached(path: Path, n: int) -> np.ndarray | None:
+    """The cached entry at ``path``, or None when absent; a damaged one (truncated, foreign, mis-shaped) is said
+    in one line, removed and recomputed."""
     if not path.is_file():
         return None
     try:
         vectors = np.load(path, allow_pickle=False)
-    except Exception:  # truncated or foreign: recompute
-        return None
-    if vectors.ndim != 2 or vectors.shape[0] != n or vectors.dtype != np.float32:
-        return None
-    return vectors
+        problem = (None if vectors.ndim == 2 and vectors.shape[0] == n and vectors.dtype == np.float32 else
+                   f"holds a {vectors.dtype} array of shape {vectors.shape}; expected float32 with {n} rows")
+    except Exception as exc:
+        problem = f"unreadable: {one_line(exc)}"
+    if problem is None:
+        return vectors
+    notice(f"embedding cache: {path} {problem}; recomputing it")
+    try:
+        path.unlink()
+    except OSError:
+        pass
+    return None
+
+
+def _store_cached(path: Path, vectors: np.ndarray) -> None:
+    """Write a cache entry atomically (a temporary of this process's own, then a rename); a cache that cannot be
+    written (no space, permission) is said in one line and the run goes on without it."""
+    import tempfile
+
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
+        save_npy(tmp, vectors)
+        os.chmod(tmp, 0o644)  # as an ordinary file (mkstemp makes it private)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        notice(f"embedding cache: could not store {path} ({exc.strerror or one_line(exc)}); "
+               "the run goes on, the next one embeds the texts again")
 
 
 def embed_with_cache(spec: ModelSpec, corpus: tuple[Sequence[str], Sequence[str]],

@@ -10,17 +10,16 @@ one reader, one line here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 
 from .annotations import read_annotations, read_level
 from .anomaly_scores import load_anomaly_scores
 from .association_tests import read_association_tests, read_fairness_spec
 from .embedding_set import EmbeddingSet
-from .graph import EdgeList, field_label, read_edges, read_negatives, read_score
+from .graph import Negatives, field_label, read_edges, read_negatives, read_score
+from .monitor_history import read_history
 from .interactions import load_interactions, read_id_list
 from .pairs import read_positive_pairs
 from .qrels import read_qrels
@@ -29,16 +28,6 @@ from .runs import load_runs, load_tranches, read_vocabularies
 from .snapshots import load_snapshots
 from .training_log import read_training_log
 from .words import read_analogies, read_word_pairs
-
-
-@dataclass(frozen=True)
-class Negatives:
-    """Fixed negatives: the test edges they belong to, and ``candidates[i]`` the negative
-    destinations of test edge ``i`` (row indices, padded with -1)."""
-
-    test: EdgeList
-    candidates: np.ndarray
-    file: str
 
 
 def _negatives(es: EmbeddingSet, path: str, side: dict) -> Negatives:
@@ -68,8 +57,7 @@ LOADERS: dict[str, Callable[[EmbeddingSet, Any, dict], Any]] = {
         label=f"annotations: {Path(v).name}"),
     "exclude_self": lambda es, v, _: bool(v),
     "training_log": lambda es, v, _: read_training_log(v, label=f"training_log: {Path(v).name}"),
-    "monitor_history": lambda es, v, _: __import__("embeval_report.monitoring.history",
-                                                   fromlist=["*"]).read_history(v),  # lazy: no import cycle
+    "monitor_history": lambda es, v, _: read_history(v),
     "anomaly_scores": lambda es, v, _: load_anomaly_scores(es, v),
     "fairness": lambda es, v, _: read_fairness_spec(es, v),
     "association_tests": lambda es, v, _: read_association_tests(v, label=field_label(v, "association_tests")),
@@ -83,8 +71,9 @@ LOADERS: dict[str, Callable[[EmbeddingSet, Any, dict], Any]] = {
 class SideData:
     """The loaded side data of a set: ``side.edges``, ``side.runs``, ... (``None`` when absent).
 
-    Backed by a mapping, or by a folder of per-field pickles written by the runner's prepared
-    cache (each read on first use, so a chapter loads only what it needs).
+    Backed by a mapping, or by the folder the runner's prepared cache writes (:meth:`save`): one entry per
+    field in a format that cannot run code when read (:mod:`.safe_store`), each read on first use, so a chapter
+    loads only what it needs. A damaged entry is said in one line and read again from the validated source.
     """
 
     def __init__(self, values: dict | None = None, folder: Path | None = None, present=()):
@@ -104,29 +93,45 @@ class SideData:
             self._values[name] = self._read(name) if name in self._present else None
         return self._values[name]
 
-    def _read(self, name: str):
-        import pickle
+    def get(self, name: str, default=None):
+        return getattr(self, name) if name in self._present else default
 
-        with open(self._folder / f"{name}.pkl", "rb") as f:
-            return pickle.load(f)
+    def __getitem__(self, name: str):
+        if name not in self._present:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def _read(self, name: str):
+        from .safe_store import load_value
+
+        try:
+            return load_value(self._folder / name)
+        except Exception as exc:  # a damaged entry (truncated, edited, a disk error): read the source again
+            from ..errors import notice
+            from .files import one_line
+            from .prepared import load_prepared
+
+            es = load_prepared(self._folder.parent)
+            notice(f"prepared cache: side data '{name}' ({self._folder / name}) is unreadable ({one_line(exc)}); "
+                   f"read again from {es.fields[name]}")
+            return LOADERS[name](es, es.fields[name], self)
 
     def fields(self) -> list[str]:
         """The fields present, in loading order."""
         return [f for f in LOADERS if f in self._present]
 
     def save(self, folder: Path) -> None:
-        """Write one pickle per present field into ``folder`` (see :meth:`open`)."""
-        import pickle
+        """Write one entry per present field into ``folder`` (see :meth:`open` and :mod:`.safe_store`)."""
+        from .safe_store import save_value
 
         folder.mkdir(parents=True, exist_ok=True)
         for name in self.fields():
-            with open(folder / f"{name}.pkl", "wb") as f:
-                pickle.dump(getattr(self, name), f, protocol=pickle.HIGHEST_PROTOCOL)
+            save_value(getattr(self, name), folder / name)
 
     @classmethod
     def open(cls, folder: Path) -> "SideData":
-        """The side data saved in ``folder``, read lazily field by field."""
-        return cls(folder=folder, present=[p.stem for p in folder.glob("*.pkl")])
+        """The side data saved in ``folder`` (inside a prepared cache), read lazily field by field."""
+        return cls(folder=folder, present=[p.name for p in folder.iterdir() if p.name in LOADERS and p.is_dir()])
 
 
 def load_side_data(es: EmbeddingSet, *, progress: Callable[[str], None] | None = None) -> SideData:

@@ -116,9 +116,17 @@ def _read(key: str):
     if _folder is None or not (_folder / f"{key}.0.npy").is_file():
         return None
     parts, i = [], 0
-    while (_folder / f"{key}.{i}.npy").is_file():
-        parts.append(np.load(_folder / f"{key}.{i}.npy", mmap_mode="r"))
-        i += 1
+    try:
+        while (_folder / f"{key}.{i}.npy").is_file():
+            parts.append(np.load(_folder / f"{key}.{i}.npy", mmap_mode="r", allow_pickle=False))
+            i += 1
+    except (OSError, ValueError, EOFError) as exc:  # a damaged entry: said, removed, computed again
+        from ..errors import notice
+
+        notice(f"prepared cache: neighbour graph {_folder / f'{key}.{i}.npy'} is unreadable ({exc}); computing it again")
+        for part in _folder.glob(f"{key}.*.npy"):
+            part.unlink(missing_ok=True)
+        return None
     return tuple(parts)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zipfile
 from typing import Callable
 
 import numpy as np
@@ -92,8 +93,15 @@ def _read(key: str) -> tuple[np.ndarray, ...] | None:
     _folder = _settings().folder
     if _folder is None or not (_folder / f"{key}.npz").is_file():
         return None
-    with np.load(_folder / f"{key}.npz") as z:
-        return tuple(z[f"a{i}"] for i in range(len(z.files)))
+    try:
+        with np.load(_folder / f"{key}.npz", allow_pickle=False) as z:
+            return tuple(z[f"a{i}"] for i in range(len(z.files)))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        from ..errors import notice  # a damaged entry: said, removed, computed again
+
+        notice(f"prepared cache: moments {_folder / f'{key}.npz'} is unreadable ({exc}); computing them again")
+        (_folder / f"{key}.npz").unlink(missing_ok=True)
+        return None
 
 
 def _write(key: str, item: tuple[np.ndarray, ...]) -> None:

@@ -133,7 +133,8 @@ def _monitor(args) -> int:
     import json
 
     from ..io import load_vectors
-    from .history import append_history, history_record
+    from ..io.monitor_history import append_history
+    from .score import history_record
     from .profile import load_profile
     from .score import LEVELS, score_batch
 

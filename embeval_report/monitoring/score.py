@@ -64,6 +64,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError, UndefinedMetricWarning
+from ..io.monitor_history import HISTORY_FORMAT, HISTORY_VERSION, LEVELS
 from ..kernels import as_numpy, resolve_device
 from ..metrics.thresholds import TABLE_217_3
 from ..metrics.two_sample import domain_classifier_auc, ks_dimensions, mmd_test
@@ -72,7 +73,6 @@ from .profile import Profile, knn_scores
 
 #: alert levels, least to most severe, and the report verdict each one reads as (one vocabulary: the levels;
 #: ``metrics.json`` and the report's scorecard use the verdicts, by this mapping)
-LEVELS = ("ok", "warning", "critical")
 VERDICT = {"ok": "healthy", "warning": "concerning", "critical": "problematic"}
 ALPHA = 0.05
 #: Table 217.3 mean-drift row (× baseline)
@@ -532,3 +532,9 @@ SIGNAL_METRIC = {"mean_shift": "mean_shift", "norm_shift": "norm_shift", "isotro
                  "mmd": "mmd", "ks_dimensions": "ks_rejected_fraction", "domain_classifier": "domain_classifier_auc",
                  "anomalous_fraction": "anomalous_fraction"}
 SPECS = _specs()
+
+
+def history_record(score: BatchScore, *, batch: str, timestamp: str, file: str = "") -> dict:
+    """The JSON object of one history line."""
+    return {"format": HISTORY_FORMAT, "version": HISTORY_VERSION, "batch": batch, "timestamp": timestamp,
+            "file": file, **score.to_json()}

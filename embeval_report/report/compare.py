@@ -17,7 +17,6 @@ import datetime as _dt
 import json
 import math
 import re
-import shutil
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -395,7 +394,7 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
             progress(f"rendering {fmt}")
             files.update(render_report(staging, title=title, formats=(fmt,), renderer=renderer, pdf_engine=pdf_engine))
         target.commit(staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as exc:
+        target.abandon(staging, exc)  # removes staging; a write fault becomes one line (OutputError)
         raise
     return target.path, table, {k: target.path / Path(v).name for k, v in files.items()}

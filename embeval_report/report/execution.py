@@ -11,6 +11,7 @@ import nbformat
 
 from ..chapters.declaration import ChapterSpec
 from ..progress import RunProgress
+from .outdir import raise_write_fault
 from .render.common import strip_ansi
 
 #: exception names a chapter raises to be skipped rather than failed
@@ -74,6 +75,7 @@ def execute_chapter(ch: ChapterSpec, staging: Path, params: dict, *, timeout: in
                             progress_bar=False, cwd=str(target.parent), execution_timeout=timeout,
                             extra_arguments=KERNEL_ARGUMENTS, **({"km": kernel.km} if kernel else {}))
     except Exception as exc:  # a failing chapter must not lose the report
+        raise_write_fault(exc)  # but a full disk stops the run
         if getattr(exc, "ename", None) in SKIP_ERRORS:
             status, reason = "skipped", strip_ansi(str(getattr(exc, "evalue", ""))).strip()
         else:
@@ -151,6 +153,7 @@ def _parallel(ready: list[ChapterSpec], staging: Path, params: dict, timeout: in
                 try:
                     o = future.result()
                 except Exception as exc:  # the worker process died (killed, out of memory)
+                    raise_write_fault(exc)
                     o = ChapterOutcome(ch, "failed", f"the chapter's process ended abnormally: {error_text(exc)}",
                                        time.time() - t0)
                 done[ch.name] = o

@@ -27,7 +27,7 @@ from ..settings import ChapterSettings
 from ..version import __version__
 from .execution import ChapterOutcome, error_text, execute
 from .metrics_file import metrics_document
-from .outdir import OutputFolder
+from .outdir import OutputFolder, raise_write_fault
 from .render import render_report
 from .rigor import adjust_report
 from .shared_graph import dask_client, shared_graph
@@ -59,6 +59,7 @@ class RunResult:
 class Run:
     """The state a run's steps hand on: where it writes, what it read, which chapters, what they did."""
 
+    target: OutputFolder
     staging: Path
     settings: ChapterSettings
     chosen: list[ChapterSpec]
@@ -102,6 +103,7 @@ def prepare_input(run: Run, source, *, prepare=None, embedding_cache=None) -> No
     run.cache.mkdir(exist_ok=True)
     with run.settings.compute():  # the memory budget sizes the blocks of a streamed set
         run.es = load_source(source, scratch=run.cache)  # a set larger than memory is written there block by block
+        run.target.check_room(run.staging, run.es.n, run.es.d)  # room for the prepared copy, before any chapter
         run.side = load_side_data(run.es)
         save_prepared(run.es, run.cache)
         run.side.save(run.cache / "side")
@@ -179,6 +181,7 @@ def render(run: Run, *, formats, renderer, pdf_engine) -> tuple[dict, dict]:
             files.update(render_report(run.staging, title=run.info["title"], formats=(fmt,), renderer=renderer,
                                        pdf_engine=pdf_engine))
         except Exception as exc:
+            raise_write_fault(exc)  # a full disk stops the run; another failure loses only this format
             errors[fmt] = error_text(exc)
     return files, errors
 
@@ -218,7 +221,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
     target = OutputFolder.check(out, force=force)
     everything = discover()
     chosen = select(everything, chapters)
-    run = Run(target.staging(), settings, chosen,
+    run = Run(target, target.staging(), settings, chosen,
               [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in everything if c not in chosen])
     client = None
     try:
@@ -237,8 +240,8 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         files, errors = render(run, formats=formats, renderer=renderer, pdf_engine=pdf_engine)
         write_run(run)
         target.commit(run.staging)
-    except BaseException:
-        shutil.rmtree(run.staging, ignore_errors=True)
+    except BaseException as exc:
+        target.abandon(run.staging, exc)  # removes staging; a write fault becomes one line (OutputError)
         raise
     finally:
         if client is not None:  # a LocalCluster closes with its client
