@@ -681,6 +681,7 @@ def demo_side(tmp_path_factory):
     """The demo's side data, loaded and validated, and the prepared cache a run writes for it (the monitoring
     history written by hand: scoring the demo's batches takes most of a minute)."""
     import embeval_report.demo as demo
+    import embeval_report.demo.monitoring as demo_monitoring
     from embeval_report.io import load_source, save_prepared
     from embeval_report.io.side_data import load_side_data
 
@@ -690,7 +691,7 @@ def demo_side(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("demo")
     with pytest.MonkeyPatch.context() as mp_:
-        mp_.setattr(demo, "monitoring_side_data", history)
+        mp_.setattr(demo_monitoring, "demo_side_data", history)
         es = load_source(demo.write_demo(folder / "data", seed=0))
     side = load_side_data(es)
     save_prepared(es, folder / "prepared")
