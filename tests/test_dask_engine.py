@@ -289,11 +289,11 @@ def _numbers(doc, path=""):
 
 
 def test_run_with_dask_sends_the_chapters_passes_and_equals_the_local_run(tmp_path, monkeypatch):
-    from embeval_report.report import runner
+    from embeval_report.report import runner, shared_graph
 
     manifest = write_set(tmp_path, n=8300, d=64)  # more rows than one chunk of a 256 MiB budget (8,192 of 64)
     prefixes = []
-    real = runner._dask_client
+    real = shared_graph.dask_client
 
     def spy(*args):
         client, info = real(*args)
@@ -309,7 +309,7 @@ def test_run_with_dask_sends_the_chapters_passes_and_equals_the_local_run(tmp_pa
         client.close = closing
         return client, info
 
-    monkeypatch.setattr(runner, "_dask_client", spy)
+    monkeypatch.setattr(runner, "dask_client", spy)
     outs, chapters = {}, "isotropy,uniformity"  # collapse reads the same moments (the run's moments cache)
     for name, extra in (("local", []), ("dask", ["--dask"])):
         outs[name] = tmp_path / name

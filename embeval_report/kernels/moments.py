@@ -5,8 +5,8 @@ import numpy as np
 import torch
 
 from . import dask_engine
-from .device import as_numpy, chunk_budget, iter_chunks, resolve_device, unit_rows
 from .blocks import BlockMoments, assign_blocks, block_chunk_rows
+from .device import as_numpy, chunk_budget, iter_chunks, resolve_device, unit_rows
 from .moments_cache import digest, remembered
 
 

@@ -1,0 +1,344 @@
+"""Exact candidates: every corpus row a product's error bound cannot rule out, scored in float64.
+
+The pieces of :mod:`.neighbours`' search that turn candidate products (:func:`~.device.exact_product`, each within
+:func:`~.device.product_bound` of its float64 score) into the float64 top-k: the float64 rows of the corpus
+(:class:`_Rows64`) and its transposed product inputs (:class:`_CorpusTiles`, made tile by tile for a corpus
+larger than memory), the kept-entry pass of a plain search (:func:`_collect`, :func:`_collected_lists`), the
+proof of a fixed pool (:func:`_bounded_lists`) with its second search (:func:`_complete_rows`), and the
+float64 re-scoring they share (:func:`_rescore_lists`: exact ties, the lower index first).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..context import current
+from ..progress import progress
+from .device import Product, chunk_rows, round_down
+
+#: columns per pruning group: a group is merged only when its maximum beats the running k-th score
+GROUP = 32
+#: extra float32 candidates per row re-scored in float64, so near-ties that float32 rounding cannot
+#: order are ordered exactly (ties in float64: the lower index first)
+RERANK = 4
+#: bytes of gathered float64 candidate rows scored at a time (in cache for the batched product)
+SCORE_BYTES = 2 * 2**20
+
+
+class _Rows64:
+    """The float64 (unit, for cosine) rows of a float32 corpus, made on demand chunk by chunk, so no
+    float64 copy of the whole corpus is held (a 2M x 768 set would need 12 GB for it)."""
+
+    def __init__(self, X32: torch.Tensor, unit: bool):
+        self.X32, self.unit = X32, unit
+        self.step = chunk_rows(len(X32), X32.shape[1] * 8 * 4)
+        self.norms = (torch.cat([X32[s:s + self.step].double().norm(dim=1) for s in range(0, len(X32), self.step)])
+                      .clamp_min(torch.finfo(torch.float64).tiny) if unit else None)
+        self.whole = None  # the float64 rows themselves, when they fit in the budget: gathered without a pass
+        if current().fits(X32.numel() * 8):
+            self.whole = torch.cat(list(self._chunks())) if len(X32) else X32.double()
+
+    def __getitem__(self, idx) -> torch.Tensor:
+        if self.whole is not None:
+            if isinstance(idx, torch.Tensor) and idx.dim() > 1:  # one row gather (faster than fancy indexing)
+                return self.whole.index_select(0, idx.reshape(-1)).view(*idx.shape, -1)
+            return self.whole[idx]
+        rows = self.X32[idx].double()
+        return rows / self.norms[idx].unsqueeze(-1) if self.unit else rows  # as unit_rows, row by row
+
+    def __len__(self) -> int:
+        return len(self.X32)
+
+    def squared_norms(self) -> torch.Tensor:
+        return torch.cat([(r * r).sum(1) for r in self._chunks()])
+
+    def _chunks(self):
+        for s in range(0, len(self.X32), self.step):
+            yield self[s:s + self.step]
+
+    def inputs(self, rows, sq64, product: Product | None) -> tuple[torch.Tensor, tuple[float, float, float]]:
+        """The candidate-product inputs of corpus rows ``rows`` (euclidean: ``[2x, -|x|^2]``), float32 (rounded
+        by ``product``; None: the bfloat16 of fast mode), and the maxima over these rows of the float64 rows'
+        norms, the inputs' rounding residuals and the inputs' norms (see :func:`~.device.product_bound`)."""
+        r64 = self[rows]
+        r = r64.float()
+        if sq64 is not None:
+            r = torch.cat([2 * r, -sq64[rows].float()[:, None]], 1)
+            r64 = torch.cat([2 * r64, -sq64[rows][:, None]], 1)
+        if product is None:
+            return r.to(torch.bfloat16), (0.0, 0.0, 0.0)
+        if product.bits != 24:
+            r = product.rounded(r)
+        if len(r) == 0:
+            return r.to(product.dtype), (0.0, 0.0, 0.0)
+        r_d = r.double()
+        return r.to(product.dtype), (float(r64.norm(dim=1).max()), float((r_d - r64).norm(dim=1).max()),
+                                     float(r_d.norm(dim=1).max()))
+
+    def transposed(self, sq64, product: Product | None) -> tuple[torch.Tensor, tuple[float, float, float]]:
+        """The (d, n) corpus the products read (:meth:`inputs`, transposed) and its input maxima."""
+        d = self.X32.shape[1] + int(sq64 is not None)
+        out = torch.empty((d, len(self.X32)), dtype=torch.bfloat16 if product is None else product.dtype,
+                          device=self.X32.device)
+        stats = (0.0, 0.0, 0.0)
+        for s in range(0, len(self.X32), self.step):
+            r, st = self.inputs(slice(s, s + self.step), sq64, product)
+            out[:, s:s + len(r)] = r.T
+            stats = tuple(map(max, stats, st))
+        return out, stats
+
+    def stats(self, sq64, product: Product) -> tuple[float, float, float]:
+        """The input maxima of :meth:`transposed` without keeping the transposed corpus (one pass)."""
+        stats = (0.0, 0.0, 0.0)
+        for s in range(0, len(self.X32), self.step):
+            stats = tuple(map(max, stats, self.inputs(slice(s, s + self.step), sq64, product)[1]))
+        return stats
+
+
+class _CorpusTiles:
+    """The transposed corpus of :meth:`_Rows64.transposed`, made tile by tile where :func:`sweep_tiles` reads
+    it (``corpus_t[:, j:j + w]``): for a corpus whose transposed copy would not fit in the memory budget (a
+    10M x 768 set: 30 GB). The same values; each query block reads the corpus once more."""
+
+    def __init__(self, corpus64: _Rows64, product: Product | None, sq64=None, *, desc: str | None = None,
+                 tiles: int = 0):
+        self.corpus64, self.product, self.sq64 = corpus64, product, sq64
+        self.shape = (corpus64.X32.shape[1] + int(sq64 is not None), len(corpus64.X32))
+        self._ticks = iter(progress(range(tiles), desc=f"{desc} (corpus tiles)", total=tiles)) if desc else None
+
+    def __getitem__(self, key) -> torch.Tensor:
+        _, cols = key
+        if self._ticks is not None:
+            next(self._ticks, None)
+        return self.corpus64.inputs(cols, self.sq64, self.product)[0].T.contiguous()
+
+
+def _top_k(cand: torch.Tensor, exact: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row the k best of candidates ``cand`` by float64 score ``exact``; exact ties: the lower index first."""
+    cand, order = cand.sort(1)
+    exact = exact.gather(1, order)
+    best = torch.sort(exact, dim=1, descending=True, stable=True).indices[:, :k]
+    return cand.gather(1, best), exact.gather(1, best)
+
+
+def _exact_scores(corpus64: _Rows64, sq64, q64: torch.Tensor, cand: torch.Tensor, metric: str) -> torch.Tensor:
+    """The float64 scores (higher = closer; euclidean: :math:`-\\lVert q - x\\rVert^2`) of candidates ``cand``
+    (m, c) of query rows ``q64`` (m, d): one batched product per call shape, so that the scores of one row's
+    candidates come from one computation (exact duplicates tie exactly). Rows go in pieces of about
+    :data:`SCORE_BYTES` of gathered candidates on the CPU, which stay in cache for the product (3x faster than
+    one gather of the whole block; the same numbers: each row's product is computed alone)."""
+    step = max(1, SCORE_BYTES // max(1, cand.shape[1] * q64.shape[1] * 8)) if q64.device.type == "cpu" else len(cand)
+    if step >= len(cand):
+        exact = torch.bmm(corpus64[cand], q64[:, :, None])[:, :, 0]
+    else:
+        exact = torch.cat([torch.bmm(corpus64[cand[s:s + step]], q64[s:s + step, :, None])[:, :, 0]
+                           for s in range(0, len(cand), step)])
+    if metric == "euclidean":
+        exact = 2 * exact - sq64[cand] - (q64 * q64).sum(1, keepdim=True)  # -|q - x|^2
+    return exact
+
+
+class _Block:
+    """One query block of a bounded search: its float64 rows, candidate inputs and error bounds."""
+
+    def __init__(self, start: int, q64: torch.Tensor, q: torch.Tensor, bound: torch.Tensor | None,
+                 offset: torch.Tensor | float, drop_self: bool):
+        self.start, self.q64, self.q, self.bound, self.offset, self.drop_self = start, q64, q, bound, offset, drop_self
+
+
+def _bounded_lists(k: int, top, blk: _Block, corpus64: _Rows64, sq64, corpus_t, metric: str,
+                   product: Product, tile_cols: int, n_avail: int):
+    r"""The float64 top-k of every row of a block from its fixed float32 candidate pool, proven complete.
+
+    ``top`` holds each row's K best candidate products :math:`\tilde p` (sorted), each within ``blk.bound``
+    :math:`B_i` of its float64 score (:func:`~.device.product_bound`). The pool is scored in float64 (one
+    batched product), its k best (exact ties: the lower index) are the list and t its k-th score. A corpus
+    row outside the pool has :math:`\tilde p \le \tilde p_K`; if :math:`\tilde p_K < t - B` its score is
+    below t and it can neither enter the list nor tie. Rows where the pool cannot show this (dense
+    near-ties, more than K exact ties) are searched again over the whole corpus (:func:`_complete_rows`).
+    Returns ``(indices (m, k), float64 scores (m, k), rows searched again)``.
+    """
+    cand, approx = top.indices, top.values
+    idx, val = _top_k(cand, _exact_scores(corpus64, sq64, blk.q64, cand, metric), k)
+    if cand.shape[1] >= n_avail:  # the pool holds every candidate row
+        return idx, val, 0
+    threshold = val[:, -1] + blk.offset - blk.bound
+    again = (approx[:, -1].double() >= threshold).nonzero().squeeze(1)
+    if len(again):
+        idx[again], val[again] = _complete_rows(k, again, threshold[again], blk, corpus64, sq64, corpus_t, metric,
+                                                product, tile_cols)
+    return idx, val, len(again)
+
+
+def _rescore_lists(k: int, cand: torch.Tensor, counts: torch.Tensor, q64: torch.Tensor, corpus64: _Rows64, sq64,
+                   metric: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float64 top-k of each row among its first ``counts`` candidates ``cand`` (m, W), exact ties: the
+    lower index first. All of a row's candidates are scored by one batched product of one shape (rows of
+    the same call, or chunks of one width: padded with the row's first candidate), so that equal rows get
+    equal scores (exact duplicates tie exactly); memory: one chunk budget."""
+    dev = cand.device
+    m, W = cand.shape
+    row_bytes = W * q64.shape[1] * 8 * 3
+    if m == 0:
+        return cand[:, :k], torch.empty((0, k), dtype=torch.float64, device=dev)
+    if m > 1 and chunk_rows(m, row_bytes) < m:  # several calls of whole rows
+        step = max(1, chunk_rows(m, row_bytes))
+        parts = [_rescore_lists(k, cand[a:a + step], counts[a:a + step], q64[a:a + step], corpus64, sq64, metric)
+                 for a in range(0, m, step)]
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    width = chunk_rows(W, m * q64.shape[1] * 8 * 3)
+    best_i = torch.full((m, k), torch.iinfo(torch.int64).max, dtype=torch.int64, device=dev)
+    best_v = torch.full((m, k), -torch.inf, dtype=torch.float64, device=dev)
+    for a in range(0, int(counts.max()), width):
+        pos = a + torch.arange(width, device=dev)
+        valid = pos[None, :] < counts[:, None]
+        c = cand.gather(1, torch.where(valid, pos[None, :], 0).clamp_max(W - 1))
+        ex = _exact_scores(corpus64, sq64, q64, c, metric).masked_fill(~valid, -torch.inf)
+        c = torch.where(valid, c, torch.iinfo(torch.int64).max)  # padding sorts after every real column
+        best_i, best_v = _top_k(torch.cat([best_i, c], 1), torch.cat([best_v, ex], 1), k)
+    return best_i, best_v
+
+
+def _complete_rows(k: int, rows: torch.Tensor, threshold: torch.Tensor, blk: _Block, corpus64: _Rows64, sq64,
+                   corpus_t, metric: str, product: Product, tile_cols: int):
+    """The float64 top-k of block rows ``rows`` over the whole corpus: every corpus row whose candidate product
+    reaches the row's ``threshold`` (:math:`t + \\text{offset} - B` of :func:`_bounded_lists`, which every
+    row of the true list reaches) is scored in float64 (:func:`_rescore_lists`); the rest cannot enter."""
+    n = len(corpus64)
+    step = chunk_rows(len(rows), n * 8 * 2)  # rows at a time: their selections stay within a chunk budget
+    out_i, out_v = [], []
+    for a in range(0, len(rows), step):
+        sub = rows[a:a + step]
+        q = blk.q[sub]
+        own = sub + blk.start if blk.drop_self else None
+        found = []
+        with product.matmul():
+            for j in range(0, n, tile_cols):
+                w = min(tile_cols, n - j)
+                p = q @ corpus_t[:, j:j + w]
+                if own is not None:
+                    inside = ((own >= j) & (own < j + w)).nonzero().squeeze(1)
+                    p[inside, own[inside] - j] = -torch.inf
+                r, c = (p.double() >= threshold[a:a + step, None]).nonzero(as_tuple=True)
+                found.append((r, c + j, p[r, c]))
+        cols, _, counts = _rows_to_padded(*(torch.cat(x) for x in zip(*found)), len(sub))
+        i, v = _rescore_lists(k, cols, counts, blk.q64[sub], corpus64, sq64, metric)
+        out_i.append(i)
+        out_v.append(v)
+    return torch.cat(out_i), torch.cat(out_v)
+
+
+def _rows_to_padded(r: torch.Tensor, c: torch.Tensor, p: torch.Tensor, m: int):
+    """Entries ``(row r, column c, product p)`` as per-row lists sorted by product (descending): padded
+    matrices ``(columns (m, L), products (m, L))`` (padding: column 0, product -inf) and the counts."""
+    order = torch.sort(p, descending=True, stable=True).indices
+    order = order[torch.sort(r[order], stable=True).indices]
+    r, c, p = r[order], c[order], p[order]
+    counts = torch.bincount(r, minlength=m)
+    L = max(1, int(counts.max())) if len(r) else 1
+    pos = torch.arange(len(r), device=r.device) - (torch.cumsum(counts, 0) - counts)[r]
+    cols = torch.zeros((m, L), dtype=torch.int64, device=r.device)
+    vals = torch.full((m, L), -torch.inf, dtype=p.dtype, device=r.device)
+    cols[r, pos] = c
+    vals[r, pos] = p
+    return cols, vals, counts
+
+
+def _collect(k: int, blk: _Block, corpus_t, tile_cols: int, buffer: torch.Tensor):
+    r"""One pass over the products of a block's rows against the corpus, keeping every entry that can be in a
+    row's float64 top-k.
+
+    A tile's products are grouped by 32 columns (group g of a tile of w = 32 G columns: columns
+    ``g, g + G, ...``, one strided max pass); each row keeps the k largest maxima of groups of four such groups
+    seen so far, whose smallest, v, is a lower bound on the row's final k-th largest product :math:`v_k`
+    (they are k distinct entries). Any row of the final list has :math:`\tilde p \ge v_k - 2B - \delta`:
+    its score is at least the k-th score t, and k rows have :math:`\tilde p \ge v_k`, hence score
+    :math:`\ge v_k - \delta - B`, so :math:`t \ge v_k - \delta - B` (δ: the rounding of a bfloat16 product,
+    at most :math:`2^{-7}|\tilde p|`; 0 for float32 products). So every entry at or above that limit (v only
+    rises; the limit rounded down to the products' format) is kept, read from the groups whose maximum
+    reaches it. For bfloat16 products and a positive limit the group maxima are taken over the raw 16-bit
+    patterns (integer order is float order for positive values; negative values stay below any positive
+    limit). Returns the kept ``(rows, columns, products)``.
+    """
+    q = blk.q
+    m, n = len(q), corpus_t.shape[1]
+    dev = q.device
+    W = min(tile_cols, n)
+    rows = torch.arange(m, device=dev)
+    best = torch.full((m, k), -torch.inf, device=dev)  # k entries' products (a lower bound on the k-th)
+    slack = 2 * blk.bound
+    out16 = q.dtype == torch.bfloat16
+
+    def below(v):  # v - 2B - delta in float64, rounded down to the products' dtype: no entry above it is lost
+        v = v.double()
+        return round_down(v - slack - (v.abs() * (2.0**-7 * 1.01) if out16 else 0.0), q.dtype)
+
+    parts = []
+    for j in range(0, n, W):
+        w = min(W, n - j)
+        tile = buffer[:m * w].view(m, w)
+        torch.matmul(q, corpus_t[:, j:j + w], out=tile)
+        if blk.drop_self and blk.start < j + w and j < blk.start + m:  # the tile holds own columns
+            own = rows + blk.start - j
+            inside = (own >= 0) & (own < w)
+            tile[rows[inside], own[inside]] = -torch.inf
+        G = w // GROUP
+        groups = tile[:, :G * GROUP].view(m, GROUP, G)  # group g: columns g, g + G, ..., g + 31 G
+        rest = tile[:, G * GROUP:]  # the last columns, fewer than a group: entries of their own
+        raw = groups.view(torch.int16).amax(1) if out16 else None  # an entry of each group (its max if positive)
+        group_max = raw.view(torch.bfloat16) if out16 else groups.amax(1)
+        G4 = G // 4
+        coarse = group_max[:, :4 * G4].view(m, 4, G4).amax(1) if G4 >= k else group_max
+        best = torch.topk(torch.cat([best, coarse.float(), rest.float()], 1), k, dim=1).values
+        limit = below(best[:, -1])
+        if out16 and not bool((limit > 0).all()):  # raw patterns order negative values backwards
+            group_max = groups.amax(1)
+            hit = group_max >= limit[:, None]
+        elif out16:
+            hit = raw >= limit.view(torch.int16)[:, None]
+        else:
+            hit = group_max >= limit[:, None]
+        r, g = hit.nonzero(as_tuple=True)
+        vals = groups[r, :, g]
+        rr, a = (vals >= limit[r, None]).nonzero(as_tuple=True)
+        parts.append((r[rr], j + g[rr] + a * G, vals[rr, a]))
+        if rest.shape[1]:
+            r, c = (rest >= limit[:, None]).nonzero(as_tuple=True)
+            parts.append((r, j + G * GROUP + c, rest[r, c]))
+    r, c, p = (torch.cat(x) for x in zip(*parts))
+    keep = (p >= below(best[:, -1])[r]) & (p > -torch.inf)  # the final limit; never the row itself
+    return r[keep], c[keep], p[keep]
+
+
+def _collected_lists(k: int, blk: _Block, corpus64: _Rows64, sq64, corpus_t, metric: str, tile_cols: int,
+                     buffer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The float64 top-k of every row of a block (plain products, no re-scoring) from the entries
+    :func:`_collect` kept, which hold every row that can be in the list.
+
+    Per row the ``k + RERANK`` kept entries of largest product are scored in float64 (one batched product,
+    the same numbers as the float32 pool of :func:`_bounded_lists`); their k-th score :math:`t'` bounds the
+    row's k-th score from below, so only entries with :math:`\tilde p \ge t' + \text{offset} - B` (a prefix
+    of the row's entries by product) can still enter: rows with more such entries are scored again over that
+    prefix (:func:`_rescore_lists`), and the k best by float64 score (exact ties: the lower index) are the list."""
+    r, c, p = _collect(k, blk, corpus_t, tile_cols, buffer)
+    order = torch.sort(p, descending=True, stable=True).indices
+    order = order[torch.sort(r[order], stable=True).indices]  # by row, then product descending
+    r, c, p = r[order], c[order], p[order]
+    m = len(blk.q)
+    counts = torch.bincount(r, minlength=m)
+    starts = torch.cumsum(counts, 0) - counts
+    R = k + RERANK if p.dtype == torch.float32 else 2 * k + RERANK  # bfloat16 products: coarser, more within B
+    pos = torch.arange(R, device=c.device)[None, :]
+    first = c[(starts[:, None] + pos.clamp_max(counts[:, None] - 1))]  # short rows repeat their last entry
+    idx, val = _rescore_lists(k, first, counts.clamp_max(R), blk.q64, corpus64, sq64, metric)
+    floor = round_down(val[:, -1] + blk.offset - blk.bound, p.dtype)  # t' + offset - B, in products
+    need = torch.zeros(m, dtype=torch.int64, device=c.device).index_add_(
+        0, r, (p >= floor[r]).to(torch.int64))  # a prefix of each row
+    more = (need > R).nonzero().squeeze(1)
+    while len(more):  # by width, so that few candidates are padding: all of a row's in one call
+        W = int(need[more].min()) * 3 // 2 + 1
+        now = more[need[more] <= W]
+        W = int(need[now].max())
+        prefix = c[(starts[now, None] + torch.arange(W, device=c.device)[None, :]).clamp_max(len(c) - 1)]
+        idx[now], val[now] = _rescore_lists(k, prefix, need[now], blk.q64[now], corpus64, sq64, metric)
+        more = more[need[more] > W]
+    return idx, val
