@@ -54,6 +54,41 @@ def test_full_catalogue_lists_and_ranks_match_brute_force(score):
     np.testing.assert_array_equal(ranked.first_rank, first)
 
 
+@pytest.mark.parametrize("score", ["dot", "cosine"])
+def test_ranking_in_several_user_blocks_equals_one_block(score, device, monkeypatch):
+    """The catalogue ranked a few users at a time (a small chunk budget: several blocks, a ragged last one)
+    gives the brute-force lists, on every device."""
+    from embeval_report.kernels import catalogue
+
+    U, V, train, test = random_case(1)
+    calls = []
+    real = catalogue.block_rows
+    monkeypatch.setattr(catalogue, "block_rows", lambda n, m, dev, free=None: calls.append(min(7, n)) or min(7, n))
+    ranked = rc.rank_catalogue(U, V, csr(train, len(V)), csr(test, len(V)), score=score, device=device)
+    top, first = brute_lists(U, V, train, test, score)
+    np.testing.assert_array_equal(ranked.top, top)
+    np.testing.assert_array_equal(ranked.first_rank, first)
+    assert calls and len(U) > 7 and len(U) % 7  # several blocks of 7 users, the last one shorter
+    assert real(len(U), len(V), __import__("torch").device("cpu")) >= 1
+
+
+def test_gpu_block_sizing_from_the_free_memory():
+    """Users per block from the free device memory (30 % of it, 16 bytes per catalogue item); retrieval tiles
+    likewise (48 bytes per element of a query block x 262,144 corpus columns); tested with fake sizes."""
+    import torch
+
+    from embeval_report.kernels import catalogue, ranking
+
+    cuda = torch.device("cuda")
+    assert catalogue.block_rows(10_000, 1000, cuda, free=int(1000 * 16 * 50 / 0.3) + 16) == 50
+    assert catalogue.block_rows(10, 1000, cuda, free=10**12) == 10  # never more users than there are
+    assert catalogue.block_rows(10_000, 1000, cuda, free=10) == 1  # at least one
+    cols = ranking.GPU_TILE_COLS
+    assert ranking.tile_shape(10_000, 10**6, cuda, free=int(cols * 48 * 20 / 0.3) + 48) == (20, cols)
+    assert ranking.tile_shape(10_000, 1000, cuda, free=int(1000 * 48 * 20 / 0.3) + 48) == (20, 1000)
+    assert ranking.tile_shape(5, 1000, cuda, free=10**12) == (5, 1000)
+
+
 def test_training_items_never_recommended_and_short_catalogue_pads():
     U = np.eye(3, dtype=np.float32)[:2]
     V = np.eye(3, dtype=np.float32)

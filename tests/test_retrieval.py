@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from embeval_report import kernels
+from embeval_report.kernels import ranking
 from embeval_report.errors import InputError, UndefinedMetricWarning
 from embeval_report.io.qrels import qrels_frame, read_qrels
 from embeval_report.metrics import retrieval as rt
@@ -84,8 +85,8 @@ def reference_inputs(Q, C, qids, dids, qrels, exclude_self, metric="cosine"):
 def small_tiles(monkeypatch):
     """Many query blocks and corpus tiles (and small batches of exact re-scoring), on one thread: the
     thousands of tiny operations would otherwise mostly wait at thread-pool barriers on a busy machine."""
-    monkeypatch.setattr(rt, "CPU_TILE_COLS", 37)
-    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 37 * rt.TILE_ELEMENT_BYTES * 7)
+    monkeypatch.setattr(ranking, "CPU_TILE_COLS", 37)
+    monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 37 * ranking.TILE_ELEMENT_BYTES * 7)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -144,13 +145,13 @@ def test_same_ranks_whatever_the_tiles_and_placement(seed, small_tiles, monkeypa
 
     results = []
     for loop_slots, dense_share in ((0, 10**18), (16, 10**18), (16, 0)):  # searchsorted / loop / above-floor only
-        monkeypatch.setattr(rt, "LOOP_SLOTS", loop_slots)
-        monkeypatch.setattr(rt, "DENSE_SHARE", dense_share)
+        monkeypatch.setattr(ranking, "LOOP_SLOTS", loop_slots)
+        monkeypatch.setattr(ranking, "DENSE_SHARE", dense_share)
         results.append(run())
     monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 256 * 2**20)  # one block, whole-corpus tiles, defaults
-    monkeypatch.setattr(rt, "CPU_TILE_COLS", 4096)
-    monkeypatch.setattr(rt, "LOOP_SLOTS", 16)
-    monkeypatch.setattr(rt, "DENSE_SHARE", 4)
+    monkeypatch.setattr(ranking, "CPU_TILE_COLS", 4096)
+    monkeypatch.setattr(ranking, "LOOP_SLOTS", 16)
+    monkeypatch.setattr(ranking, "DENSE_SHARE", 4)
     results.append(run())
     assert results[0].relevant["rank"].max() > 300  # relevant documents deep in the ranking too
     for other in results[1:]:
@@ -159,7 +160,7 @@ def test_same_ranks_whatever_the_tiles_and_placement(seed, small_tiles, monkeypa
         pd.testing.assert_frame_equal(results[0].top, other.top)
     # and the ranks are the brute-force ones, duplicates ordered by descending id
     S = brute_scores(Q, C)
-    key = rt.tie_keys(dids, "trec_eval")
+    key = ranking.tie_keys(dids, "trec_eval")
     pos = {dd: j for j, dd in enumerate(dids)}
     for row in results[0].relevant.itertuples():
         i, j = int(np.flatnonzero(qids == row.query_id)[0]), pos[row.doc_id]
@@ -331,7 +332,7 @@ def test_exact_below_float32_resolution(small_tiles):
 
 
 def test_top_list_scan_when_float32_cannot_decide(monkeypatch):
-    monkeypatch.setattr(rt, "SPARE", 0)
+    monkeypatch.setattr(ranking, "SPARE", 0)
     n = 120
     k = np.random.default_rng(2).permutation(n)
     ids = [f"d{i:03d}" for i in range(n)]

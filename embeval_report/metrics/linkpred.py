@@ -54,7 +54,7 @@ from .ranks import (
     ranks_from_scores,
     score_candidates,
 )
-from .spec import MetricSpec, specs
+from .spec import MetricSpec, record_metrics, specs
 from .thresholds import THRESHOLDS
 
 SEED_002 = "seed 002 (PBG offline evaluation)"
@@ -201,19 +201,6 @@ def per_edge_ranks(result: LinkPredictionResult, ids) -> pd.DataFrame:
 def protocol_tag(score: str, ties: str, filtered: bool, data: LinkData) -> str:
     """The short protocol label shown next to every number."""
     return f"{'filtered' if filtered else 'raw'}, {ties} ties, {data.n_negatives} negatives, {score}"
-
-
-def record_metrics(all_specs, values: dict, cis: dict, tag: str, settings: dict | None = None) -> dict:
-    """``name -> Metric`` for every spec with a value, its interval ``cis[name] = (low, high, method)``
-    and its label followed by ``[tag]`` (or by ``[settings[name]]`` where given)."""
-    settings = settings or {}
-    metrics = {}
-    for spec in all_specs.values():
-        if spec.name in values:
-            lo, hi, how = cis.get(spec.name, (None, None, ""))
-            metrics[spec.name] = spec.record(values[spec.name], (lo, hi), ci_method=how,
-                                             label=f"{spec.label} [{settings.get(spec.name, tag)}]")
-    return metrics
 
 
 def rank_intervals(r: np.ndarray, expected: dict, level: float, seed: int, names=("mean_rank", "mrr", "hits_at_10"),

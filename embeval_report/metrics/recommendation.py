@@ -13,7 +13,7 @@ were all rated below ``min_rating`` are not.
 :math:`s(u, i) = u \cdot i` (``dot``) or the cosine, **excluding the user's training items**. User
 blocks are multiplied with the catalogue in float32 (IEEE, TF32 off; GPU when present), training
 items masked to :math:`-\infty`, and the best ``k + 16`` kept and re-scored exactly (float64, a
-fixed summation tree: :func:`~embeval_report.metrics.retrieval.pair_scores`); a user whose 16 spare
+fixed summation tree: :func:`~embeval_report.kernels.ranking.pair_scores`); a user whose 16 spare
 candidates cannot prove the list (its last float32 candidate is within the rounding bound
 :math:`t_u = 2(d+4)\,2^{-24}\lVert u\rVert\max_i\lVert i\rVert` of the k-th exact score) gets an exact
 scan. Equal exact scores: the lower catalogue position first. The rank of the user's best test
@@ -67,8 +67,8 @@ import scipy.sparse as sp
 from ..errors import InputError
 from ..kernels import chunk_rows, resolve_device
 from ..stats import DEFAULT_LEVEL, basic_interval, bias_corrected, mean_ci, weighted_bootstrap
-from .rec_ranking import K, SCORES, Ranked, _csr_rows, rank_by, rank_catalogue, random_scores
-from .retrieval import Space, pair_scores
+from ..kernels.catalogue import K, SCORES, Ranked, _csr_rows, rank_by, rank_catalogue, random_scores
+from ..kernels.ranking import Space, pair_scores
 from .spec import MetricSpec, specs
 
 UNIT = "users"

@@ -186,3 +186,16 @@ class Specs:
 def specs(*items: MetricSpec) -> Specs:
     """Declare the metrics of one concern (see the module docstring)."""
     return Specs(tuple(items))
+
+
+def record_metrics(all_specs, values: dict, cis: dict, tag: str, settings: dict | None = None) -> dict:
+    """``name -> Metric`` for every spec with a value, its interval ``cis[name] = (low, high, method)``
+    and its label followed by ``[tag]`` (or by ``[settings[name]]`` where given)."""
+    settings = settings or {}
+    metrics = {}
+    for spec in all_specs.values():
+        if spec.name in values:
+            lo, hi, how = cis.get(spec.name, (None, None, ""))
+            metrics[spec.name] = spec.record(values[spec.name], (lo, hi), ci_method=how,
+                                             label=f"{spec.label} [{settings.get(spec.name, tag)}]")
+    return metrics

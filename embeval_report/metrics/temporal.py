@@ -31,11 +31,10 @@ from .linkpred import (
     heuristic_ranks,
     protocol_tag,
     rank_intervals,
-    record_metrics,
     sample_rows,
 )
 from .ranks import CandidateScores, Ranks, adjust, auc_delong, rank_metrics, rank_values, score_candidates
-from .spec import MetricSpec, specs
+from .spec import MetricSpec, record_metrics, specs
 
 SPECS = specs(
     MetricSpec("temporal_mrr", "MRR after the cut", "higher", r"\frac1B \sum_{(u,v,t) : t \ge t_c} 1/r",

@@ -10,9 +10,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ..kernels import chunk_rows, resolve_device
-from ..kernels.device import exact_matmul, to_tensor
-from .retrieval import Space, pair_scores
+from .device import chunk_rows, exact_matmul, resolve_device, to_tensor
+from .ranking import GPU_MEMORY_SHARE, Space, pair_scores
 
 SCORES = ("dot", "cosine")
 K = 10
@@ -37,10 +36,13 @@ class Ranked:
     n_rescored: int = 0
 
 
-def _block_rows(n_users: int, n_items: int, device: torch.device) -> int:
+def block_rows(n_users: int, n_items: int, device: torch.device, free: int | None = None) -> int:
+    """Users scored at a time against the whole catalogue (GPU: from ``free`` bytes of device memory, read from the
+    device when None; 16 bytes per score and working copy)."""
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(max(1, min(n_users, int(free * 0.3) // max(n_items * 16, 1))))
+        if free is None:
+            free, _ = torch.cuda.mem_get_info(device)
+        return int(max(1, min(n_users, int(free * GPU_MEMORY_SHARE) // max(n_items * 16, 1))))
     return chunk_rows(n_users, max(n_items, 1) * 16)
 
 
@@ -76,7 +78,7 @@ def rank_catalogue(user_vectors, item_vectors, train: sp.csr_matrix, test: sp.cs
     top = np.full((nu, k), -1, np.int64)
     first_rank = np.zeros(nu, np.int64)
     n_scans = n_rescored = 0
-    rows = _block_rows(nu, n, dev)
+    rows = block_rows(nu, n, dev)
     with exact_matmul():
         for s in range(0, nu, rows):
             idx = np.arange(s, min(nu, s + rows))
