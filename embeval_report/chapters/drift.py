@@ -20,6 +20,7 @@ from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, number, percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import INF, ChapterSpec, Option
+from .findings import Effect
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -570,4 +571,8 @@ CHAPTER = ChapterSpec(
     description="Do later snapshots of the same entities drift from the baseline? Aligned per-entity drift, k-NN overlap, pairwise similarity correlation, anomalous fraction, Procrustes distance with Table 217.3 alerts and the Figure 217.7 dashboard; MMD, KS + BH and domain-classifier distribution tests; who moved (seed 000 §217.2.3, §220.1; seed 003).",
     requires=("snapshots",),
     options=(MMD_SAMPLE,), precheck=precheck, demo="drift",
+    effects=(Effect("drift", ("mean_drift", "procrustes_distance", "pairwise_similarity_correlation",
+                              "anomalous_fraction"),
+                    "Later snapshots drift from the baseline",
+                    "Schedule a retraining and check what moved (the chapter lists the entities and groups):"),),
 )

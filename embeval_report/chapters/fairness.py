@@ -19,6 +19,7 @@ from ..present.format import interval, metric_text, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import adjust_pvalues
 from .declaration import INF, ChapterSpec, K, Option
+from .findings import Effect
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -432,4 +433,6 @@ CHAPTER = ChapterSpec(
     description="Quality per protected group (held-out probe accuracy, neighbourhood label agreement, k-occurrence, within-group APCS) with gaps, intersections and WEAT association tests (seed 000 §222).",
     requires=("fairness|association_tests",),
     options=(K, MIN_GROUP_SIZE, WEAT_PERMUTATIONS), precheck=precheck, demo="fairness",
+    effects=(Effect("group gap", ("probe_accuracy_difference",), "Quality differs between protected groups",
+                    "Review the training data of the worst-served group before shipping:"),),
 )

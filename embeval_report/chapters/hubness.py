@@ -24,6 +24,7 @@ from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import ChapterSpec, K
+from .findings import Effect
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -561,4 +562,6 @@ CHAPTER = ChapterSpec(
     description="Do a few points crowd every nearest-neighbour list? k-occurrence skewness, Robin Hood and Gini indices, hub and antihub occurrence, the hubs by id, and CSLS / mutual proximity before and after (seed 000 §217.1).",
     requires=("vectors",),
     options=(K,), graph=True, precheck=precheck,
+    effects=(Effect("hubness", ("k_occurrence_skewness",), "A few points crowd most neighbour lists (hubness)",
+                    "Use CSLS or mutual proximity for neighbour search (compared in this chapter):"),),
 )

@@ -19,6 +19,7 @@ from ..present.format import percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest, percentile_interval, weighted_bootstrap, wilson_ci
 from .declaration import INF, ChapterSpec, Option
+from .findings import ChapterResults, Effect, Finding, metric_evidence, value_text
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -512,9 +513,34 @@ MIN_RATER_ACCURACY = Option("min_rater_accuracy", 0.7, "a rater is flagged below
 MIN_RATER_TASKS = Option("min_rater_tasks", 10, "gold (or shared) items a rater needs before being judged on them (seed 001 §21.3.2)", bounds=(0, INF))
 MIN_SECONDS = Option("min_seconds", 10.0, "a rater whose median time per rating is below this is flagged (seed 001 §21.3.2)", bounds=(0, INF))
 
+def findings(r: ChapterResults) -> list[Finding]:
+    """The quality of the ratings: raters flagged by the quality checks, and the agreement without them."""
+    flagged = r.info.get("flagged_raters") or {}
+    if not flagged:
+        return []
+    alpha = r.metric("krippendorff_alpha") or {}
+    without = r.info.get("alpha_without_flagged") or {}
+    severity = "problematic" if alpha.get("verdict") == "problematic" else "concerning"
+    reasons = "; ".join(f"{name}: {', '.join(why)}" for name, why in flagged.items())
+    after = (f", and Krippendorff's α rises from {value_text(alpha)} to {value_text(without)} without them"
+             if without.get("value") is not None else "")
+    return [Finding(
+        severity, "evaluation data", r.name,
+        f"{len(flagged)} raters are unreliable; the ratings agree too little without dropping them",
+        f"Drop or re-collect the ratings of {', '.join(flagged)} before using them as ground truth ({reasons}){after}.",
+        metrics=("krippendorff_alpha",), evidence={**metric_evidence(alpha, "krippendorff_alpha"),
+                                                   "raters_flagged": list(flagged), "alpha_without": without.get("value"),
+                                                   "alpha_without_ci": [without.get("ci_low"), without.get("ci_high")]},
+        rule="data quality", effect="rater agreement")]
+
+
 CHAPTER = ChapterSpec(
     name="human_evaluation", title="Human evaluation", order=97,
     description="How far human ratings can be trusted and whether the embedding agrees with them: Krippendorff's α, Fleiss' κ, pairwise Cohen's κ, Gwet's AC1, rater quality checks, Dawid–Skene consensus labels (seed 001 §21.3).",
     requires=("annotations",), optional=("annotation_level", "queries"),
     options=(MIN_RATER_ACCURACY, MIN_RATER_TASKS, MIN_SECONDS), precheck=precheck, demo="human_evaluation",
+    effects=(Effect("rater agreement", ("krippendorff_alpha", "fleiss_kappa", "cohen_kappa", "gwet_ac1"),
+                    "The human ratings agree too little to be trusted",
+                    "Do not use these ratings as ground truth without cleaning them:", "evaluation data"),),
+    findings=findings,
 )

@@ -20,6 +20,7 @@ from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import ChapterSpec
+from .findings import Effect
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -311,4 +312,9 @@ CHAPTER = ChapterSpec(
     name="isotropy", title="Isotropy", order=10,
     description="Is the space used evenly? Condition number, participation ratio, APCS, spectrum, all-but-the-top (seed 000 §217.0, seed 001 §21.1.1).",
     requires=("vectors",),
+    effects=(Effect("anisotropy", ("apcs", "participation_ratio_fraction", "condition_number", "top10_variance_ratio",
+                                   "dims_for_90pct_variance"),
+                    "The vectors crowd into a narrow cone (anisotropy)",
+                    "Centre the vectors or remove their top principal directions before cosine search or "
+                    "clustering (the Anisotropy correction chapter compares the options):"),),
 )

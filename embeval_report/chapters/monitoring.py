@@ -19,6 +19,7 @@ from ..present.display import show_metrics as show_metric_table
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
 from .declaration import ChapterSpec
+from .findings import Effect
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -339,4 +340,8 @@ CHAPTER = ChapterSpec(
     description="The history of `embeval-report monitor`: each new batch scored against the reference profile (mean and norm shift, isotropy drift, MMD, per-dimension KS, domain classifier, k-NN anomalies) as the seed's monitoring dashboard with Table 217.3 and §220.2 alert levels (seed 000 §220).",
     requires=("monitor_history",),
     precheck=precheck, demo="monitoring",
+    effects=(Effect("batch shift", ("mean_shift", "mean_shift_ratio", "norm_shift", "isotropy_drift_apcs", "mmd",
+                                    "ks_rejected_fraction", "domain_classifier_auc", "anomalous_fraction"),
+                    "New batches have shifted from the reference profile",
+                    "Check the data pipeline of the latest batches, then retrain if the shift is real:"),),
 )

@@ -23,6 +23,7 @@ from ..present.display import definitions_markdown, escape, show_figure, show_ma
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import ChapterSpec
+from .findings import ChapterResults, Finding, metric_evidence, value_text
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -382,9 +383,24 @@ def show_by_kind(rep: NodeClassificationReport) -> None:
 # The chapter's declaration
 # ---------------------------------------------------------------------------------------------
 
+def findings(r: ChapterResults) -> list[Finding]:
+    """The label is not decodable: the probe's accuracy interval does not clear the majority-class baseline."""
+    acc = r.metric("accuracy") or {}
+    majority = ((r.info.get("baselines") or {}).get("majority") or {}).get("accuracy")
+    if majority is None or acc.get("ci_low") is None or acc["ci_low"] > majority:
+        return []
+    return [Finding(
+        "problematic", "model", r.name, "The label cannot be read from the vectors",
+        f"Do not use these vectors to predict the label: a linear probe's accuracy {value_text(acc)} does not beat "
+        f"always predicting the most frequent class ({majority:.3f}).",
+        metrics=("accuracy",), evidence={**metric_evidence(acc, "accuracy"), "baseline": "majority class",
+                                         "baseline_value": majority}, rule="baseline", effect="baselines")]
+
+
 CHAPTER = ChapterSpec(
     name="node_classification", title="Node classification", order=94,
     description="Is the label linearly decodable? A logistic-regression probe with stratified 5-fold CV: accuracy, micro- and macro-F1 against majority and stratified baselines, learning curve, per-class F1, confusion matrix (seed 000 §218.3).",
     requires=("metadata.label",),
     precheck=precheck,
+    findings=findings,
 )

@@ -117,9 +117,22 @@ def read_adjusted(results_dir) -> pd.DataFrame | None:
     return frame
 
 
+#: the comparison with the previous model's report (``--baseline``), in the results folder
+BASELINE_FILE = "baseline.json"
+
+
+def read_baseline(results_dir) -> dict | None:
+    """The comparison with the previous model (:mod:`embeval_report.report.baseline`), or None without one."""
+    path = Path(results_dir) / BASELINE_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def read_results(results_dir) -> dict[str, dict]:
-    """All chapter records in ``results_dir`` keyed by chapter name."""
+    """All chapter records in ``results_dir`` keyed by chapter name (the report-level files beside them, the
+    findings and the baseline comparison, are not chapter records)."""
     out = {}
     for p in sorted(Path(results_dir).glob("*.json")):
-        out[p.stem] = json.loads(p.read_text())
+        doc = json.loads(p.read_text())
+        if isinstance(doc, dict) and "chapter" in doc:
+            out[p.stem] = doc
     return out

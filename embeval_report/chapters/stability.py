@@ -14,13 +14,15 @@ import pandas as pd
 
 from ..errors import ChapterSkipped
 from ..metrics import stability as st
-from ..metrics.stability_subsets import Grouping, SubsetStability
+from ..metrics.stability_subsets import Grouping, SubsetStability, subset_correlations
+from ..metrics.thresholds import SEVERITY
 from ..present.display import callout, escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import BCA_MAX, MEAN_CI_RESAMPLES, HypothesisTest
 from .declaration import ChapterSpec, K
+from .findings import ChapterResults, Finding, test_text
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -65,6 +67,7 @@ def compute(ctx: ChapterContext) -> StabilityReport:
     result = st.measure_run_stability(inputs, k, level=ctx.level, seed=ctx.seed, device=ctx.device)
     groupings = st.stability_groupings(es, inputs.index, vocabularies=ctx.side.vocabularies or [])
     subsets = st.subset_stability(result, groupings, level=ctx.level, seed=ctx.seed)
+    correlations = subset_correlations(inputs.vectors, groupings, bands=BANDS, device=ctx.device)
     freq = st.frequency_association(result, es.metadata, inputs.index)
     ctx.rec.add(*result.metrics.values())
     ctx.rec.units(pd.DataFrame({"entity": np.asarray(es.ids, dtype=object)[inputs.index], "knn_overlap": result.overlap,
@@ -77,6 +80,7 @@ def compute(ctx: ChapterContext) -> StabilityReport:
                  spread_over_pairs=result.info["spread"], pairs=result.pairs.to_dict(orient="records"),
                  coverage=inputs.coverage.to_dict(orient="records"), excluded_entities=len(inputs.excluded),
                  subsets=subsets.table.to_dict(orient="records"), subset_tests=subsets.tests.to_dict(orient="records"),
+                 subset_correlations=correlations.to_dict(orient="records"),
                  frequency_association=freq)
     return StabilityReport(inputs, result, groupings, subsets, freq, k_requested, es.metadata)
 
@@ -472,9 +476,53 @@ def show_coverage(rep: StabilityReport) -> None:
 # The chapter's declaration
 # ---------------------------------------------------------------------------------------------
 
+def findings(r: ChapterResults) -> list[Finding]:
+    """The worst group decides: in every grouping whose subsets differ (its test rejects after the report-wide
+    adjustment), a subset whose own pairwise similarity correlation has a worse verdict than the whole set's
+    is unstable. One finding: the least stable such subset leads, with its k-NN overlap beside the most stable
+    subset of its grouping; the others are named."""
+    whole = (r.metric("pairwise_similarity_correlation") or {}).get("verdict")
+    overlap = {(s["grouping"], s["subset"]): s for s in r.info.get("subsets", [])}
+    rows = r.info.get("subset_correlations", [])
+    unstable = []
+    for grouping in dict.fromkeys(c["grouping"] for c in rows):
+        tests = [t for t in r.tests if t["name"].startswith(f"{grouping}: ")]
+        if not any(r.significant(t["name"]) for t in tests):
+            continue
+        mine = [c for c in rows if c["grouping"] == grouping]
+        best = max(mine, key=lambda c: overlap.get((grouping, c["subset"]), {}).get("k-NN overlap", 0))
+        test = min(tests, key=lambda t: r.adjusted_p(t["name"]) or 1.0)
+        unstable += [(c, best, test) for c in mine if SEVERITY[c["verdict"]] > SEVERITY[whole]]
+    if not unstable:
+        return []
+    unstable.sort(key=lambda u: u[0]["similarity correlation"])
+    (lead, best, test), others = unstable[0], unstable[1:]
+    w, b = overlap.get((lead["grouping"], lead["subset"]), {}), overlap.get((best["grouping"], best["subset"]), {})
+    also = "; ".join(f"{c['subset']} ({c['grouping']}): {c['similarity correlation']:.3f}, {c['verdict']}"
+                     for c, _, _ in others)
+    return [Finding(
+        max((u[0]["verdict"] for u in unstable), key=SEVERITY.get), "model", r.name,
+        f"Vectors in “{lead['subset']}” ({lead['grouping']}) are unstable across retrains",
+        f"Do not rely on the neighbourhoods of the vectors in “{lead['subset']}” until training is "
+        f"made more stable for them: they keep {w.get('k-NN overlap', float('nan')):.0%} of their neighbours "
+        f"between runs ({b.get('k-NN overlap', float('nan')):.0%} for {best['subset']}; {test_text(test)}), and "
+        f"their pairwise similarity correlation is {lead['similarity correlation']:.3f}: {lead['verdict']} by the "
+        f"stability guidelines (seed 000 §217.2.2), while the whole set's is {whole or 'not rated'}"
+        + (f". Also unstable: {also}." if also else "."),
+        metrics=("pairwise_similarity_correlation", "knn_overlap"),
+        evidence={"group": lead["subset"], "grouping": lead["grouping"], "value": lead["similarity correlation"],
+                  "knn_overlap": w.get("k-NN overlap"), "knn_overlap_ci": [w.get("ci_low"), w.get("ci_high")],
+                  "compared_with": best["subset"], "compared_knn_overlap": b.get("k-NN overlap"),
+                  "test": test["name"], "p_adjusted": r.adjusted_p(test["name"]),
+                  "also": [{"group": c["subset"], "grouping": c["grouping"], "value": c["similarity correlation"],
+                            "verdict": c["verdict"]} for c, _, _ in others]},
+        rule="worst group", effect="stability by group")]
+
+
 CHAPTER = ChapterSpec(
     name="stability", title="Stability across training runs", order=70,
     description="Do retrains of the model agree? k-NN neighbourhood overlap per entity, Procrustes-aligned cosine and disparity, pairwise similarity correlation (verdict), the least stable entities, and stability by vocabulary, frequency bin and kind (seed 003; seed 000 §217.2).",
     requires=("runs",), optional=("vocabularies",),
     options=(K,), precheck=precheck, demo="stability",
+    findings=findings,
 )

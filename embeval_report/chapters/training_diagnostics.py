@@ -22,6 +22,7 @@ from ..present.format import metric_text, number
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
 from .declaration import INF, ChapterSpec, Option
+from .findings import ChapterResults, Finding
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -95,7 +96,7 @@ def compute(ctx: ChapterContext) -> TrainingReport:
     ctx.rec.note(training_log=dict(source=log.source, format=log.format, x=log.x, runs=log.runs,
                                    metrics=list(log.metrics), rows=len(log.frame)),
                  settings=s, runs=runs_table(diags).to_dict(orient="records"),
-                 events=events_table(diags).to_dict(orient="records"),
+                 events=events_table(diags).to_dict(orient="records"), run_events=run_events(diags),
                  change_points={d.name: [int(d.steps[i]) for i in d.cps.indices] if d.cps else [] for d in diags},
                  **({"skipped_runs": skipped} if skipped else {}))
     log_scale = _log_scale(ctx.option("log_scale"), diags)
@@ -171,6 +172,22 @@ def runs_table(diags) -> pd.DataFrame:
                      "best checkpoint": _step(d.step(d.early.best)) if d.early.best is not None else "—",
                      "λ per check": number(v["convergence_rate"], 3)})
     return pd.DataFrame(rows)
+
+
+def run_events(diags) -> list[dict]:
+    """Each run's events as data (steps; None where absent): divergence, the first non-finite loss, overfitting
+    onset and the gap it reaches, oscillation, the best checkpoint by the monitored value."""
+    out = []
+    for d in diags:
+        over = d.over is not None and d.over.overfitting
+        out.append({"run": d.name, "diverged": bool(d.div.diverged), "diverged_from": d.step(d.div.onset, False)
+                    if d.div.diverged else None, "first_nonfinite": d.step(d.div.first_nonfinite, False),
+                    "overfitting": bool(over), "overfitting_onset": int(d.over.steps[d.over.onset]) if over else None,
+                    "overfitting_rise": float(d.over.rise) if over else None,
+                    "overfitting_p": float(d.over.p_value) if d.over is not None else None,
+                    "oscillates": bool(d.osc is not None and d.osc.oscillating),
+                    "best_step": d.step(d.early.best)})
+    return out
 
 
 def events_table(diags) -> pd.DataFrame:
@@ -489,9 +506,41 @@ CP_PENALTY = Option("cp_penalty", 3.0, "training diagnostics: PELT penalty of th
 LOG_SCALE = Option("log_scale", "auto", "training diagnostics: loss axis on a log scale (auto: when the loss spans a decade)",
                    ("auto", "true", "false"))
 
+def findings(r: ChapterResults) -> list[Finding]:
+    """Events of the training runs: a run that diverged (problematic) and a run that overfits (concerning:
+    stop at its best checkpoint), each naming the run and the step."""
+    events = r.info.get("run_events") or []
+    out = []
+    diverged = [e for e in events if e["diverged"]]
+    if diverged:
+        where = "; ".join(f"{e['run']} from step {e['diverged_from']:,}" + (
+            f", first NaN/Inf at {e['first_nonfinite']:,}" if e.get("first_nonfinite") is not None else "")
+            for e in diverged)
+        out.append(Finding(
+            "problematic", "training process", r.name,
+            f"{len(diverged)} of {len(events)} training runs diverged",
+            f"Lower the learning rate or clip gradients for these runs, and do not ship their checkpoints ({where}).",
+            metrics=("diverged_runs",), evidence={"value": len(diverged) / max(len(events), 1),
+                                                  "runs": [e["run"] for e in diverged]},
+            rule="event", effect="divergence"))
+    over = [e for e in events if e["overfitting"]]
+    if over:
+        where = "; ".join(f"{e['run']} from step {e['overfitting_onset']:,} (validation loss rises "
+                          f"{e['overfitting_rise']:.0%} above its minimum)" for e in over)
+        out.append(Finding(
+            "concerning", "training process", r.name,
+            f"{len(over)} of {len(events)} training runs overfit",
+            f"Stop these runs at their best validation checkpoint, or add regularisation ({where}).",
+            metrics=("overfitting_onset_step", "overfitting_gap"),
+            evidence={"runs": [e["run"] for e in over], "onsets": [e["overfitting_onset"] for e in over]},
+            rule="event", effect="overfitting"))
+    return out
+
+
 CHAPTER = ChapterSpec(
     name="training_diagnostics", title="Training diagnostics", order=76,
     description="Convergence, early stopping (Lightning's rule), divergence, oscillation, overfitting, change points and tail stationarity from the training log, with the seed's TrainingMonitor checks (seed 000 §219.1).",
     requires=("training_log",), optional=("runs",),
     options=(MIN_DELTA, MIN_DELTA_MODE, PATIENCE, MONITOR, MONITOR_MODE, SMOOTHING, TAIL_WINDOW, CONVERGENCE_TOL, CP_PENALTY, LOG_SCALE), precheck=precheck, demo="training_log",
+    findings=findings,
 )

@@ -21,11 +21,12 @@ from ..chapters.registry import discover, resolve_settings, select
 from ..io import load_source, save_prepared
 from ..io.model_source import embedded_source
 from ..io.side_data import load_side_data
-from ..metrics.thresholds import SEVERITY
 from ..progress import RunProgress
 from ..settings import ChapterSettings
 from ..version import __version__
+from .baseline import check_baseline, compare_with_baseline
 from .execution import ChapterOutcome, error_text, execute
+from .findings import derive_findings
 from .metrics_file import metrics_document
 from .outdir import OutputFolder, raise_write_fault
 from .render import render_report
@@ -44,15 +45,10 @@ class RunResult:
     def failed(self) -> list[ChapterOutcome]:
         return [o for o in self.outcomes if o.status == "failed"]
 
-    def worst_verdict(self) -> str | None:
-        """The most severe verdict recorded anywhere in the report."""
-        metrics = json.loads((self.out / "metrics.json").read_text())
-        best = None
-        for ch in metrics["chapters"].values():
-            for m in ch["metrics"].values():
-                if SEVERITY[m["verdict"]] > SEVERITY[best]:
-                    best = m["verdict"]
-        return best
+    def findings(self) -> tuple[str | None, list[dict]]:
+        """The report's status (its worst finding's severity) and its findings, from ``metrics.json``."""
+        doc = json.loads((self.out / "metrics.json").read_text())
+        return doc.get("status"), doc.get("findings", [])
 
 
 @dataclass
@@ -72,6 +68,7 @@ class Run:
     skipped: dict[str, ChapterOutcome] = field(default_factory=dict)
     done: dict[str, ChapterOutcome] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    baseline: Path | None = None     # an earlier report of the previous model (--baseline)
 
     @property
     def cache(self) -> Path:
@@ -133,6 +130,7 @@ def describe_run(run: Run, out: Path, *, title, jobs, engine_info, graph) -> Non
                     precision=s.precision, version=__version__, n=es.n, d=es.d, jobs=jobs, engine=engine_info,
                     memory_budget=s.compute().budget, **({"neighbour_graph": graph} if graph else {}),
                     **({"model": run.model_run} if run.model_run else {}),
+                    **({"baseline": str(run.baseline)} if run.baseline else {}),
                     generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
 
 
@@ -144,12 +142,23 @@ def execute_chapters(run: Run, params: dict, *, timeout, jobs: int) -> None:
         write_run(run)
         if ch is run.final[0]:
             adjust_report(run.staging, [c.name for c in run.content])
+            if run.baseline is not None:  # the previous model beside this one, unit by unit
+                compare_with_baseline(run.staging, run.baseline, mde=run.settings.option("mde"),
+                                      level=run.settings.level, seed=run.settings.seed)
+        if ch is run.final[-1]:  # the summary reads the findings of every chapter before it
+            derive_report_findings(run)
 
     with RunProgress(len(run.content) + len(run.final), run.staging / ".progress") as shown:
         for o in run.skipped.values():
             shown.end(o.chapter.name, o.status, 0.0, o.reason)
         run.done = execute(run.ready, run.staging, params, timeout, shown, jobs, run.final,
                            before_final if run.final else None)
+
+
+def derive_report_findings(run: Run) -> None:
+    """The findings of every chapter that ran (``results/findings.json``; see :mod:`.findings`)."""
+    outcomes = {o.chapter.name: (o.status, o.reason) for o in run.outcomes()}
+    derive_findings(run.staging / "results", [c for c in run.chosen if c.stage != 2], outcomes)
 
 
 def write_run(run: Run) -> None:
@@ -198,14 +207,16 @@ def _notebook_path(path: Path, staging: Path) -> str:
 def run_report(source, out, *, settings: ChapterSettings | None = None, chapters: list[str] | None = None,
                renderer: str = "auto", pdf_engine: str = "typst", formats=("html", "pdf"), title: str | None = None,
                timeout: int | None = None, prepare=None, force: bool = False, jobs: int = 1,
-               embedding_cache=None, engine: str = "local", scheduler: str | None = None, workers: int = 2) -> RunResult:
+               embedding_cache=None, engine: str = "local", scheduler: str | None = None, workers: int = 2,
+               baseline=None) -> RunResult:
     """Build a complete report for ``source`` (a manifest or a vectors file) at ``out``.
 
     ``jobs`` chapters execute at once, each in its own process (statistical rigor and the summary last,
     alone, after the report-wide adjustment of every recorded test); the numbers do not depend on it.
     ``prepare(staging) -> source`` may create the input inside the staging folder (the demo does, so its
     data travels with the report). A manifest that names a model is embedded first (through
-    ``embedding_cache``). ``engine="dask"`` (or a ``scheduler`` address) runs the shared graph and the
+    ``embedding_cache``). ``baseline``: an earlier report folder of the previous model on the same inputs,
+    compared with this one (:mod:`.baseline`). ``engine="dask"`` (or a ``scheduler`` address) runs the shared graph and the
     chapters' decomposable passes on a Dask cluster (a ``LocalCluster`` of ``workers`` processes, or the
     scheduler at ``tcp://HOST:PORT``), closed before this returns. Raises
     :class:`~embeval_report.errors.InputError` for bad input or a folder that may not be written, before any
@@ -218,11 +229,13 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
 
         _require()  # one line naming the extra to install, before anything is written
     settings = settings or resolve_settings()
+    baseline = check_baseline(baseline) if baseline is not None else None
     target = OutputFolder.check(out, force=force)
     everything = discover()
     chosen = select(everything, chapters)
     run = Run(target, target.staging(), settings, chosen,
-              [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in everything if c not in chosen])
+              [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in everything if c not in chosen],
+              baseline=baseline)
     client = None
     try:
         prepare_input(run, source, prepare=prepare, embedding_cache=embedding_cache)
@@ -235,6 +248,8 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         graph = shared_graph(run.es, settings, run.cache, run.ready, client=client)
         describe_run(run, target.path, title=title, jobs=jobs, engine_info=engine_info, graph=graph)
         execute_chapters(run, params, timeout=timeout, jobs=jobs)
+        if not run.final:
+            derive_report_findings(run)
         write_run(run)
         write_metrics(run)
         files, errors = render(run, formats=formats, renderer=renderer, pdf_engine=pdf_engine)
