@@ -4,9 +4,8 @@ dimension estimate side by side, and the estimators' diagnostics (computed in
 :mod:`embeval_report.metrics.collapse`)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -19,7 +18,7 @@ from ..present.display import callout, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, metric_text, percent
 from ..present.plotting import PALETTE, WIDTH
-from .declaration import ChapterSpec
+from .declaration import INF, ChapterSpec, Option
 from .findings import Effect
 
 if TYPE_CHECKING:
@@ -39,10 +38,10 @@ def precheck(es, side, settings) -> str | None:
 
 
 def compute(ctx: ChapterContext) -> CollapseResult:
-    """Measure the spectra and the intrinsic dimension (on at most ``sample_size`` rows, default 20 000) and
-    record every number."""
-    r = col.measure_collapse(ctx.es.vectors, sample_size=ctx.sample_size, level=ctx.level, seed=ctx.seed,
-                             device=ctx.device)
+    """Measure the spectra and the intrinsic dimension (on at most ``id_rows`` rows, fewer under a smaller
+    ``--sample-size``) and record every number."""
+    r = col.measure_collapse(ctx.es.vectors, sample_size=ctx.sample_size, id_rows=ctx.option("id_rows"),
+                             level=ctx.level, seed=ctx.seed, device=ctx.device)
     ident = r.intrinsic
     ctx.rec.add(*r.metrics.values())
     ctx.rec.note(bootstrap_blocks=r.n_blocks, bootstrap_resamples=r.n_boot, resampling=r.plan.method,
@@ -415,11 +414,15 @@ def show_diagnostics(r: CollapseResult) -> None:
 # The chapter's declaration
 # ---------------------------------------------------------------------------------------------
 
+ID_ROWS = Option("id_rows", col.ID_SAMPLE_SIZE, "collapse: rows (a seeded sample) the intrinsic-dimension k-NN is "
+                 "estimated on; --sample-size caps it too", bounds=(2, INF))
+
+
 CHAPTER = ChapterSpec(
     name="collapse", title="Dimension collapse and intrinsic dimension", order=30,
     description="How much of d is used? Effective rank, stable rank, RankMe, dead dimensions, TwoNN and MLE intrinsic dimension (seed 001 §21.1.3).",
     requires=("vectors",),
-    precheck=precheck,
+    options=(ID_ROWS,), precheck=precheck,
     effects=(Effect("collapse", ("effective_rank", "dead_dimensions"), "Part of the dimensions carry no information "
                     "(dimensional collapse)", "Consider a smaller dimension or a decorrelating loss:"),),
 )

@@ -2,9 +2,8 @@
 and does it associate groups with concepts? (computed in :mod:`embeval_report.metrics.fairness`)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -12,7 +11,6 @@ import pandas as pd
 
 from ..errors import ChapterSkipped
 from ..metrics import fairness as fm
-from ..metrics.classification import MAX_PROBE_ENTITIES
 from ..present.display import callout, escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, metric_text, value_with_ci
@@ -20,6 +18,7 @@ from ..present.plotting import PALETTE, WIDTH
 from ..stats import adjust_pvalues
 from .declaration import INF, ChapterSpec, K, Option
 from .findings import Effect
+from .node_classification import PROBE_ENTITIES, probe_budget
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -78,7 +77,7 @@ def compute(ctx: ChapterContext) -> FairnessReport:
     tests = side.association_tests if "association_tests" in side else None
     attrs = tuple(spec.attributes) if spec else ()
     label = spec.label if spec else "label"
-    budget = MAX_PROBE_ENTITIES if ctx.sample_size is None else min(MAX_PROBE_ENTITIES, ctx.sample_size)
+    budget = probe_budget(ctx)
     result = fm.evaluate_fairness(es.vectors, es.metadata, attrs, ids=es.ids, label_column=label,
                                   association_tests=tests or (), k=int(ctx.option("k")),
                                   min_group_size=int(ctx.option("min_group_size")),
@@ -432,7 +431,7 @@ CHAPTER = ChapterSpec(
     name="fairness", title="Fairness and bias", order=98,
     description="Quality per protected group (held-out probe accuracy, neighbourhood label agreement, k-occurrence, within-group APCS) with gaps, intersections and WEAT association tests (seed 000 §222).",
     requires=("fairness|association_tests",),
-    options=(K, MIN_GROUP_SIZE, WEAT_PERMUTATIONS), precheck=precheck, demo="fairness",
+    options=(K, MIN_GROUP_SIZE, WEAT_PERMUTATIONS, PROBE_ENTITIES), precheck=precheck, demo="fairness",
     effects=(Effect("group gap", ("probe_accuracy_difference",), "Quality differs between protected groups",
                     "Review the training data of the worst-served group before shipping:"),),
 )

@@ -7,9 +7,8 @@ Also the pieces the clustering chapter shares: :func:`precheck`, :func:`exclusio
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -22,7 +21,7 @@ from ..metrics.labels import LabelSet, label_problem, prepare_labels
 from ..present.display import definitions_markdown, escape, show_figure, show_markdown, show_table
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
-from .declaration import ChapterSpec
+from .declaration import INF, ChapterSpec, Option
 from .findings import ChapterResults, Finding, metric_evidence, value_text
 
 if TYPE_CHECKING:
@@ -61,7 +60,7 @@ def compute(ctx: ChapterContext) -> NodeClassificationReport:
     """Run the probe (and the probe within each kind of entity) and record every number."""
     es, meta = ctx.es, ctx.es.metadata
     labels = chapter_labels(ctx)
-    budget = nc.MAX_PROBE_ENTITIES if ctx.sample_size is None else min(nc.MAX_PROBE_ENTITIES, ctx.sample_size)
+    budget = probe_budget(ctx)
     try:
         result = nc.evaluate_node_classification(es.vectors, labels, max_entities=budget, level=ctx.level,
                                                  seed=ctx.seed, column=LABEL_COLUMN)
@@ -397,10 +396,21 @@ def findings(r: ChapterResults) -> list[Finding]:
                                          "baseline_value": majority}, rule="baseline", effect="baselines")]
 
 
+#: entities a linear probe is trained and tested on (fairness's per-group probes read it too)
+PROBE_ENTITIES = Option("probe_entities", nc.MAX_PROBE_ENTITIES, "node classification, fairness: entities the linear "
+                        "probes use at most (a stratified sample); --sample-size caps it too", bounds=(1, INF))
+
+
+def probe_budget(ctx: ChapterContext) -> int:
+    """Entities the probes use: the ``probe_entities`` option, capped by ``--sample-size`` when it is given."""
+    n = int(ctx.option("probe_entities"))
+    return n if ctx.sample_size is None else min(n, int(ctx.sample_size))
+
+
 CHAPTER = ChapterSpec(
     name="node_classification", title="Node classification", order=94,
     description="Is the label linearly decodable? A logistic-regression probe with stratified 5-fold CV: accuracy, micro- and macro-F1 against majority and stratified baselines, learning curve, per-class F1, confusion matrix (seed 000 §218.3).",
     requires=("metadata.label",),
-    precheck=precheck,
+    options=(PROBE_ENTITIES,), precheck=precheck,
     findings=findings,
 )

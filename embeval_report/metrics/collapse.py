@@ -400,8 +400,8 @@ def resampling_plan(n: int, d: int, n_boot: int) -> ResamplingPlan:
 
 
 def measure_collapse(X, *, dead_threshold: float = DEAD_THRESHOLD, dead_reference: str = "mean", k: int = 20,
-                     sample_size: int | None = None, n_boot: int = 200, level: float = 0.95, seed: int = 0,
-                     device="auto") -> CollapseResult:
+                     sample_size: int | None = None, id_rows: int = ID_SAMPLE_SIZE, n_boot: int = 200,
+                     level: float = 0.95, seed: int = 0, device="auto") -> CollapseResult:
     r"""Dimension-collapse metrics and intrinsic dimension of an embedding set, with CIs.
 
     Parameters
@@ -410,8 +410,9 @@ def measure_collapse(X, *, dead_threshold: float = DEAD_THRESHOLD, dead_referenc
     dead_threshold, dead_reference : a coordinate is dead when its variance is below
         ``dead_threshold`` x the mean (or median) per-coordinate variance; see :func:`dead_dimensions`
     k : neighbours for the MLE intrinsic dimension
-    sample_size : rows sampled for the intrinsic-dimension k-NN (default 20 000); spectral metrics
-        are exact over all rows
+    sample_size : the row budget of sampled estimates (``--sample-size``); here it caps ``id_rows``; spectral
+        metrics are exact over all rows
+    id_rows : rows sampled for the intrinsic-dimension k-NN (default 20 000)
     n_boot : bootstrap resamples (0 disables CIs); seed, device as elsewhere
 
     Metrics (direction; reference, see :data:`SPECS`): ``effective_rank`` (higher; Roy & Vetterli
@@ -477,7 +478,7 @@ def measure_collapse(X, *, dead_threshold: float = DEAD_THRESHOLD, dead_referenc
                 corrected[name] = plan.bias_corrected(values[name], reps[:, i], bounds)
         pr_ci = plan.interval(pr, reps[:, -1], level, bounds)
     spec_method = plan.describe(level, percentile_for="the count")
-    ident, id_reason = _estimate(X, k=k, sample_size=sample_size or ID_SAMPLE_SIZE, discard_fraction=0.1,
+    ident, id_reason = _estimate(X, k=k, sample_size=min(id_rows, sample_size or id_rows), discard_fraction=0.1,
                                  n_boot=n_boot, level=level, seed=seed, device=dev)
     if ident is not None:
         values["intrinsic_dim_twonn"] = ident.twonn
