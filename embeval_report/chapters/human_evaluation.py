@@ -17,7 +17,7 @@ from ..present.display import callout, escape, show_figure, show_markdown, show_
 from ..present.display import show_metrics as show_metric_table
 from ..present.format import percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
-from ..stats import HypothesisTest, percentile_interval, weighted_bootstrap, wilson_ci
+from ..stats import HypothesisTest, wilson_ci
 from .declaration import INF, ChapterSpec, Option
 from .findings import ChapterResults, Effect, Finding, metric_evidence, value_text
 
@@ -118,7 +118,7 @@ def compute(ctx: ChapterContext) -> HumanEvaluationReport:
                                     "two-sided", p_value=s["p_value"], statistic=s["rho"], n=f"{s['n']} raters",
                                     null="a rater's median time is not monotonically associated with their agreement "
                                          "with the others", family="human evaluation"))
-    without = _alpha_without(ann, quality.flagged, ctx)
+    without = ag.alpha_without(ann.ratings, ann.level, list(quality.flagged), level=ctx.level, seed=ctx.seed)
     path, qrels_ok = _write_consensus(ctx, ann, consensus)
     ctx.rec.note(level=ann.level, level_source=ann.level_source, kind=ann.kind, n_items=res.n_items,
                  n_items_rated_twice=res.n_items_multi, n_raters=res.n_raters, n_ratings=res.n_ratings,
@@ -133,21 +133,6 @@ def compute(ctx: ChapterContext) -> HumanEvaluationReport:
                                                                               without)))
     return HumanEvaluationReport(ann, data, res, metrics, quality, ds, ds_reason, consensus, path, qrels_ok, emb,
                                  emb_reason, thresholds, without)
-
-
-def _alpha_without(ann, flagged: dict, ctx: ChapterContext) -> tuple | None:
-    """Krippendorff's α (with its item-bootstrap interval) once the flagged raters' ratings are removed."""
-    if not flagged:
-        return None
-    kept = ann.ratings[~ann.ratings["rater"].astype(str).isin(list(flagged))]
-    if kept["rater"].nunique() < 2 or not kept["item"].duplicated().any():
-        return None
-    d = ag.RatingData.of(kept, ann.level)
-    value = ag.krippendorff_alpha(d)
-    reps = weighted_bootstrap(lambda w: ag.krippendorff_alpha(d, None, w), len(d.items), n_boot=ag.N_BOOT,
-                              seed=ctx.seed)
-    lo, hi = percentile_interval(reps, ctx.level)
-    return float(value), lo, hi, int(kept["rater"].nunique())
 
 
 def _fmt_label(v) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -41,6 +41,7 @@ class RetrievalReport:
     groups: pd.Series | None     # query id -> group label, when the queries have a group column
     group_name: str | None
     queries_from: str            # where the queries come from (a file, or the corpus itself)
+    by_group: pd.DataFrame | None = None  # :func:`group_table`, computed (and recorded) with the run's seed
 
 
 def precheck(es, side, settings) -> str | None:
@@ -67,7 +68,11 @@ def compute(ctx: ChapterContext) -> RetrievalReport:
     ctx.rec.units(result.per_query, key="query_id", unit="queries", means=rt.METRICS)
     ctx.rec.note(protocol=result.protocol, excluded_queries=result.excluded_queries[:50], **result.info)
     groups, column = _query_groups(meta, qids)
-    return RetrievalReport(result, rt.cutoff_curves(result), groups, column, source)
+    rep = RetrievalReport(result, rt.cutoff_curves(result), groups, column, source)
+    by_group = group_table(rep, ctx.level, seed=ctx.seed)
+    if by_group is not None:
+        ctx.rec.note(by_group={"column": column, "table": by_group.to_dict(orient="records")})
+    return replace(rep, by_group=by_group)
 
 
 def _query_groups(meta: pd.DataFrame | None, qids) -> tuple[pd.Series | None, str | None]:
@@ -173,8 +178,9 @@ def worst_queries(rep: RetrievalReport, n: int = WORST) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def group_table(rep: RetrievalReport, level: float = 0.95) -> pd.DataFrame | None:
-    """Per query group: queries, nDCG@10, recall@10 and MRR with bootstrap intervals over the group's queries."""
+def group_table(rep: RetrievalReport, level: float = 0.95, *, seed: int = 0) -> pd.DataFrame | None:
+    """Per query group: queries, nDCG@10, recall@10 and MRR with bootstrap intervals (seeded) over the group's
+    queries."""
     if rep.groups is None:
         return None
     pq = rep.result.per_query.assign(group=rep.groups.reindex(rep.result.per_query["query_id"]).to_numpy())
@@ -185,7 +191,7 @@ def group_table(rep: RetrievalReport, level: float = 0.95) -> pd.DataFrame | Non
     for g, part in pq.groupby("group", sort=True):
         row = {"group": str(g), "queries": len(part)}
         for name, label in (("ndcg_at_10", "nDCG@10"), ("recall_at_10", "recall@10"), ("mrr", "MRR")):
-            lo, hi, _ = (mean_ci(part[name].to_numpy(), level, seed=0, units="queries") if len(part) > 1
+            lo, hi, _ = (mean_ci(part[name].to_numpy(), level, seed=seed, units="queries") if len(part) > 1
                          else (np.nan, np.nan, ""))
             row[label] = f"{part[name].mean():.3f}" + (f" ({lo:.3f}–{hi:.3f})" if np.isfinite([lo, hi]).all() else "")
         rows.append(row)
@@ -233,7 +239,7 @@ def show_worst(rep: RetrievalReport) -> None:
 
 
 def show_groups(rep: RetrievalReport) -> None:
-    t = group_table(rep, rep.result.protocol["level"])
+    t = rep.by_group
     if t is None:
         show_markdown("No breakdown: the queries have no group column (give `queries: {metadata: ...}` with a "
                       "`group`, `kind`, `type` or `label` column).")
