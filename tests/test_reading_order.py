@@ -186,6 +186,8 @@ def test_citations_name_their_document():
     assert cite_text("seed 000 §217.2") == "[Evaluating Embedding Models §217.2]"
     assert cite_text("Table 217.2 (seed 000 §217.0.7)") == "[Evaluating Embedding Models, Table 217.2, §217.0.7]"
     assert cite_text("verdict Table 217.3") == "verdict [Evaluating Embedding Models, Table 217.3]"
+    assert cite_text("seed 000 §217.0.5.2.1; verdict Table 217.2 (seed 000 §217.0.7)") == (
+        "[Evaluating Embedding Models §217.0.5.2.1; verdict Table 217.2, §217.0.7]")  # one document, one citation
     assert cite_text("seed 001 §21.1.1, §21.1.2 and seed 003") == (
         "[Embedding Quality Evaluation §21.1.1, §21.1.2] and [stability_metrics.py]")
     assert cite_text("seed 000 line 619") == "[Evaluating Embedding Models, line 619]"

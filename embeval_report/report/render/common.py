@@ -229,6 +229,12 @@ def _split_appendix(nb):
                     moved.append((heading, [out]))
             for heading, outs in moved:
                 extra.append(nbformat.v4.new_markdown_cell(f"## {heading}"))
+                for out in outs:  # "**Definitions.** λ are ..." under the heading "Definitions": said once
+                    data = out.get("data") or {}
+                    lead = f"**{heading}.** "
+                    if str(data.get("text/markdown", "")).startswith(lead):
+                        text = data["text/markdown"][len(lead):]
+                        data["text/markdown"] = text[:1].upper() + text[1:]
                 part = copy.deepcopy(cell)
                 part.outputs = outs
                 extra.append(part)
@@ -257,34 +263,35 @@ def appendix_pointer(ch: ChapterDoc) -> str:
     return f"*{what}: [Appendix {ch.letter}](#{ch.appendix_anchor}).*"
 
 
-def _cite_notebook(nb) -> None:
-    """Name the cited source documents in every text of ``nb`` (:mod:`.references`)."""
+def _map_texts(nb, fn) -> None:
+    """Replace every text of ``nb`` a reader sees by ``fn(kind, text)``: kind ``markdown`` (cells, markdown
+    outputs), ``html`` (HTML outputs) or ``text`` (figure captions)."""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = cite_markdown(cell.source)
+            cell.source = fn("markdown", cell.source)
         for out in cell.get("outputs", []) or []:
             data = out.get("data") or {}
-            if "text/markdown" in data:
-                data["text/markdown"] = cite_markdown(data["text/markdown"])
-            if "text/html" in data:
-                data["text/html"] = cite_html(data["text/html"])
+            for mime, kind in (("text/markdown", "markdown"), ("text/html", "html")):
+                if mime in data:
+                    data[mime] = fn(kind, data[mime])
             emb = (out.get("metadata") or {}).get("embeval")
             if isinstance(emb, dict) and emb.get("caption"):
-                emb["caption"] = cite_text(emb["caption"])
+                emb["caption"] = fn("text", emb["caption"])
+
+
+_CITE = {"markdown": cite_markdown, "html": cite_html, "text": cite_text}
+
+
+def _cite_notebook(nb) -> None:
+    """Name the cited source documents in every text of ``nb`` (:mod:`.references`)."""
+    _map_texts(nb, lambda kind, text: _CITE[kind](str(text)))
 
 
 def _notebook_text(nb) -> str:
+    """Every text of ``nb`` a reader sees, joined."""
     parts = []
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            parts.append(cell.source)
-        for out in cell.get("outputs", []) or []:
-            data = out.get("data") or {}
-            parts.append(data.get("text/markdown") or data.get("text/html") or "")
-            emb = (out.get("metadata") or {}).get("embeval")
-            if isinstance(emb, dict) and emb.get("caption"):
-                parts.append(str(emb["caption"]))
-    return "\n".join(str(p) for p in parts)
+    _map_texts(nb, lambda kind, text: parts.append(str(text)) or text)
+    return "\n".join(parts)
 
 
 def read_findings(out_dir: Path) -> dict | None:

@@ -37,7 +37,10 @@ _SEED_TABLE = r"Table 2(?:1[6-9]|2[0-2])\.\d+"
 _SECTION = r"§\s?\d+(?:\.\d+)*(?:\s?[–-]\s?\d+(?:\.\d+)*)?"
 _SECTIONS = rf"{_SECTION}(?:(?:,\s?|\s(?:and|or)\s|/){_SECTION})*"
 _SEED = re.compile(
-    rf"(?P<table>{_SEED_TABLE}) \(seed (?P<tseed>00\d)(?: (?P<tsec>{_SECTIONS}))?\)"   # Table 217.2 (seed 000 §217.0.7)
+    # seed 000 §217.0.5.2.1; verdict Table 217.2 (seed 000 §217.0.7): one document, one citation
+    rf"seed (?P<vseed>000) (?P<vsec>{_SECTIONS}); verdict (?P<vtable>{_SEED_TABLE})"
+    rf"(?: \(seed 000 (?P<vtsec>{_SECTIONS})\))?"
+    rf"|(?P<table>{_SEED_TABLE}) \(seed (?P<tseed>00\d)(?: (?P<tsec>{_SECTIONS}))?\)"   # Table 217.2 (seed 000 §217.0.7)
     rf"|seed (?P<seed>00\d)(?: (?P<what>{_SECTIONS}|line \d+|{_SEED_TABLE}))?"          # seed 000 §217.2
     rf"|(?<![\w\[])(?P<bare>{_SEED_TABLE})(?![\w\]])")                                   # Table 217.3
 _HTML_TAG = re.compile(r"(<[^>]*>)")
@@ -45,6 +48,9 @@ _HTML_TAG = re.compile(r"(<[^>]*>)")
 
 def _parts(m: re.Match) -> tuple[str, str]:
     """(seed number, what is cited in it: sections, a table, a line) of one machine citation."""
+    if m.group("vseed"):
+        return "000", f"{m.group('vsec')}; verdict {m.group('vtable')}" + (
+            f", {m.group('vtsec')}" if m.group("vtsec") else "")
     if m.group("table"):
         return m.group("tseed"), m.group("table") + (f", {m.group('tsec')}" if m.group("tsec") else "")
     if m.group("seed"):
