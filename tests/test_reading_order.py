@@ -8,7 +8,7 @@ import shutil
 import nbformat
 import pandas as pd
 import pytest
-from nbformat.v4 import new_markdown_cell, new_notebook
+from nbformat.v4 import new_markdown_cell
 from test_render import _chapter, _code, _figure, _outputs
 
 from embeval_report.present.display import APPENDIX_TAG, show_definitions, show_figure, show_markdown, show_table
