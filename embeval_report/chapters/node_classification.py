@@ -18,7 +18,7 @@ from ..errors import ChapterSkipped, InputError
 from ..io import kind_column
 from ..metrics import classification as nc
 from ..metrics.labels import LabelSet, label_problem, prepare_labels
-from ..present.display import definitions_markdown, escape, show_figure, show_markdown, show_table
+from ..present.display import definitions_markdown, escape, show_definitions, show_figure, show_markdown, show_table
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import INF, ChapterSpec, Option
@@ -328,7 +328,7 @@ def show_metrics(rep: NodeClassificationReport) -> None:
                        f"{r.labels.n_classes} classes): mean ± sd over the folds and a {100 * r.level:.0f} % Student-t "
                        "interval over the folds. No seed threshold table applies, so no verdict.",
                label="tbl-nc-summary")
-    show_markdown("**Definitions** (over the entities of a test fold; $P_c$, $R_c$: precision and recall of class $c$, "
+    show_definitions("**Definitions** (over the entities of a test fold; $P_c$, $R_c$: precision and recall of class $c$, "
                   "$C$ classes). Micro-F1 pools the counts of all classes and equals accuracy when each entity has one "
                   "label; macro-F1 averages the per-class F1, so small classes weigh as much as large ones.\n\n"
                   + definitions_markdown(r.metrics))

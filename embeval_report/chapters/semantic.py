@@ -16,7 +16,15 @@ from scipy import stats as sstats
 
 from ..metrics import semantic as sem
 from ..metrics.semantic import SemanticResult
-from ..present.display import callout, definitions_markdown, metrics_table, show_figure, show_markdown, show_table
+from ..present.display import (
+    callout,
+    definitions_markdown,
+    metrics_table,
+    show_definitions,
+    show_figure,
+    show_markdown,
+    show_table,
+)
 from ..present.format import ci_suffix, interval, percent
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import ChapterSpec
@@ -292,7 +300,7 @@ def show_metrics(rep: SemanticReport) -> None:
                        "CIs: paired bootstrap over pairs for the correlations, Wilson score interval for the "
                        "accuracies; OOV counts are exact.",
                label="tbl-semantic-metrics")
-    show_markdown("**Definitions.** $V$ is the vocabulary (the ids of the set), $\\hat x = x / \\lVert x \\rVert$; "
+    show_definitions("**Definitions.** $V$ is the vocabulary (the ids of the set), $\\hat x = x / \\lVert x \\rVert$; "
                   "pairs and questions with a word outside $V$ are left out, as gensim does.\n\n"
                   + definitions_markdown(r.metrics))
 
