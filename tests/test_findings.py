@@ -145,6 +145,19 @@ def test_performance_falling_with_the_horizon_is_an_event():
     assert _temporal(-0.02, 0.01) == []
 
 
+def test_a_random_split_that_looks_better_than_the_temporal_one_is_a_protocol_finding():
+    rows = [{"split": "temporal", "MRR (embedding)": 0.108}, {"split": "random", "MRR (embedding)": 0.134}]
+
+    def gap(lo, hi):
+        m = {"random_split_mrr_gap": metric((lo + hi) / 2, lo=lo, hi=hi, label="MRR gap")}
+        return temporal_link_prediction.findings(results("temporal_link_prediction", m, {"random_vs_temporal": rows}))
+
+    (f,) = gap(0.019, 0.033)
+    assert (f.severity, f.category, f.effect) == ("concerning", "protocol", "random split")
+    assert "0.134" in f.sentence and "0.108" in f.sentence and f.sentence.startswith("Judge link prediction")
+    assert gap(-0.004, 0.01) == [] and gap(-0.03, -0.01) == []    # no optimism a reader must discount
+
+
 def _events(**kw):
     base = {"run": "r", "diverged": False, "diverged_from": None, "first_nonfinite": None, "overfitting": False,
             "overfitting_onset": None, "overfitting_rise": None, "oscillates": False}

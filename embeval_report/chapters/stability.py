@@ -511,6 +511,7 @@ def findings(r: ChapterResults) -> list[Finding]:
         + (f". Also unstable: {also}." if also else "."),
         metrics=("pairwise_similarity_correlation", "knn_overlap"),
         evidence={"group": lead["subset"], "grouping": lead["grouping"], "value": lead["similarity correlation"],
+                  "label": f"Pairwise similarity correlation of “{lead['subset']}”",
                   "knn_overlap": w.get("k-NN overlap"), "knn_overlap_ci": [w.get("ci_low"), w.get("ci_high")],
                   "compared_with": best["subset"], "compared_knn_overlap": b.get("k-NN overlap"),
                   "test": test["name"], "p_adjusted": r.adjusted_p(test["name"]),
