@@ -22,6 +22,7 @@ from ..io import load_source, save_prepared
 from ..io.model_source import embedded_source
 from ..io.side_data import load_side_data
 from ..progress import RunProgress
+from ..resources import EXPLORE_NOTEBOOK, explore_template
 from ..settings import ChapterSettings
 from ..version import __version__
 from .baseline import check_baseline, compare_with_baseline
@@ -121,15 +122,14 @@ def select_chapters(run: Run) -> None:
 
 def describe_run(run: Run, out: Path, *, title, jobs, engine_info, graph) -> None:
     """The run's description (``run.json`` without the chapters): settings, set, engine, shared graph, model."""
-    final_source = run.source.resolve()
-    if final_source.is_relative_to(run.staging):  # input created inside the report (the demo)
-        final_source = out / final_source.relative_to(run.staging)
     s, es = run.settings, run.es
-    run.info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name, source=str(final_source),
+    model = dict(run.model_run, folder=_final_path(run.model_run["folder"], run.staging, out)) if run.model_run else None
+    run.info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name,
+                    source=_final_path(run.source.resolve(), run.staging, out),
                     seed=s.seed, device=s.device, sample_size=s.sample_size, options=s.set_options,
                     precision=s.precision, version=__version__, n=es.n, d=es.d, jobs=jobs, engine=engine_info,
                     memory_budget=s.compute().budget, **({"neighbour_graph": graph} if graph else {}),
-                    **({"model": run.model_run} if run.model_run else {}),
+                    **({"model": model} if model else {}),
                     **({"baseline": str(run.baseline)} if run.baseline else {}),
                     generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
 
@@ -195,6 +195,13 @@ def render(run: Run, *, formats, renderer, pdf_engine) -> tuple[dict, dict]:
     return files, errors
 
 
+def _final_path(path, staging: Path, out: Path) -> str:
+    """A path as it will be once the staged report is moved to ``out`` (input created inside the report: the
+    demo's data, a model run's embeddings, a model linked there)."""
+    path = Path(os.path.abspath(path))
+    return str(out / path.relative_to(staging)) if path.is_relative_to(staging) else str(path)
+
+
 def _notebook_path(path: Path, staging: Path) -> str:
     """A path as the chapter notebooks (cwd ``chapters/``) should see it."""
     path = Path(path).resolve()
@@ -241,7 +248,8 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         prepare_input(run, source, prepare=prepare, embedding_cache=embedding_cache)
         select_chapters(run)
         client, engine_info = dask_client(engine, scheduler, workers)
-        params = dict(source=_notebook_path(run.source, run.staging), prepared=str(run.cache),
+        # both relative to chapters/ when inside the report: an executed notebook re-runs where the report ends up
+        params = dict(source=_notebook_path(run.source, run.staging), prepared=_notebook_path(run.cache, run.staging),
                       results_dir="../results", settings=settings.to_params())
         if client is not None:  # every chapter sends its passes to this cluster, open until the last has run
             params["settings"] = replace(settings, scheduler=client.scheduler.address).to_params()
@@ -252,6 +260,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
             derive_report_findings(run)
         write_run(run)
         write_metrics(run)
+        shutil.copyfile(explore_template(), run.staging / EXPLORE_NOTEBOOK)  # explore.ipynb: docs/explore.md
         files, errors = render(run, formats=formats, renderer=renderer, pdf_engine=pdf_engine)
         write_run(run)
         target.commit(run.staging)
