@@ -27,7 +27,9 @@ from .thresholds import VERDICTS, Bands
 
 #: the keys each metric has in metrics.json (a contract read by other tools)
 METRIC_KEYS = ("value", "ci_low", "ci_high", "verdict", "direction", "reference")
-DIRECTIONS = ("higher", "lower")
+#: which way is better; ``None`` for a count that describes the input or the protocol (tests run, entities
+#: matched), where neither way is better
+DIRECTIONS = ("higher", "lower", None)
 
 
 def json_number(x):
@@ -42,7 +44,8 @@ def json_number(x):
 class Metric:
     """One reported number with its uncertainty, verdict and provenance.
 
-    ``direction`` is ``"higher"`` or ``"lower"`` (which way is better); ``reference`` names the
+    ``direction`` is ``"higher"`` or ``"lower"`` (which way is better), or ``None`` for a count with no better
+    way (:data:`DIRECTIONS`); ``reference`` names the
     formula's source or the threshold table the verdict came from; ``label`` and ``formula``
     (LaTeX) are shown next to the number; ``ci_method`` says how the interval was obtained.
     ``bias_corrected`` is the bootstrap bias-corrected estimate shown beside the plug-in value
@@ -52,7 +55,7 @@ class Metric:
 
     name: str
     value: float | None
-    direction: str
+    direction: str | None
     reference: str
     ci_low: float | None = None
     ci_high: float | None = None
@@ -65,7 +68,7 @@ class Metric:
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
-            raise ValueError(f"metric {self.name}: direction must be 'higher' or 'lower'")
+            raise ValueError(f"metric {self.name}: direction must be 'higher', 'lower' or None (a count)")
         if self.verdict not in (None, *VERDICTS):
             raise ValueError(f"metric {self.name}: unknown verdict {self.verdict!r}")
 
@@ -101,7 +104,7 @@ class MetricSpec:
 
     name: str
     label: str
-    direction: str
+    direction: str | None
     formula: str = ""
     reference: str = ""
     range: tuple[float, float] = (-math.inf, math.inf)
@@ -112,7 +115,7 @@ class MetricSpec:
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
-            raise ValueError(f"metric spec {self.name}: direction must be 'higher' or 'lower'")
+            raise ValueError(f"metric spec {self.name}: direction must be 'higher', 'lower' or None (a count)")
 
     def verdict(self, value: float | None, d: int | None = None) -> str | None:
         """The verdict for ``value`` (``None`` without bands or value)."""
