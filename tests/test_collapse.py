@@ -133,7 +133,9 @@ def test_seed_example_numbers_and_collapse_rule():
     assert "§21.1.3" in c.metrics["dead_dimensions"].reference
     assert c.metrics["stable_rank"].verdict is None and c.metrics["rankme"].verdict is None
     assert collapse_callout(c)["kind"] == "danger" and collapse_callout(h)["kind"] == "success"
-    assert "206 of 256" in collapse_callout(c)["text"]
+    # the callout states the rule and which part fired; the numbers are the narrative's (not repeated)
+    assert "Here: dead dimensions and effective rank" in collapse_callout(c)["text"]
+    assert "206" not in collapse_callout(c)["text"] and "206 of 256" in narrative(c)
 
 
 def test_seed_stable_rank_variant_is_the_participation_ratio_of_sigma():

@@ -115,21 +115,19 @@ def collapse_callout(r: CollapseResult) -> dict:
                          "undefined and seed 001's rule cannot be applied; the set cannot tell its items apart.")
     er, dead, d = r.values["effective_rank"], r.values["dead_dimensions"], r.d
     dead_cut, rank_cut = DEAD_RULE.healthy, RANK_RULE.healthy
-    reasons = []
-    if dead / d > dead_cut:
-        reasons.append(f"{dead} of {d} dimensions ({dead / d:.0%}) are dead (> {percent(dead_cut, 0)})")
-    if er < rank_cut * d:
-        reasons.append(f"the effective rank {er:.1f} is below {percent(rank_cut, 0)} of d ({rank_cut * d:.1f})")
-    if reasons:
-        text = "; ".join(reasons) + "."
+    rule = (f"Seed 001's rule: collapse when more than {percent(dead_cut, 0)} of the dimensions are dead or the "
+            f"effective rank is below {percent(rank_cut, 0)} of d ({rank_cut * d:.1f}); the paragraphs below give "
+            "this set's numbers.")
+    reasons = [dead / d > dead_cut, er < rank_cut * d]
+    if any(reasons):
+        which = " and ".join(w for w, hit in zip(("dead dimensions", "effective rank"), reasons) if hit)
+        text = f"{rule} Here: {which}."
         if r.n - 1 < rank_cut * d:
             text += (f" With n = {r.n:,} vectors the centred spectrum has at most n − 1 = {r.n - 1:,} nonzero singular "
                      f"values, so the rule cannot be met in d = {d}: here it reflects the sample size, not the embedding.")
-        return dict(kind="danger", title="Collapse detected (seed 001 §21.1.3 rule)", text=text[0].upper() + text[1:])
+        return dict(kind="danger", title="Collapse detected (seed 001 §21.1.3 rule)", text=text)
     return dict(kind="success", title="No collapse by seed 001 §21.1.3's rule",
-                text=f"Dead dimensions {dead} of {d} (≤ {percent(dead_cut, 0)}) and effective rank {er:.1f} ≥ "
-                     f"{percent(rank_cut, 0)} of d ({rank_cut * d:.1f}). The rule is coarse: read the spectrum and "
-                     "the intrinsic dimension below.")
+                text=f"{rule} The rule is coarse: read the spectrum and the intrinsic dimension below.")
 
 
 def _spread_paragraph(r: CollapseResult) -> str:

@@ -187,22 +187,18 @@ def _ids_text(ids, rows, limit: int = 3) -> str:
 
 def impact_callout(r: hub.HubnessResult, cross: hub.CrossHubness | None = None) -> dict:
     """Arguments ``kind``, ``text``, ``title`` of :func:`embeval_report.present.display.callout`: the business
-    reading of seed 000 §217.1.2 with this set's numbers."""
-    k, v = r.k, r.values
+    reading of seed 000 §217.1.2 (the numbers are in the narrative above it)."""
     text = ("In a recommender, hubs are the items shown to everyone regardless of taste, and antihubs are never "
             "shown however relevant they are: **popularity bias**, **long-tail invisibility** and lost discovery "
             "(seed 000 §217.1.2). ")
     severity = r.metrics["k_occurrence_skewness"].verdict
-    if cross is not None and len(cross.table):
+    if cross is not None and len(cross.table):  # the numbers are in the narrative's "Retrieval across kinds"
         w = cross.table.sort_values("skewness", ascending=False).iloc[0]
-        a, b = escape(w["queries"]), escape(w["index"])
-        text += (f"Here, retrieving {b}s for {a}s, {w['antihub_occurrence']:.1%} of the {b}s are in no {a}'s "
-                 f"top {k}, the most retrieved {b} reaches {w['top_hub_reach']:.1%} of {a}s, and the 1 % most "
-                 f"retrieved {b}s fill {w['top1pct_share']:.1%} of all slots.")
+        text += (f"The share of {escape(w['index'])}s never retrieved and the reach of the most retrieved ones are "
+                 "given above (retrieval across kinds).")
         severity = max(severity, w["verdict"], key=SEVERITY.__getitem__)
-    else:
-        text += (f"Here {v['antihub_occurrence']:.1%} of the entities are in nobody's top {k}, and the 1 % most "
-                 f"listed fill {r.top_share:.1%} of all lists (1 % if even).")
+    else:  # and in its "Concentration" paragraph
+        text += "The antihub share and the slots the most listed points fill are given above (concentration)."
     kind = {"problematic": "danger", "concerning": "warning"}.get(severity, "success")
     title = {"danger": "Hubness will show up as popularity bias", "warning": "Some hubness: watch for popularity bias",
              "success": "Little hubness"}[kind]
