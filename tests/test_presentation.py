@@ -210,3 +210,47 @@ def test_a_report_with_sets_of_another_dimension_states_them_and_writes_strict_j
     # nothing printed twice, in any chapter
     for nb in sorted((out / "chapters").glob("*.ipynb")):
         assert printed_twice(nb) == {}, nb.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Degenerate but real: n <= d (issue 29.5)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [30, 40, 41])
+def test_thresholds_that_assume_n_above_d_give_no_verdict_when_n_is_at_most_d(n):
+    import warnings
+
+    from embeval_report.chapters import collapse as collapse_chapter
+    from embeval_report.chapters import isotropy as isotropy_chapter
+    from embeval_report.errors import UndefinedMetricWarning
+    from embeval_report.metrics.collapse import measure_collapse
+    from embeval_report.metrics.isotropy import measure_isotropy
+    from embeval_report.metrics.spec import NOT_ESTIMABLE
+
+    d = 40
+    X = np.random.default_rng(n).standard_normal((n, d)) * np.r_[np.full(4, 10.0), np.ones(d - 4)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        iso, col = measure_isotropy(X, n_boot=20), measure_collapse(X, n_boot=20)
+    gated = [iso.metrics[k] for k in ("condition_number", "participation_ratio_fraction", "dims_for_90pct_variance")]
+    gated.append(col.metrics["effective_rank"])
+    if n <= d:  # fires: the value is kept, the verdict is not, and the note says why
+        assert all(m.verdict is None and m.note.startswith(NOT_ESTIMABLE) for m in gated)
+        assert f"n = {n}, d = {d}" in gated[0].note
+        assert iso.values["condition_number"] == math.inf and gated[1].value is not None
+        assert "carry no verdict (not estimable" in isotropy_chapter.narrative(iso)
+        assert "effective-rank part is not estimable" in collapse_chapter.collapse_callout(col)["text"]
+        assert not col.collapse_detected
+    else:  # must not fire: one more vector than dimensions
+        assert all(m.verdict is not None and not m.note.startswith(NOT_ESTIMABLE) for m in gated)
+        assert "not estimable" not in isotropy_chapter.narrative(iso)
+    # thresholds that do not assume n > d keep their verdicts either way
+    assert iso.metrics["apcs"].verdict is not None and col.metrics["dead_dimensions"].verdict is not None
+
+
+def test_a_full_rank_spec_without_n_keeps_its_verdict():
+    from embeval_report.metrics.isotropy import SPECS
+
+    m = SPECS["condition_number"].record(500.0, d=64)
+    assert m.verdict == "problematic" and m.note == ""
+    assert SPECS["condition_number"].record(500.0, d=64, n=64).verdict is None
