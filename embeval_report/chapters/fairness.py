@@ -133,7 +133,9 @@ def narrative(rep: FairnessReport) -> str:
                         f"({_group_value(c, best, 'probe_accuracy'):.1%}): a gap of "
                         f"{_ci(r, a, 'probe_accuracy_difference', '.3f')}, {verdict} by the seed's bands (healthy "
                         "below 5 points, problematic above 10)"
-                        + (f"; a chi-squared test of equal accuracy gives p = {c.test.p_value:.2g}." if c.test else "."))
+                        + (f"; a chi-squared test of equal accuracy gives raw p = {c.test.p_value:.2g} (the "
+                           "report-wide adjustment is in the Statistical rigor chapter's tests table)." if c.test
+                           else "."))
         if "k_occurrence_difference" in c.values:
             best, worst = c.extremes["k_occurrence"]
             lo = _group_value(c, worst, "k_occurrence")

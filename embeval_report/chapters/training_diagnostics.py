@@ -304,7 +304,7 @@ def narrative(rep: TrainingReport) -> str:
             bits.append(f"**overfits** from {x} {_step(int(d.over.steps[d.over.onset]))}: the validation loss ends "
                         f"{d.over.rise:.0%} above its minimum while the training loss keeps falling")
         if d.osc is not None and d.osc.oscillating:
-            bits.append(f"**oscillates** with a period of about {d.osc.period:.1f} checks (Fisher g p = "
+            bits.append(f"**oscillates** with a period of about {d.osc.period:.1f} checks (Fisher g raw p = "
                         f"{d.osc.fisher_p:.2g})")
         if d.stat is not None:
             bits.append("its tail has settled (stationary, no trend)" if d.stat.settled else
