@@ -120,8 +120,7 @@ def _headline_metrics(diags, values: dict, cis: dict, replicates: bool) -> dict:
         elif not several:
             note = "one run: give several runs for an interval"
         elif not replicates:
-            note = (f"{len(diags)} runs of possibly different configurations: a share, not an estimate (set "
-                    "replicate_runs=yes when they repeat one configuration)")
+            note = "runs of possibly different configurations: a share, not an estimate"
         else:
             note = f"{len(diags)} runs: an interval needs at least {tr.MIN_INTERVAL_N}"
         label = spec.label + (" (mean over runs)" if several and spec.name in tr.run_values(diags[0]) else "")
@@ -473,10 +472,10 @@ def show_metrics(rep: TrainingReport) -> None:
         return
     table = per_run_table(rep)
     show_table(table, caption=with_mark_note(
-        table, "Training diagnostics per run (recorded as `<metric>__<run>`): each run's value with its own 95 % interval "
-        "(final losses and the gap: bootstrap over the last checks, optimistic since neighbouring checks are "
-        "correlated; the rate: its regression interval; shares: Wilson). No verdicts: the seed gives no threshold "
-        "table for these numbers."), label="tbl-training-metrics")
+        table, "Training diagnostics per run (recorded in metrics.json as metric__run): each run's value with its "
+               "own 95 % interval (final losses and the gap: bootstrap over the last checks, optimistic since "
+               "neighbouring checks are correlated; the rate: its regression interval; shares: Wilson). No verdicts: "
+               "the seed gives no threshold table for these numbers."), label="tbl-training-metrics")
     headline = {k: m for k, m in rep.metrics.items() if "__" not in k}
     show_metric_table(headline, caption="Over the runs. " + (
         "The runs repeat one configuration: means over the runs where a value is defined (diverged runs have no "
@@ -507,10 +506,17 @@ def show_schedule(rep: TrainingReport) -> None:
                 "exploding-gradient level (max > 1000).", label="fig-training-schedule")
 
 
+#: the per-run table's columns that the metrics table does not already show
+RUN_COLUMNS = ("run", "checks", "status", "best checkpoint")
+
+
 def show_runs(rep: TrainingReport) -> None:
-    show_table(runs_table(rep.runs), caption=f"Per run. 'converged at': the {rep.log.x} from which the smoothed "
-               f"loss stays within {rep.settings['tol']:.0%} of its total change of the final level; early stopping: "
-               "Lightning's rule on the monitored value; λ: the seed's exponential convergence rate per check.",
+    show_table(runs_table(rep.runs)[list(RUN_COLUMNS)],
+               caption=f"Per run: its checks, a one-word status and the checkpoint early stopping keeps (the best "
+                       f"monitored value before it fires); the losses, steps and rates are in the metrics table "
+                       f"above. Convergence step: the {rep.log.x} from which the smoothed loss stays within "
+                       f"{rep.settings['tol']:.0%} of its total change of the final level; early stopping: Lightning's "
+                       "rule on the monitored value; λ: the seed's exponential convergence rate per check.",
                label="tbl-training-runs")
 
 

@@ -429,7 +429,10 @@ def with_mark_note(table, caption: str) -> str:
     """``caption``, followed by what :data:`~.format.MARK` means when a cell of ``table`` is marked with it."""
     marked = bool(table.astype(str).apply(lambda c: c.str.contains(MARK, regex=False)).any().any()) if len(table) \
         else False
-    return f"{caption} {MARK_NOTE}" if marked else caption
+    if not marked:
+        return caption
+    caption = caption.rstrip()
+    return f"{caption}{'' if caption.endswith(('.', ')')) else '.'} {MARK_NOTE}"
 
 
 def definitions_markdown(metrics) -> str:
