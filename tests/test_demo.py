@@ -33,5 +33,10 @@ def test_demo_command_writes_the_full_report(tmp_path):
         assert (out / name).exists(), name
     doc = json.loads((out / "metrics.json").read_text())
     assert doc["chapters"]["isotropy"]["metrics"]["apcs"]["verdict"] == "problematic"
+    # every JSON file of the report is strict JSON (null, never NaN): results/*.json, run.json, metrics.json, ...
+    def refuse(token):
+        raise ValueError(f"{token} is not valid JSON")
+    for path in out.rglob("*.json"):
+        json.loads(path.read_text(), parse_constant=refuse)
     html = (out / "report.html").read_text()
     assert "all-but-the-top" in html.lower()
