@@ -254,3 +254,23 @@ def test_a_full_rank_spec_without_n_keeps_its_verdict():
     m = SPECS["condition_number"].record(500.0, d=64)
     assert m.verdict == "problematic" and m.note == ""
     assert SPECS["condition_number"].record(500.0, d=64, n=64).verdict is None
+
+
+@pytest.mark.parametrize("folds", [3, 4])
+def test_no_interval_over_three_or_fewer_folds(folds):
+    from scipy import stats
+
+    from embeval_report.metrics.classification import evaluate_node_classification
+
+    rng = np.random.default_rng(5)
+    y = np.repeat(["a", "b", "c"], 40)
+    X = rng.standard_normal((120, 6)) + (y[:, None] == np.array(["a", "b", "c", "a", "b", "c"])) * 1.5
+    r = evaluate_node_classification(X, y, n_folds=folds, seed=0)
+    m = r.metrics["accuracy"]
+    if folds <= 3:  # fires: the value stays, the interval goes, the note says why
+        assert m.ci_low is None and m.ci_high is None and m.note == "3 folds: an interval needs at least 4"
+    else:  # must not fire: Student-t over 4 folds
+        acc = r.folds[r.folds.model == "probe"]["accuracy"].to_numpy()
+        half = stats.t.ppf(0.975, 3) * acc.std(ddof=1) / 2
+        assert (m.ci_low, m.ci_high) == pytest.approx((max(acc.mean() - half, 0), min(acc.mean() + half, 1)))
+        assert m.note == ""

@@ -27,6 +27,10 @@ from .thresholds import VERDICTS, Bands
 
 #: the keys each metric has in metrics.json (a contract read by other tools)
 METRIC_KEYS = ("value", "ci_low", "ci_high", "verdict", "direction", "reference")
+#: fewest independent values (runs, folds, final checks) an interval over them is computed from: an interval from
+#: 3 or fewer says nothing (a t interval from 3 runs spans several times their range)
+MIN_INTERVAL_N = 4
+
 #: the note of a metric whose bands assume more vectors than dimensions, on a set with n <= d
 NOT_ESTIMABLE = "not estimable: n ≤ d"
 

@@ -32,6 +32,7 @@ from .convergence import (
     stationarity,
     tail_size,
 )
+from .spec import MIN_INTERVAL_N
 from .training_checks import monitor_checks
 
 
@@ -153,9 +154,6 @@ def sd_interval(values, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
     return (s * math.sqrt((n - 1) / sps.chi2.ppf(1 - a, n - 1)), s * math.sqrt((n - 1) / sps.chi2.ppf(a, n - 1)))
 
 
-#: fewest values an interval is computed from (runs, final checks, validations): an interval from 3 or fewer
-#: says nothing (a t interval from 3 runs spans several times their range)
-MIN_INTERVAL_N = 4
 
 
 def run_intervals(d: RunDiagnosis, level: float = DEFAULT_LEVEL, seed: int = 0) -> dict:
