@@ -38,7 +38,6 @@ import pandas as pd
 import torch
 
 from ..errors import UndefinedMetricWarning
-from ..io import GROUP_COLUMNS, category_column, iter_groups
 from ..io.snapshots import MIN_MATCHED, Snapshot
 from ..io.snapshots import load_snapshots as _read_snapshots
 from ..kernels import as_numpy, column_mean, resolve_device, unit_rows
@@ -48,28 +47,22 @@ from ..stats import HypothesisTest, ResamplingPlan, normal_ci, wilson_ci
 from .isotropy import cosine_moments, covariance_from_moments, no_variance, spectral_metrics
 from .procrustes import knn_overlap, procrustes_align, row_cosines
 from .spec import MetricSpec, specs
-from .thresholds import SEVERITY, THRESHOLDS, verdict, worst
+from .thresholds import THRESHOLDS, verdict, worst  # noqa: F401  (THRESHOLDS: the drift API)
 from .two_sample import ALPHA, DomainClassifier, KSDimensions, MMDTest, domain_classifier_auc, ks_dimensions, mmd_test
 from .two_sample import benjamini_hochberg  # noqa: F401  (the drift API: embeval_report.drift.benjamini_hochberg)
+from .drift_alerts import (ALERT_CHECKS, DRIFT_FLOOR, FLAT_RATIO, MIN_TREND_POINTS, SIGMA_FLOOR,  # noqa: F401
+                           TOO_FEW_POINTS, alert_level, alert_reference, drift_by_group, drift_pattern,
+                           group_columns, group_drift_series, sigma_above_trend)
+from .drift_alerts import alert_level as _level  # noqa: F401  (the chapter's name for it)
 
 #: neighbourhood size of the k-NN overlap (seed 003; seed 000's hubness default)
 K_OVERLAP = 10
 #: the anomaly rule d_i > mu + k sigma (seed 000 §217.2.3.2; its code uses k = 2)
 ANOMALY_K = 2.0
-#: per-entity cosine drift at or below this is numerical noise (an angle of about 0.08°)
-DRIFT_FLOOR = 1e-6
-#: a spread of earlier Procrustes distances below this is numerical noise
-SIGMA_FLOOR = 1e-6
-#: fewest earlier values σ above trend is computed from (an sd of two points says nothing: +204σ from a flat start)
-MIN_TREND_POINTS = 3
-#: the note of a σ above trend that has too few earlier values
-TOO_FEW_POINTS = f"n/a (fewer than {MIN_TREND_POINTS} earlier snapshots)"
 #: rows per side of the MMD sample (seed 000 §220.1 and Evidently use 1000); the chapter's ``mmd_sample`` option
 MMD_SAMPLE = 1000
 #: rows per side for the domain classifier
 CLASSIFIER_SAMPLE = 2500
-#: the snapshots before the first alert count as flat when their mean drift is within this multiple of the first's
-FLAT_RATIO = 1.25
 #: a variance of the pair cosines below this share of their mean square is rounding (every pair equally similar)
 NO_SPREAD = 1e-12
 #: an aligned vector this close to its baseline vector (relative to the baseline's RMS norm) is the baseline
@@ -135,10 +128,6 @@ SPECS = specs(
     MetricSpec("departed_entities", "Departed entities", None, "", "population drift (seed 000 §217.2.3.1)"),
 )
 
-#: the Table 217.3 checks: metric -> its bands in :data:`embeval_report.metrics.thresholds.THRESHOLDS` (the
-#: mean drift is judged by its ratio to the first interval's, the Procrustes distance by σ above its trend)
-ALERT_CHECKS = {"mean_drift": "drift_mean_ratio", "pairwise_similarity_correlation": "drift_pairwise_correlation",
-                "anomalous_fraction": "drift_anomalous_fraction", "procrustes_distance": "drift_procrustes_sigma"}
 #: the metrics that compare positions in one shared space (alignment, per-entity cosine drift, per-dimension and
 #: two-sample tests): undefined (null, with :func:`dimension_note`) for a snapshot of another dimension; the
 #: neighbourhood metrics (k-NN overlap, pairwise similarity correlation) and the isotropy changes, each set
@@ -512,42 +501,6 @@ class DriftResult:
     info: dict = field(default_factory=dict)
 
 
-def sigma_above_trend(series, floor: float = SIGMA_FLOOR, min_points: int = MIN_TREND_POINTS) -> list[float | None]:
-    """z of each value against the mean and sd (ddof 1) of all earlier values; None with fewer than ``min_points``
-    (:data:`MIN_TREND_POINTS`, 3) earlier values.
-
-    The seed's ``detect_drift_events`` rule (trailing mean and sd). An sd below ``floor`` is taken
-    as ``floor``: Procrustes distances that differ by less are numerical noise. A value (or an
-    earlier value) that is undefined gives None.
-    """
-    out = []
-    for t, x in enumerate(series):
-        prev = np.asarray(series[:t], float)
-        if len(prev) < max(min_points, 2) or not np.isfinite(x) or not np.isfinite(prev).all():
-            out.append(None)
-            continue
-        out.append(float((x - prev.mean()) / max(float(prev.std(ddof=1)), floor)))
-    return out
-
-
-def drift_pattern(levels: list[str | None], ratios: list[float]) -> str:
-    """The seed's response patterns (§217.2.3.4) from the per-snapshot alert levels and mean-drift ratios.
-
-    ``"stable"``: no alert. ``"isolated spike"``: an alert followed by a snapshot without one.
-    Alerts that persist to the latest snapshot are a ``"regime shift"`` when the snapshots before
-    the first alert were flat (mean drift within :data:`FLAT_RATIO` = 1.25x the first interval's)
-    and a ``"gradual trend"`` when the drift was already rising before it.
-    """
-    alert = [SEVERITY[v] > 0 for v in levels]
-    if not any(alert):
-        return "stable"
-    first = alert.index(True)
-    if not all(alert[first:]):
-        return "isolated spike"
-    before = [r for r in ratios[:first] if r is not None and np.isfinite(r)]
-    return "regime shift" if all(r < FLAT_RATIO for r in before) else "gradual trend"
-
-
 def _step_drift(prev: tuple[np.ndarray, np.ndarray | None] | None, cur: tuple[np.ndarray, np.ndarray | None]) -> float:
     if prev is None or prev[1] is None or cur[1] is None:  # no aligned vectors: a snapshot of another dimension
         return float("nan")
@@ -650,8 +603,8 @@ def measure_drift(X, snapshots: list[Snapshot], *, k: int = K_OVERLAP, anomaly_k
                 values[name] = v
                 m = spec.record(v, r.cis.get(name), label=f"{spec.label} (latest: {r.name})", verdict=False, **common)
                 if name in ALERT_CHECKS:
-                    m = replace(m, verdict=_level(alerts.loc[i, f"check_{name}"]),
-                                reference=_alert_reference(name, alerts.loc[i], len(results)))
+                    m = replace(m, verdict=alert_level(alerts.loc[i, f"check_{name}"]),
+                                reference=alert_reference(name, alerts.loc[i], len(results)))
                 metrics[name] = m
     return DriftResult(snapshots=results, values=values, metrics=metrics, alerts=alerts, reference_drift=ref,
                        pattern=pattern, n=len(X), d=X.shape[1],
@@ -670,61 +623,3 @@ def _mismatch_info(results: list[SnapshotDrift], d: int) -> dict:
 def headline_metrics(result: DriftResult) -> dict:
     """The latest snapshot's metrics under their bare names (the ones the Summary scorecard reads)."""
     return {k: m for k, m in result.metrics.items() if "__" not in k}
-
-
-def _level(x) -> str | None:
-    """A verdict read back from a DataFrame cell (pandas may turn ``None`` into NaN)."""
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
-
-
-def _alert_reference(name: str, row: pd.Series, n_snapshots: int) -> str:
-    bands = THRESHOLDS[ALERT_CHECKS[name]]
-    text = f"{bands.table}: {bands.text}"
-    if name == "mean_drift":
-        if row["mean_drift_ratio"] is None or pd.isna(row["mean_drift_ratio"]):
-            return text + "; not applicable with one snapshot (the first interval is the baseline)"
-        return text + f"; here {row['mean_drift_ratio']:.2f}× the first interval's drift"
-    if name == "procrustes_distance":
-        if row["procrustes_sigma"] is None or pd.isna(row["procrustes_sigma"]):
-            if not math.isfinite(row["procrustes_distance"]) or n_snapshots > MIN_TREND_POINTS:
-                return text + "; not applicable: the Procrustes distance is undefined for this snapshot or an " \
-                              "earlier one"
-            return text + (f"; not applicable with {n_snapshots} snapshot(s): σ above trend is "
-                           f"{TOO_FEW_POINTS} (needs ≥ {MIN_TREND_POINTS + 1} snapshots)")
-        return text + f"; here {row['procrustes_sigma']:.1f}σ above the earlier snapshots"
-    return text
-
-
-# ---------------------------------------------------------------------------------------------
-# Who moved: drift by metadata group
-# ---------------------------------------------------------------------------------------------
-
-def group_columns(metadata: pd.DataFrame | None, max_groups: int = 12) -> list[str]:
-    """Metadata columns to break drift down by: those of ``GROUP_COLUMNS`` with 2..``max_groups`` values."""
-    return [c for c in GROUP_COLUMNS if category_column(metadata, (c,), max_groups)]
-
-
-def drift_by_group(result: DriftResult, metadata: pd.DataFrame | None, *, snapshot: int = -1) -> pd.DataFrame:
-    """Per value of each group column: entities, mean drift, anomalous share and k-NN overlap in one snapshot."""
-    r = result.snapshots[snapshot]
-    rows = []
-    for col in group_columns(metadata):
-        for name, m in iter_groups(metadata[col].to_numpy()[r.index]):
-            rows.append({"column": col, "group": name, "entities": len(m), "mean drift": float(r.drift[m].mean()),
-                         "anomalous %": 100 * float(r.anomalous[m].mean()),
-                         "share of anomalies %": 100 * float(r.anomalous[m].sum() / max(r.anomalous.sum(), 1)),
-                         "k-NN overlap": float(r.overlap[m].mean())})
-    return pd.DataFrame(rows, columns=["column", "group", "entities", "mean drift", "anomalous %",
-                                       "share of anomalies %", "k-NN overlap"])
-
-
-def group_drift_series(result: DriftResult, metadata: pd.DataFrame | None) -> tuple[str, pd.DataFrame] | None:
-    """Mean drift per group and snapshot for the group column whose groups differ most (None without one)."""
-    best = None
-    for col in group_columns(metadata):
-        g = metadata[col].astype(object).where(metadata[col].notna(), "(missing)").astype(str).to_numpy()
-        table = pd.DataFrame({r.name: pd.Series(r.drift).groupby(g[r.index]).mean() for r in result.snapshots})
-        spread = float((table.max(0) / table.mean(0).clip(lower=DRIFT_FLOOR)).max())
-        if best is None or spread > best[0]:
-            best = (spread, col, table)
-    return None if best is None else (best[1], best[2])
