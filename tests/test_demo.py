@@ -59,5 +59,10 @@ def test_demo_command_writes_the_full_report(tmp_path, capsys):
     assert "user" not in item["title"] and item["evidence"]["knn_overlap"] < item["evidence"]["compared_knn_overlap"]
     summary = (out / "report.html").read_text().split('id="chapter-isotropy"')[0]
     assert "Status: problematic" in summary and "All findings" in summary
+    # every JSON file of the report is strict JSON (null, never NaN): results/*.json, run.json, metrics.json, ...
+    def refuse(token):
+        raise ValueError(f"{token} is not valid JSON")
+    for path in out.rglob("*.json"):
+        json.loads(path.read_text(), parse_constant=refuse)
     html = (out / "report.html").read_text()
     assert "all-but-the-top" in html.lower()

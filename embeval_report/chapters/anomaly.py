@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..io.anomaly_scores import anomaly_labels, event_columns, label_column
 from ..metrics import anomaly as an
-from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.format import percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
@@ -382,9 +382,6 @@ def show_detection(rep: AnomalyReport) -> None:
     show_table(t, caption=f"Events and when {d.label} first alerts on one of their rows (threshold {thr}, the 1 %-FPR "
                           "operating point). Times are from the earliest row; undetected events are censored at the "
                           "end of the data.", label="tbl-anomaly-events")
-    if int(e["detected"].sum()) * 2 < len(e):
-        callout("warning", "Fewer than half of the events are ever detected at this threshold: the median time to "
-                           "detection is not reached.", title="Most events go unnoticed")
 
 
 def show_protocol(rep: AnomalyReport) -> None:

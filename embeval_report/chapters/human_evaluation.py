@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..metrics import agreement as ag
-from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.format import percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
@@ -314,7 +314,7 @@ def rater_table(rep: HumanEvaluationReport) -> pd.DataFrame:
 
 
 def _short_flag(reason: str) -> str:
-    """The one-word form of a flag reason for the table (the full reasons are in the callout)."""
+    """The one-word form of a flag reason for the table (the full reasons are in the narrative)."""
     for start, word in (("gold", "gold"), ("agrees", "agreement"), ("median", "speed"), ("fatigue", "fatigue")):
         if reason.startswith(start):
             return word
@@ -386,7 +386,7 @@ def show_raters(rep: HumanEvaluationReport) -> None:
                        "the session minus the first; one-sided Mann–Whitney test that disagreements come later, "
                        f"Holm-adjusted across raters). Flags: below {th['min_accuracy']:.0%} over at least "
                        f"{th['min_tasks']} items (gold, agreement), median below {th['min_seconds']:g} s (speed), "
-                       "or significant fatigue (seed 001 §21.3.2); the reasons in full below.",
+                       "or significant fatigue (seed 001 §21.3.2); the reasons in full in the narrative above.",
                label="tbl-human-raters")
     fig = quality_figure(rep)
     if fig is not None:
@@ -394,9 +394,6 @@ def show_raters(rep: HumanEvaluationReport) -> None:
                                  f"{th['min_seconds']:g}-second minimum; dotted: the {th['min_accuracy']:.0%} "
                                  "threshold). Right: agreement with the others in each fifth of a rater's session; a "
                                  "falling line is fatigue. Flagged raters in red.", label="fig-human-raters")
-    if rep.quality.flagged:
-        callout("warning", "\n".join(f"- **{escape(r)}**: {escape('; '.join(why))}" for r, why in
-                                     rep.quality.flagged.items()), title="Flagged raters")
     s = rep.quality.speed_accuracy
     if s:
         show_markdown(f"Across raters, median time and agreement with the others correlate with Spearman ρ = "

@@ -499,16 +499,19 @@ def show_quality(rep: LinkPredictionReport) -> None:
 
 def suspects_table(r: lp.LinkPredictionResult, ids, n: int = SUSPECTS_LISTED) -> pd.DataFrame:
     """The highest-scoring suspected false negatives by id: the test edge, the negative destination, its score,
-    the share of positive scores it beats, and whether it is a known edge of the graph."""
+    the share of positive scores it beats, and whether it is a known edge of the graph. A negative drawn twice for
+    the same test edge is listed once."""
     sp, test = r.suspects, r.data.test
     ids = np.asarray(ids, dtype=object)
-    rows, cols = sp.rows[:n], sp.cols[:n]
+    m = min(len(sp.rows), 4 * n)  # enough rows to list n distinct ones after dropping repeats
+    rows, cols = sp.rows[:m], sp.cols[:m]
     neg = r.data.candidates[rows, 1 + cols]
-    return pd.DataFrame({"source": [str(ids[u]) for u in test.src[rows]],
-                         "true destination": [str(ids[v]) for v in test.dst[rows]],
-                         "negative": [str(ids[v]) for v in neg], "score": sp.scores[:n],
-                         "beats positives": [f"{b:.1%}" for b in sp.beats[:n]],
-                         "known edge": ["yes" if k else "" for k in sp.known[:n]]})
+    table = pd.DataFrame({"source": [str(ids[u]) for u in test.src[rows]],
+                          "true destination": [str(ids[v]) for v in test.dst[rows]],
+                          "negative": [str(ids[v]) for v in neg], "score": sp.scores[:m],
+                          "beats positives": [f"{b:.1%}" for b in sp.beats[:m]],
+                          "known edge": ["yes" if k else "" for k in sp.known[:m]]})
+    return table.drop_duplicates(["source", "true destination", "negative"]).head(n).reset_index(drop=True)
 
 
 def show_hardness(rep: LinkPredictionReport) -> None:

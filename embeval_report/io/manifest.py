@@ -132,6 +132,7 @@ MANIFEST_FIELDS: dict[str, ManifestField] = {
                                  needs="`annotations` (human ratings: item, rater, label)"),
     "annotation_level": ManifestField("str", "level of measurement of the annotations: nominal, ordinal or interval"),
     "exclude_self": ManifestField("bool", "retrieval: a document whose id equals the query id is not ranked"),
+    "qrels_note": ManifestField("str", "retrieval: how the relevance grades were made, stated with the judgements"),
     "monitor_history": ManifestField("path", "JSONL history written by `embeval-report monitor --history`",
                                      needs="`monitor_history` (the JSONL file `embeval-report monitor --history` writes)"),
     "anomaly_scores": ManifestField("path", "anomaly: your detector's scores, a table id,score[,more score columns]",

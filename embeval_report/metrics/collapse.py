@@ -69,7 +69,7 @@ SPECS = specs(
     MetricSpec("effective_rank", "Effective rank", "higher",
                r"\exp(-\sum_k p_k \ln p_k),\ p_k = \sigma_k / \sum_j \sigma_j,\ \sigma = \mathrm{sv}(\tilde E)",
                f"Roy & Vetterli 2007; verdict: seed 001 §21.1.3 collapse rule (< {_percent(RANK_RULE.healthy)} of d)",
-               range=(1.0, math.inf), bands=RANK_RULE, per_d=True, unit="dimensions"),
+               range=(1.0, math.inf), bands=RANK_RULE, per_d=True, unit="dimensions", full_rank=True),
     MetricSpec("stable_rank", "Stable rank", "higher",
                r"\lVert \tilde E \rVert_F^2 / \lVert \tilde E \rVert_2^2 = \sum_k \sigma_k^2 / \sigma_1^2",
                "Rudelson & Vershynin 2007 (seed 001 §21.1.3 codes (Σσ)²/Σσ² instead)", range=(1.0, math.inf),
@@ -369,11 +369,11 @@ class CollapseResult(PlannedIntervals):
     @property
     def collapse_detected(self) -> bool:
         """Seed 001 §21.1.3's rule: dead ratio > 0.1 or effective rank < 0.3 d (a set without variance has
-        collapsed completely)."""
+        collapsed completely). The effective-rank part assumes n > d (not estimable on fewer vectors)."""
         if self.no_variance:
             return True
         return (self.values["dead_dimensions"] / self.d > DEAD_RULE.healthy
-                or self.values["effective_rank"] < RANK_RULE.healthy * self.d)
+                or (self.n > self.d and self.values["effective_rank"] < RANK_RULE.healthy * self.d))
 
 
 def _spectra(N: float, s: np.ndarray, G: np.ndarray, shift: np.ndarray, n: int
@@ -494,7 +494,7 @@ def measure_collapse(X, *, dead_threshold: float = DEAD_THRESHOLD, dead_referenc
         intrinsic = name.startswith("intrinsic")
         metrics[name] = spec.record(values[name], cis.get(name), ci_method=ident.ci_method if intrinsic else spec_method,
                                     d=d, bias_corrected=corrected.get(name),
-                                    note="" if intrinsic or plan.active else plan.reason)
+                                    note="" if intrinsic or plan.active else plan.reason, n=n)
     info = dict(
         stable_rank_seed001=stable_rank_seed001(sv),
         rank=int((sv > 0).sum()),

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .format import interval, is_missing, number, p_value
+from .format import MARK, MARK_NOTE, interval, is_missing, marked_value, number, p_value
 
 __all__ = ["escape", "Badge", "Link", "Table", "show_table", "show_figure", "show_markdown", "callout", "metrics_table",
            "definitions_markdown", "show_definitions", "show_metrics", "show_tests", "hypothesis_table", "TESTS_CAPTION",
@@ -424,19 +424,31 @@ def metrics_table(metrics):
         whole = v is not None and not is_missing(v) and float(v).is_integer() and abs(v) >= 1000
         return f"{int(v):,}" if whole else number(v)
 
-    rows = [{"metric": m.label or m.name, "value": value(m.value),
+    rows = [{"metric": m.label or m.name,
+             "value": marked_value(m.value, m.ci_low, m.ci_high, m.bias_corrected, value(m.value)),
              "95 % CI": interval(m.ci_low, m.ci_high, sep=" – ") if m.has_ci else (
                  f"— ({m.note})" if m.note else "—"),
-             "better": m.direction, "verdict": m.verdict} for m in metrics.values()]
+             "better": m.direction or "", "verdict": m.verdict} for m in metrics.values()]
     return pd.DataFrame(rows, columns=["metric", "value", "95 % CI", "better", "verdict"])
+
+
+def with_mark_note(table, caption: str) -> str:
+    """``caption``, followed by what :data:`~.format.MARK` means when a cell of ``table`` is marked with it."""
+    marked = bool(table.astype(str).apply(lambda c: c.str.contains(MARK, regex=False)).any().any()) if len(table) \
+        else False
+    if not marked:
+        return caption
+    caption = caption.rstrip()
+    return f"{caption}{'' if caption.endswith(('.', ')')) else '.'} {MARK_NOTE}"
 
 
 def definitions_markdown(metrics) -> str:
     """A bullet list giving each metric's formula (where it has one), direction and reference."""
     def item(m):
         formula = f"${m.formula}$ — " if m.formula else ""
+        direction = f"{m.direction} is better" if m.direction else "a count: neither way is better"
         reference = f"; {m.reference}" if m.reference else ""
-        return f"- **{m.label or m.name}** (`{m.name}`): {formula}{m.direction} is better{reference}."
+        return f"- **{m.label or m.name}** (`{m.name}`): {formula}{direction}{reference}."
     return "\n".join(item(m) for m in metrics.values() if m.formula or m.reference)
 
 
@@ -453,5 +465,6 @@ def show_definitions(text: str) -> None:
 def show_metrics(metrics, caption: str, label: str, definitions: str | None = None) -> None:
     """Show the headline metrics table, then the definitions (``definitions``: markdown put before the list),
     which the report moves to the chapter's appendix."""
-    show_table(metrics_table(metrics), caption=caption, label=label)
+    table = metrics_table(metrics)
+    show_table(table, caption=with_mark_note(table, caption), label=label)
     show_definitions("\n\n".join(x for x in (definitions, definitions_markdown(metrics)) if x))

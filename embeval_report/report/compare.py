@@ -32,6 +32,7 @@ from ..chapters.registry import resolve_settings
 from ..settings import ChapterSettings
 from .outdir import OutputFolder
 from .pairing import ModelReport, is_report_folder, compare_reports
+from ..chapters.recorder import json_safe, json_text
 
 COMPARISON_FILE = "comparison.json"
 TABLE_FILE = "comparison.csv"
@@ -104,7 +105,7 @@ def comparisons_document(table: pd.DataFrame, n_models: int) -> dict:
         name = r.metric if clash[r.metric] == 1 else f"{r.chapter}.{r.metric}"
         if n_models > 2:
             name = f"{r.b} vs {r.a}: {name}"
-        out[name] = {k: _json_safe(v) for k, v in dict(
+        out[name] = {k: json_safe(v) for k, v in dict(
             a=r.a, b=r.b, chapter=r.chapter, metric=r.metric, direction=r.direction, n=r.n, mean_a=r.mean_a,
             mean_b=r.mean_b, difference=r.diff, ci_low=r.ci_low, ci_high=r.ci_high, p_value=r.p_randomisation,
             p_adjusted=r.p_adjusted, p_t=r.p_t, p_wilcoxon=r.p_wilcoxon, d_z=r.d_z, wins=r.wins, ties=r.ties,
@@ -166,14 +167,6 @@ def rollup_lines(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _json_safe(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if hasattr(v, "item"):
-        return _json_safe(v.item())
-    return v
-
-
 def write_comparison(folder: Path, reports: list[ModelReport], table: pd.DataFrame, ranks: dict, *,
                      correction: str, effect: str, level: float, seed: int) -> dict:
     """``comparison.json`` and ``comparison.csv`` in ``folder``; returns the JSON document (``effect``: the
@@ -185,14 +178,14 @@ def write_comparison(folder: Path, reports: list[ModelReport], table: pd.DataFra
                                                  n=r.run.get("n"), d=r.run.get("d")) for r in reports],
                correction=correction, effect=effect, level=level, seed=seed, alpha=0.05,
                primary_test="paired randomisation (sign-flip) test, two-sided",
-               comparisons=[{k: _json_safe(v) for k, v in row.items()} for row in table.to_dict(orient="records")],
-               ranks={k: [{c: _json_safe(v) for c, v in r.items()} for r in t.to_dict(orient="records")]
+               comparisons=[{k: json_safe(v) for k, v in row.items()} for row in table.to_dict(orient="records")],
+               ranks={k: [{c: json_safe(v) for c, v in r.items()} for r in t.to_dict(orient="records")]
                       for k, t in ranks.items()})
-    (folder / COMPARISON_FILE).write_text(json.dumps(doc, indent=2))
+    (folder / COMPARISON_FILE).write_text(json_text(doc, indent=2))
     metrics = dict(version=__version__, seed=seed, correction=correction, effect=effect,
                    models={r.name: _model_metrics(r) for r in reports},
                    comparisons=comparisons_document(table, len(reports)) if len(table) else {})
-    (folder / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    (folder / "metrics.json").write_text(json_text(metrics, indent=2))
     table.to_csv(folder / TABLE_FILE, index=False)
     return doc
 
@@ -268,7 +261,7 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
                             kernel_name="python3", progress_bar=False, cwd=str(target_nb.parent),
                             execution_timeout=timeout, extra_arguments=KERNEL_ARGUMENTS)
         files_written = sorted(p.name for p in staging.iterdir() if not p.name.startswith(".")) + ["run.json"]
-        (staging / "run.json").write_text(json.dumps(dict(run_info, files=sorted(set(files_written))), indent=2))
+        (staging / "run.json").write_text(json_text(dict(run_info, files=sorted(set(files_written))), indent=2))
         files = {}
         for fmt in formats:
             progress(f"rendering {fmt}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..chapters.declaration import ChapterSpec
+from ..chapters.recorder import json_text
 from ..chapters.registry import discover, resolve_settings, select
 from ..io import load_source, save_prepared
 from ..io.model_source import embedded_source
@@ -168,7 +169,7 @@ def write_run(run: Run) -> None:
                 for o in sorted(run.outcomes(), key=lambda o: o.chapter.order)]
     files = sorted(p.name for p in run.staging.iterdir() if not p.name.startswith(".")) + ["run.json"]
     doc = dict(run.info, chapters=chapters, files=sorted(set(files)))
-    (run.staging / "run.json").write_text(json.dumps(doc, indent=2))
+    (run.staging / "run.json").write_text(json_text(doc, indent=2))
 
 
 def write_metrics(run: Run) -> None:
@@ -177,7 +178,7 @@ def write_metrics(run: Run) -> None:
                 for o in sorted(run.outcomes(), key=lambda o: o.chapter.order)]
     doc = metrics_document(run.staging / "results", chapters, version=__version__, source=run.info["source"],
                            seed=run.info["seed"], device=run.info["device"])
-    (run.staging / "metrics.json").write_text(json.dumps(doc, indent=2))
+    (run.staging / "metrics.json").write_text(json_text(doc, indent=2))
 
 
 def render(run: Run, *, formats, renderer, pdf_engine) -> tuple[dict, dict]:
