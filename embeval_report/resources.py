@@ -1,4 +1,4 @@
-"""Where the chapter notebooks, templates and the Quarto project template live.
+"""Where the chapter notebooks, the exploration notebook, templates and the Quarto project template live.
 
 In a source checkout (editable install) they are the repository's top-level ``notebooks/``,
 ``templates/`` and ``_quarto.yml``; a wheel carries copies under ``embeval_report/_data/``.
@@ -27,3 +27,11 @@ def templates_dir() -> Path:
 
 def quarto_template() -> Path:
     return _find("_quarto.yml")
+
+
+#: the exploration notebook every report folder gets (its template: ``notebooks/explore/explore.ipynb``)
+EXPLORE_NOTEBOOK = "explore.ipynb"
+
+
+def explore_template() -> Path:
+    return notebooks_dir() / "explore" / EXPLORE_NOTEBOOK

@@ -450,6 +450,20 @@ def required_units(effect: float, sd: float, *, alpha: float = 0.05, power: floa
     if sd == 0:
         return 2
     test, d = TTestPower(), abs(effect) / sd
-    n = test.solve_power(effect_size=d, nobs=None, alpha=alpha, power=power, alternative="two-sided")
-    low = max(2, math.floor(float(np.ravel(n)[0])))  # the root is found to a tolerance: the smallest whole n that has the power
-    return low if test.power(d, low, alpha, alternative="two-sided") >= power - 1e-9 else low + 1
+    enough = lambda n: test.power(d, n, alpha, alternative="two-sided") >= power - 1e-9  # noqa: E731
+    if d > 1e6 or enough(2):  # a large effect against a small (or rounding-noise) spread: two units already have
+        return 2              # the power (statsmodels' root finder returns NaN there)
+    n = float(np.ravel(test.solve_power(effect_size=d, nobs=None, alpha=alpha, power=power,
+                                        alternative="two-sided"))[0])
+    if not np.isfinite(n):  # no root found: the smallest whole n with the power, by doubling and bisection
+        hi = 4
+        while not enough(hi):
+            if hi > 2**40:
+                raise ValueError(f"no sample size reaches power {power} for effect {effect} and sd {sd}")
+            hi *= 2
+        lo = hi // 2
+        while hi - lo > 1:
+            lo, hi = (lo, (lo + hi) // 2) if enough((lo + hi) // 2) else ((lo + hi) // 2, hi)
+        return hi
+    low = max(2, math.floor(n))  # the root is found to a tolerance: the smallest whole n that has the power
+    return low if enough(low) else low + 1

@@ -71,7 +71,7 @@ def test_randomisation_test_holds_its_size_under_the_null():
 
 
 def _row(a, b, metric="m", seed=0, **kw):
-    """A comparison row as :func:`embeval_report.report.compare.paired_rows` builds it."""
+    """A comparison row as :func:`embeval_report.report.pairing.paired_rows` builds it."""
     return dict(a="x", b="y", chapter="c", metric=metric, label=metric, direction=kw.pop("direction", "higher"),
                 unit="queries", result=paired.paired_comparison(a, b, seed=seed, **kw),
                 differences=paired.paired_differences(a, b))

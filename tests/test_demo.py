@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from embeval_report.cli import main
 from embeval_report.demo import streaming_embeddings
@@ -26,12 +27,42 @@ def test_planted_popularity_anisotropy():
     assert s.values["participation_ratio"] < f.values["participation_ratio"]
 
 
-def test_demo_command_writes_the_full_report(tmp_path):
+#: the demo's planted problems (README), each the finding of its chapter that must report it: (chapter, rule or
+#: effect, the severities that count, a word the title must hold)
+PLANTED = [("isotropy", "anisotropy", {"problematic"}, "cone"),
+           ("stability", "stability by group", {"problematic"}, "unstable"),  # items / niche items, not the users
+           ("drift", "drift", {"problematic", "concerning"}, "drift"),
+           ("monitoring", "batch shift", {"problematic", "concerning"}, "shifted"),
+           ("temporal_link_prediction", "horizon", {"problematic", "concerning"}, "degrades"),
+           ("temporal_link_prediction", "random split", {"concerning"}, "random split"),
+           ("training_diagnostics", "divergence", {"problematic"}, "diverged"),
+           ("training_diagnostics", "overfitting", {"concerning", "problematic"}, "overfit"),
+           ("recommendation", "baselines", {"problematic"}, "most-popular"),
+           ("anomaly", "baselines", {"problematic"}, "baseline"),
+           ("human_evaluation", "rater agreement", {"problematic", "concerning"}, "raters"),
+           ("fairness", "group gap", {"problematic", "concerning"}, "groups")]
+
+
+def test_demo_command_writes_the_full_report(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out)]) == 0
+    assert main(["demo", "--out", str(out), "--fail-on", "problematic"]) == 3  # because of its findings
     for name in ("report.html", "report.pdf", "metrics.json", "demo-data/manifest.yaml"):
         assert (out / name).exists(), name
-    doc = json.loads((out / "metrics.json").read_text())
+    doc = json.loads((out / "metrics.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert doc["chapters"]["isotropy"]["metrics"]["apcs"]["verdict"] == "problematic"
+    assert doc["status"] == "problematic" and "reached 'problematic' (--fail-on)" in capsys.readouterr().err
+    by = {(f["chapter"], f["effect"]): f for f in doc["findings"]}
+    for chapter, effect, severities, word in PLANTED:
+        f = by.get((chapter, effect))
+        assert f is not None and f["severity"] in severities and word in f["title"].lower(), (chapter, effect, f)
+    item = by[("stability", "stability by group")]
+    assert "user" not in item["title"] and item["evidence"]["knn_overlap"] < item["evidence"]["compared_knn_overlap"]
+    summary = (out / "report.html").read_text().split('id="chapter-isotropy"')[0]
+    assert "Status: problematic" in summary and "All findings" in summary
+    # every JSON file of the report is strict JSON (null, never NaN): results/*.json, run.json, metrics.json, ...
+    def refuse(token):
+        raise ValueError(f"{token} is not valid JSON")
+    for path in out.rglob("*.json"):
+        json.loads(path.read_text(), parse_constant=refuse)
     html = (out / "report.html").read_text()
     assert "all-but-the-top" in html.lower()

@@ -57,9 +57,9 @@ def snap(name, Y, index=None, **kw):
 
 def test_unchanged_and_rotated_snapshots_show_no_drift_and_no_alert():
     X, _ = clustered(300, 12, seed=1)
-    Q1, Q2 = ortho_group.rvs(12, random_state=2), ortho_group.rvs(12, random_state=3)
-    r = dr.measure_drift(X, [snap("same", X.copy()), snap("rotated", X @ Q1), snap("rotated again", X @ Q2)],
-                         n_boot=50, n_perm=99, device="cpu")
+    Q1, Q2, Q3 = (ortho_group.rvs(12, random_state=s) for s in (2, 3, 4))
+    r = dr.measure_drift(X, [snap("same", X.copy()), snap("rotated", X @ Q1), snap("rotated again", X @ Q2),
+                             snap("rotated thrice", X @ Q3)], n_boot=50, n_perm=99, device="cpu")
     for s in r.snapshots:
         v = s.values
         assert v["mean_drift"] == pytest.approx(0, abs=1e-12) and v["mean_l2_drift"] == pytest.approx(0, abs=1e-6)
@@ -70,13 +70,13 @@ def test_unchanged_and_rotated_snapshots_show_no_drift_and_no_alert():
         assert v["isotropy_drift_apcs"] == pytest.approx(0, abs=1e-12)
         assert v["mmd_p_value"] > 0.05 and v["ks_rejected_fraction"] == 0
         assert s.classifier.ci_low <= 0.5 <= s.classifier.ci_high
-    assert list(r.alerts["verdict"]) == ["healthy"] * 3 and r.pattern == "stable"
+    assert list(r.alerts["verdict"]) == ["healthy"] * 4 and r.pattern == "stable"
     m = r.metrics
     assert m["mean_drift"].verdict == "healthy" and m["pairwise_similarity_correlation"].verdict == "healthy"
     assert m["anomalous_fraction"].verdict == "healthy" and m["procrustes_distance"].verdict == "healthy"
     # the seed's rule on the recorded distances: equal up to rounding, so the sd is floored at SIGMA_FLOOR
     d = [s.values["procrustes_distance"] for s in r.snapshots]
-    z = (d[2] - statistics.mean(d[:2])) / max(statistics.stdev(d[:2]), dr.SIGMA_FLOOR)
+    z = (d[3] - statistics.mean(d[:3])) / max(statistics.stdev(d[:3]), dr.SIGMA_FLOOR)
     assert abs(z) < 0.1 and r.values["procrustes_sigma_above_trend"] == pytest.approx(z, rel=1e-9, abs=1e-12)
 
 
@@ -92,8 +92,9 @@ def test_metric_names_per_snapshot_and_headline():
         assert r.values[name] == r.values[f"{name}__march_2024_v2"]  # the headline is the latest snapshot
         assert r.metrics[f"{name}__2024_02"].verdict is None  # verdicts only on the headline
     assert set(r.metrics) == set(r.values)
-    # Table 217.3's sigma rule needs three snapshots: with two it is not applied
-    assert r.metrics["procrustes_distance"].verdict is None and "needs ≥ 3" in r.metrics["procrustes_distance"].reference
+    # Table 217.3's sigma rule needs three earlier snapshots: with two snapshots it is not applied
+    assert r.metrics["procrustes_distance"].verdict is None and "needs ≥ 4" in r.metrics["procrustes_distance"].reference
+    assert "n/a (fewer than 3" in r.metrics["procrustes_distance"].reference
     one = dr.measure_drift(X, snaps[:1], **FAST)
     assert one.metrics["mean_drift"].verdict is None and "one snapshot" in one.metrics["mean_drift"].reference
     assert snapshot_slug("2024-02") == "2024_02" and snapshot_slug(" A/B test ") == "a_b_test"
@@ -113,18 +114,22 @@ def test_planted_group_drift_is_detected_and_attributed():
         Y = unit(Y + 0.01 * rng.standard_normal(Y.shape))
         return snap(f"m{i}", Y @ ortho_group.rvs(16, random_state=10 + i))
 
-    r = dr.measure_drift(X, [month(0, 1), month(0, 2), month(0.5, 3)], n_boot=0, n_perm=199, device="cpu")
+    r = dr.measure_drift(X, [month(0, 1), month(0, 2), month(0, 3), month(0.5, 4)], n_boot=0, n_perm=199, device="cpu")
     first, last = r.snapshots[0], r.snapshots[-1]
-    assert r.alerts["verdict"].tolist()[:2] == ["healthy", "healthy"]
+    assert r.alerts["verdict"].tolist()[:3] == ["healthy", "healthy", "healthy"]
     assert r.metrics["mean_drift"].verdict == "problematic" and r.values["mean_drift_ratio"] > 2.5
     assert r.metrics["procrustes_distance"].verdict == "problematic"
     assert r.pattern == "regime shift"
     # sigma above trend: the seed's rule (trailing mean, sample sd) on the recorded distances, here well above the
     # noise floor, so a factor sqrt(2) in sigma (a population sd, say) would fail
     d = [s.values["procrustes_distance"] for s in r.snapshots]
-    assert statistics.stdev(d[:2]) > 10 * dr.SIGMA_FLOOR
+    assert statistics.stdev(d[:3]) > 10 * dr.SIGMA_FLOOR
     assert r.values["procrustes_sigma_above_trend"] == pytest.approx(
-        (d[2] - statistics.mean(d[:2])) / statistics.stdev(d[:2]), rel=1e-9)
+        (d[3] - statistics.mean(d[:3])) / statistics.stdev(d[:3]), rel=1e-9)
+    # the third snapshot has only two earlier values: no σ, and the table and metric say why
+    assert r.values["procrustes_sigma_above_trend__m3"] is None
+    assert r.metrics["procrustes_sigma_above_trend__m3"].note == "n/a (fewer than 3 earlier snapshots)"
+    assert "σ n/a (fewer than 3)" in chapter.alert_table(r).iloc[2]["Procrustes D_P (σ)"]
     # the stable-core alignment attributes the movement to the group that moved
     moved = g[last.index] == 0
     assert last.drift[moved].mean() > 20 * last.drift[~moved].mean()
@@ -319,11 +324,13 @@ def test_table_217_3_bands():
 
 
 def test_sigma_above_trend_and_patterns():
-    z = dr.sigma_above_trend([1.0, 1.2, 1.4, 2.0])
-    assert z[:2] == [None, None]
-    assert z[2] == pytest.approx((1.4 - 1.1) / np.std([1.0, 1.2], ddof=1))
+    # σ needs at least 3 earlier values (a spread of two says nothing): None for the first three
+    z = dr.sigma_above_trend([1.0, 1.2, 1.4, 2.0, 1.3])
+    assert z[:3] == [None, None, None]
     assert z[3] == pytest.approx((2.0 - 1.2) / np.std([1.0, 1.2, 1.4], ddof=1))
-    assert dr.sigma_above_trend([0.1, 0.1, 0.1 + 1e-9])[2] == pytest.approx(1e-3)  # numerical noise floor
+    assert z[4] == pytest.approx((1.3 - 1.4) / np.std([1.0, 1.2, 1.4, 2.0], ddof=1))
+    assert dr.sigma_above_trend([0.1, 0.1, 0.1, 0.1 + 1e-9])[3] == pytest.approx(1e-3)  # numerical noise floor
+    assert dr.sigma_above_trend([0.1, 0.1, 0.9]) == [None, None, None]  # the +204σ of two flat points: no value
     h, c, p = "healthy", "concerning", "problematic"
     assert dr.drift_pattern([h, h, h], [1, 1.1, 1.2]) == "stable"
     assert dr.drift_pattern([h, p, h], [1, 3, 1]) == "isolated spike"
@@ -406,7 +413,9 @@ def test_demo_side_data_plants_a_detectable_genre_drift(tmp_path):
     snaps = dr.load_snapshots(es)
     assert [len(s.new_ids) for s in snaps] == [0, 15, 30, 45] and [len(s.departed_ids) for s in snaps] == [0, 0, 20, 40]
     r = dr.measure_drift(es.vectors, snaps, n_boot=0, n_perm=99, device="cpu")
-    assert r.alerts["verdict"].tolist() == ["healthy", "healthy", "problematic", "problematic"]
+    # 2024-04: mean drift above 1.5x the first (warning); its σ above trend has only two earlier values: n/a
+    assert r.alerts["verdict"].tolist() == ["healthy", "healthy", "concerning", "problematic"]
+    assert r.values["procrustes_sigma_above_trend__2024_04"] is None
     assert r.metrics["mean_drift"].verdict == "problematic" and r.pattern == "regime shift"
     groups = dr.drift_by_group(r, es.metadata)
     top = groups[groups["column"] == "label"].sort_values("mean drift").iloc[-1]
@@ -489,7 +498,7 @@ def test_zero_drift_single_snapshot_has_no_ratio_or_trend_and_says_why():
     assert v["mean_drift"] == pytest.approx(0, abs=1e-12) and v["drift_std"] == pytest.approx(0, abs=1e-12)
     assert v["anomalous_fraction"] == 0 and v["pairwise_similarity_correlation"] <= 1.0
     assert v["mean_drift_ratio"] is None and "reference" in m["mean_drift_ratio"].note
-    assert v["procrustes_sigma_above_trend"] is None and "two earlier" in m["procrustes_sigma_above_trend"].note
+    assert v["procrustes_sigma_above_trend"] is None and "fewer than 3" in m["procrustes_sigma_above_trend"].note
     assert m["mean_drift"].verdict is None and m["procrustes_distance"].verdict is None
     assert r.alerts["verdict"].tolist() == ["healthy"] and r.pattern == "stable"
     text = chapter.narrative(r)
@@ -507,7 +516,7 @@ def test_tiny_sets_twenty_matched_and_d_greater_than_n():
     assert all(math.isfinite(s.values[k]) for k in dr.PAIR_STATISTICS) and s.cis["procrustes_distance"][0] <= \
         s.values["procrustes_distance"]
     X = rng.standard_normal((30, 50))  # d > n
-    snaps = [snap(f"m{i}", X + 0.1 * (i + 1) * rng.standard_normal(X.shape)) for i in range(3)]
+    snaps = [snap(f"m{i}", X + 0.1 * (i + 1) * rng.standard_normal(X.shape)) for i in range(4)]
     r = dr.measure_drift(X, snaps, n_perm=99, device="cpu")
     assert all(math.isfinite(r.values[k]) for k in ("mean_drift", "procrustes_distance", "mmd",
                                                       "pairwise_similarity_correlation", "domain_classifier_auc"))
@@ -537,3 +546,59 @@ def test_a_baseline_under_twenty_rows_is_valid_input_and_the_chapter_skips_it(tm
     assert main(["run", str(tmp_path / "m.yaml"), "--out", str(out), "--chapters", "drift", "--formats", "html"]) == 0
     doc = json.loads((out / "metrics.json").read_text())["chapters"]["drift"]
     assert doc["status"] == "skipped" and "at least 20" in doc["reason"]
+
+
+# --------------------------------------------------------------------------- another dimension (issue 26.7)
+
+
+def _pr_fraction(M):
+    lam = np.linalg.eigvalsh(np.cov(M, rowvar=False))
+    return lam.sum() ** 2 / (lam ** 2).sum() / M.shape[1]
+
+
+def test_a_snapshot_of_another_dimension_keeps_neighbourhoods_and_nulls_the_shared_space_metrics():
+    """8-d baseline vs a 5-d snapshot: no cosine drift, Procrustes or per-dimension test (null, with the reason);
+    k-NN overlap and the pairwise similarity correlation kept, checked against sklearn and numpy."""
+    X, _ = clustered(200, 8, seed=50)
+    P = np.random.default_rng(51).standard_normal((8, 5))
+    Y = unit(X @ P)
+    r = dr.measure_drift(X, [snap("same", X.copy()), snap("small", Y)], n_boot=50, n_perm=99, device="cpu")
+    assert r.info["dimension_mismatch"] == [{"name": "small", "d": 5}]
+    m, v = r.metrics, r.values
+    for name in dr.SHARED_SPACE:
+        rec = m[f"{name}__small"].to_record()
+        assert rec["value"] is None and "d = 5" in rec["note"] and "baseline d = 8" in rec["note"], name
+        assert rec["verdict"] is None
+    # kept: neighbourhoods (sklearn's exact cosine neighbours, self excluded) ...
+    k = 10
+    nb = [NearestNeighbors(n_neighbors=k + 1, metric="cosine").fit(M).kneighbors(M, return_distance=False)[:, 1:]
+          for M in (X, Y)]
+    expected = np.mean([len(set(a) & set(b)) / k for a, b in zip(*nb)])
+    assert v["knn_overlap_baseline__small"] == pytest.approx(expected, abs=1e-12)
+    # ... the correlation of all pairwise cosines (i != j) ...
+    off = ~np.eye(len(X), dtype=bool)
+    rho = np.corrcoef(cosine_similarity(X)[off], cosine_similarity(Y)[off])[0, 1]
+    assert v["pairwise_similarity_correlation__small"] == pytest.approx(rho, abs=1e-9)
+    # ... and the isotropy changes, each set in its own space (PR / its own d)
+    assert v["isotropy_drift_pr_fraction__small"] == pytest.approx(_pr_fraction(Y) - _pr_fraction(X), abs=1e-9)
+    # the same-dimension snapshot is untouched, and no test is recorded for the other one
+    assert v["mean_drift__same"] == pytest.approx(0, abs=1e-12) and v["procrustes_distance__same"] is not None
+    names = {t.name for t in dr.drift_tests(r)}
+    assert "MMD: same" in names and not any(n.endswith(": small") for n in names)
+    assert r.alerts["check_procrustes_distance"].isna().all() or r.alerts["check_procrustes_distance"].iloc[1] is None
+    # the chapter states it and shows no NaN
+    text = chapter.narrative(r, np.array([f"e{i}" for i in range(200)]))
+    assert "**Dimensions.**" in text and "**small** (d = 5)" in text and "baseline has d = 8" in text
+    assert "not defined for small" in text and not re.search(r"\bnan\b", text, re.IGNORECASE)
+    for t in (chapter.alert_table(r), chapter.neighbourhood_table(r), chapter.distribution_table(r)):
+        assert not t.astype(str).apply(lambda c: c.str.contains(r"\bnan\b", case=False)).any().any()
+    assert chapter.distribution_table(r).iloc[1]["KS dims changed"] == "— (d = 5)"
+    for fig in (chapter.dashboard_figure(r), chapter.distribution_figure(r)):
+        fig.canvas.draw()
+
+
+def test_snapshots_of_the_baselines_dimension_state_no_mismatch():
+    X, _ = clustered(120, 8, seed=52)
+    r = dr.measure_drift(X, [snap("a", unit(X + 0.05))], **FAST)
+    assert "dimension_mismatch" not in r.info and chapter.dimension_text(r) == ""
+    assert all(r.values[f"{n}__a"] is not None for n in ("mean_drift", "procrustes_distance", "ks_rejected_fraction"))

@@ -472,6 +472,33 @@ def test_lee_retrieval_matches_pytrec_eval(lee_report):
         assert ours[name] == pytest.approx(np.mean([ref[q][measure] for q in qrels]), rel=1e-9), name
     assert len(qrels) == 48  # two documents have no partner rated 0.5 or more: excluded and counted
     assert 0.3 < ours["ndcg_at_10"] < 0.9  # MiniLM finds documents people rate similar, far above chance
+    # judged documents only (the 300 background documents are never judged): trec_eval -J
+    judged_only = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}, judged_docs_only_flag=True).evaluate(run)
+    assert ours["ndcg_at_10_judged"] == pytest.approx(np.mean([judged_only[q]["ndcg_cut_10"] for q in qrels]),
+                                                      rel=1e-9)
+    assert ours["ndcg_at_10_judged"] > ours["ndcg_at_10"]
+
+
+def test_lee_report_says_how_grades_were_made_and_shows_texts(lee_report):
+    """Issue 29.5: the grading rule and the unjudged background documents are stated; ids come with their text."""
+    import html as html_module
+
+    from embeval_report.demo.text import lee_corpus
+
+    html = (lee_report / "report" / "report.html").read_text()
+    assert "How the grades were made: each of the 50 rated documents is a query" in html
+    assert "grade 2 for a mean of at least 3.5 of 5" in html
+    assert "300 of the 350 documents (86" in html and "count as non-relevant" in html
+    assert "over the judged documents alone" in html and "trec_eval -J" in html
+    corpus = dict(zip([f"lee-{i:02d}" for i in range(1, 51)], lee_corpus()[0]))
+    rec = json.loads((lee_report / "report" / "results" / "retrieval.json").read_text())
+    assert rec["info"]["judgements"]["docs_never_judged"] == 300
+    nb = json.loads(next((lee_report / "report" / "chapters").glob("*retrieval.ipynb")).read_text())
+    tables = "".join("".join(o.get("data", {}).get("text/markdown", "")) for c in nb["cells"]
+                     for o in c.get("outputs", []))
+    plain = html_module.unescape(tables.replace("\\", ""))  # table cells escape markdown and HTML
+    shown = [q for q in corpus if f"{q} “{' '.join(corpus[q].split())[:20]}" in plain]
+    assert shown, "no query of the worst-queries table is shown with the start of its text"
 
 
 def test_second_run_uses_the_cache_and_the_embedded_manifest_reruns(lee_report, monkeypatch):

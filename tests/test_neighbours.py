@@ -114,6 +114,18 @@ def test_one_graph_per_space_shared_through_the_folder(tmp_path, enter):
     assert events[-1]["source"] == "computed"
 
 
+def test_another_runs_graphs_in_this_process_are_not_this_runs(tmp_path, enter):
+    """Two runs in one process (the Python API, a test session) on the same vectors: each computes its own
+    graph into its own folder, and says so; the memory of graphs is per cache folder."""
+    X = np.random.default_rng(7).standard_normal((200, 8)).astype(np.float32)
+    events = []
+    for run in ("a", "b"):
+        enter(graph_cache=CacheFolder(tmp_path / run, min_k=11, log=events.append))
+        knn(X, 10, device="cpu", desc=None)
+    assert [e["source"] for e in events] == ["computed", "computed"]
+    assert any((tmp_path / "b").glob("*.npy"))
+
+
 def test_stored_graph_matches_a_direct_computation_at_every_k(enter):
     rng = np.random.default_rng(7)
     X = rng.standard_normal((400, 10)).astype(np.float32)

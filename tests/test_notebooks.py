@@ -66,6 +66,33 @@ def test_one_setup_call_names_the_chapter(chapter):
     assert "remove-input" in cells[1].metadata.get("tags", [])
 
 
+#: headings of a chapter's reference material: the appendix (PDF) or closed <details> (HTML) of the report
+REFERENCE_HEADINGS = ("Method", "Protocol", "Hypothesis tests", "Every test of the report")
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if not p.name.startswith("00_")], ids=lambda p: p.name)
+def test_reference_material_is_tagged_for_the_appendix(path):
+    """Every chapter tags its Method, protocol and test cells (from their heading to the next one), and every
+    cell that shows tests or the protocol, with the appendix tag; its body keeps the rest."""
+    from embeval_report.present.display import APPENDIX_TAG
+
+    nb = nbformat.read(path, as_version=4)
+    tagged = [APPENDIX_TAG in c.metadata.get("tags", []) for c in nb.cells]
+    headings = [c.source.splitlines()[0] if c.cell_type == "markdown" and c.source.startswith("#") else None
+                for c in nb.cells]
+    assert any(h == "## Method" for h in headings), f"{path.name}: no ## Method cell"
+    inside = False
+    for cell, heading, tag in zip(nb.cells, headings, tagged):
+        if heading is not None:
+            inside = heading.startswith("## ") and heading[3:].strip() in REFERENCE_HEADINGS
+        calls_reference = cell.cell_type == "code" and any(f"{f}(" in cell.source for f in ("show_tests", "show_protocol"))
+        expected = inside or calls_reference
+        assert tag == expected, (path.name, cell.source[:60], "should" + ("" if expected else " not") + " be tagged")
+    setup = [c for c in nb.cells if c.cell_type == "code"][:2]  # parameters and setup: never moved
+    assert not any(APPENDIX_TAG in c.metadata.get("tags", []) for c in setup)
+    assert sum(1 for h, t in zip(headings, tagged) if h and h.startswith("## ") and not t) >= 1  # a body remains
+
+
 PACKAGE = Path(embeval_report.__file__).parent
 METRIC_MODULES = sorted((PACKAGE / "metrics").glob("*.py"))
 

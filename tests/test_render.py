@@ -120,10 +120,10 @@ def test_html_sections_toc_and_content(report):
         for target in re.findall(r'href="#([^"]+)"', sid):
             assert f'id="{target}"' in html
     assert "What the numbers say" in html.split("</nav>")[0]
-    assert '<table class="embeval-table" id="tbl-iso">' in html and "Table: Isotropy metrics" in html
+    assert '<table class="embeval-table" id="tbl-iso">' in html and '<span class="caption-label">Table 2:</span> Isotropy metrics' in html
     assert 'class="verdict verdict-problematic"' in html
     assert re.search(r'<figure class="figure" id="fig-spectrum">\s*<img [^>]*src="data:image/png;base64,', html)
-    assert "Figure:</span> Eigenvalue spectrum &lt;log&gt;" in html
+    assert '<span class="caption-label">Figure 1:</span> Eigenvalue spectrum &lt;log&gt;' in html
     assert "<math" in html and "<mfrac>" in html  # MathML, no MathJax
     assert 'class="callout callout-warning"' in html
     assert "<li>a list right after text</li>" in html
@@ -138,7 +138,7 @@ def test_html_is_self_contained_and_escaped(report):
     assert "<link" not in html and "@import" not in html
     assert "<title>Tiny &lt;script&gt;alert(1)&lt;/script&gt; report</title>" in html
     assert "Broken &lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "/data/set &lt;x&gt;.npy" in html and "2026-01-02 03:04 UTC" in html
+    assert "set &lt;x&gt;.npy" in html and "/data/" not in html and "2026-01-02 03:04 UTC" in html
 
 
 def test_html_drops_parameters_removed_cells_and_stderr(report):
@@ -165,7 +165,7 @@ def test_pdf_pages_and_text(report):
     flat = re.sub(r"\s+", " ", text)
     for s in ("Tiny <script>alert(1)</script> report", "Summary", "Isotropy", "Broken", "Scorecard",
               "What the numbers say", "This chapter failed", "planted failure <x>", "Isotropy metrics",
-              "Eigenvalue spectrum <log>", "Anisotropy detected", "/data/set <x>.npy"):
+              "Eigenvalue spectrum <log>", "Anisotropy detected", "set <x>.npy"):
         assert s in flat, s
     for s in ("PARAMS_SHOULD_NOT_SHOW", "REMOVED_CELL_OUTPUT", "STDERR_NOISE"):
         assert s not in flat
@@ -257,7 +257,7 @@ def test_quarto_renderer_stages_one_document(fake_quarto, tmp_path):
     html = (tmp_path / "seen-html.qmd").read_text()
     front = yaml.safe_load(html.split("---\n")[1])
     assert front["title"] == "Q &lt;title&gt;" and front["pagetitle"] == "Q <title>"
-    assert front["subtitle"] == ("Source: /data/set &lt;x&gt;.npy\\\nSeed: 3\\\nDevice: cpu\\\n"
+    assert front["subtitle"] == ("Source: set &lt;x&gt;.npy\\\nSeed: 3\\\nDevice: cpu\\\n"
                                  "Version: embeval-report 0.1.0\\\nGenerated: 2026-01-02 03:04 UTC")  # hard breaks
     # the packaged options travel in the front matter (Quarto ignores project files in hidden folders)
     assert front["execute"]["enabled"] is False and "project" not in front

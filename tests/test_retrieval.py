@@ -527,9 +527,49 @@ def test_retrieval_chapter_in_a_report(tmp_path):
     assert main(["run", str(m), "--out", str(out), "--formats", "html", "--chapters", "retrieval",
                  "--device", "cpu"]) == 0
     chapter = json.loads((out / "metrics.json").read_text())["chapters"]["retrieval"]
-    assert [m for m in chapter["metrics"] if not m.startswith("mde_")] == list(METRICS)
+    assert [m for m in chapter["metrics"] if not m.startswith("mde_")] == [*METRICS, "ndcg_at_10_judged"]
     assert [m for m in chapter["metrics"] if m.startswith("mde_")] == [f"mde_{m}" for m in METRICS]
     assert all(v["ci_low"] <= v["value"] <= v["ci_high"] for k, v in chapter["metrics"].items() if not k.startswith("mde_"))
     html = (out / "report.html").read_text()
     for words in ("worst queries", "By query group", "short", "The evaluation protocol", "recall@k"):
         assert words in html, words
+
+
+# ---------------------------------------------------------------------------------------------
+# Judged documents only (issue 29.5): condensed lists, against trec_eval -J (pytrec_eval)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed,exclude_self,metric", [(3, False, "cosine"), (4, True, "dot")])
+def test_judged_only_ndcg_matches_pytrec_eval_judged_docs_only(seed, exclude_self, metric):
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    Q, C, qids, dids, qrels = random_case(seed, exclude_self=exclude_self)
+    res = rt.evaluate_retrieval(Q, C, qrels, query_ids=qids, doc_ids=dids, metric=metric, exclude_self=exclude_self,
+                                device="cpu", desc=None)
+    run, ref_qrels = reference_inputs(Q, C, qids, dids, qrels, exclude_self, metric)
+    ref = pytrec_eval.RelevanceEvaluator(ref_qrels, {"ndcg_cut.10"}, judged_docs_only_flag=True).evaluate(run)
+    full = pytrec_eval.RelevanceEvaluator(ref_qrels, {"ndcg_cut.10"}).evaluate(run)
+    pq = res.per_query.set_index("query_id")
+    np.testing.assert_allclose(pq[rt.JUDGED_NDCG].to_numpy(), [ref[q]["ndcg_cut_10"] for q in pq.index],
+                               rtol=1e-12, atol=1e-12)
+    # it differs from the full-list nDCG here (unjudged documents rank high), and is never below it
+    assert any(abs(ref[q]["ndcg_cut_10"] - full[q]["ndcg_cut_10"]) > 1e-3 for q in pq.index)
+    assert (pq[rt.JUDGED_NDCG] >= pq["ndcg_at_10"] - 1e-12).all()
+    m = res.metrics[rt.JUDGED_NDCG]
+    assert m.value == pytest.approx(pq[rt.JUDGED_NDCG].mean(), rel=1e-12) and m.ci_low <= m.value <= m.ci_high
+    assert rt.JUDGED_NDCG not in rt.METRICS  # not a per-unit mean of the rigor chapter
+
+
+def test_judged_only_ndcg_hand_case_and_judgement_coverage():
+    # cosine with q = (1, 0) ranks d3 (unjudged), d2 (grade 0), d9 (unjudged), d1 (grade 2), d4 (unjudged):
+    # the condensed list is d2, d1
+    dids = np.array(["d1", "d9", "d3", "d2", "d4"], dtype=object)
+    C = np.array([[0.0, 1.0], [0.9, 0.44], [0.99, 0.14], [0.95, 0.31], [-1.0, 0.1]])
+    with pytest.warns(UndefinedMetricWarning, match="at least 2 queries"):
+        res = rt.evaluate_retrieval(np.array([[1.0, 0.0]]), C, {"q": {"d1": 2, "d2": 0}}, query_ids=["q"],
+                                    doc_ids=dids, device="cpu", desc=None)
+    assert res.relevant["rank"].tolist() == [4]
+    assert res.values["ndcg_at_10"] == pytest.approx((2 / math.log2(5)) / 2)
+    assert res.values[rt.JUDGED_NDCG] == pytest.approx((2 / math.log2(3)) / 2)
+    cov = res.info["judgements"]
+    assert cov["docs_never_judged"] == 3 and cov["share_never_judged"] == pytest.approx(0.6)
+    assert cov["unjudged_in_top"] == 3  # d3, d9 and d4 are in the top 10 unjudged

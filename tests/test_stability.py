@@ -1,6 +1,7 @@
 """Stability across runs and over training time, against closed forms, brute force, SciPy/statsmodels
 and a real gensim Word2Vec run on the Lee corpus."""
 import json
+import re
 
 import matplotlib
 
@@ -685,3 +686,70 @@ def test_degenerate_chapters_through_the_cli(tmp_path):
     ch = json.loads((out / "metrics.json").read_text())["chapters"]
     assert ch["stability"]["status"] == "skipped" and "only 2 entities" in ch["stability"]["reason"]
     assert ch["training_stability"]["status"] == "skipped"
+
+
+# ---------------------------------------------------------------------------------------------
+# Another dimension than the main set (issue 26.7)
+# ---------------------------------------------------------------------------------------------
+
+def _overlap_brute(A, B, k):
+    na, nb = dense_knn(A, k), dense_knn(B, k)
+    return np.array([len(set(a) & set(b)) / k for a, b in zip(na, nb)])
+
+
+def test_a_run_of_another_dimension_keeps_neighbourhoods_and_nulls_the_procrustes_metrics():
+    rng = np.random.default_rng(60)
+    X = rng.standard_normal((150, 8))
+    runs = [X, X @ ortho_group.rvs(8, random_state=61), X @ rng.standard_normal((8, 5))]
+    with pytest.warns(Warning, match="r2 has d = 5, the main set d = 8"):
+        r = mst.measure_run_stability(runs, k=5, labels=[mst.MAIN_LABEL, "r1", "r2"], n_boot=30)
+    assert r.info["dimension_mismatch"] == [{"name": "r2", "d": 5}]
+    for name in mst.SHARED_SPACE:
+        rec = r.metrics[name].to_record()
+        assert rec["value"] is None and rec["ci_low"] is None and "r2 has d = 5" in rec["note"], name
+    # kept, and exact: the mean over the three pairs of the brute-force overlap and Gram correlation
+    pairs = [(0, 1), (0, 2), (1, 2)]
+    assert r.values["knn_overlap"] == pytest.approx(np.mean([_overlap_brute(runs[a], runs[b], 5).mean()
+                                                             for a, b in pairs]), abs=1e-6)
+    assert r.values["pairwise_similarity_correlation"] == pytest.approx(
+        np.mean([gram_corr_brute(runs[a], runs[b]) for a, b in pairs]), abs=1e-9)
+    assert r.metrics["knn_overlap"].has_ci and r.metrics["pairwise_similarity_correlation"].verdict is not None
+    # the pair of equal dimension keeps its Procrustes numbers (a rotation: disparity 0), the others have none
+    p = r.pairs.set_index(["run A", "run B"])
+    assert p.loc[(mst.MAIN_LABEL, "r1"), "disparity"] == pytest.approx(0, abs=1e-9)
+    assert np.isnan(p.loc[(mst.MAIN_LABEL, "r2"), "disparity"]) and np.isnan(p.loc[("r1", "r2"), "aligned cosine"])
+    text = st_chapter.narrative(r)
+    assert "**Dimensions.**" in text and "**r2** (d = 5)" in text and "main set has d = 8" in text
+    assert not re.search(r"\bnan\b", text, re.IGNORECASE)
+
+
+def test_runs_of_the_main_sets_dimension_state_no_mismatch():
+    r = mst.measure_run_stability(noisy_runs(R=2), k=5, n_boot=0)
+    assert "dimension_mismatch" not in r.info and st_chapter.dimension_text(r) == ""
+    assert r.values["procrustes_disparity"] is not None and np.isfinite(r.values["procrustes_disparity"])
+
+
+def test_a_tranche_of_another_dimension_has_no_movement_but_keeps_its_overlap(tmp_path):
+    rng = np.random.default_rng(62)
+    X = rng.standard_normal((100, 8))
+    np.save(tmp_path / "v.npy", X.astype(np.float32))
+    t1 = X + 0.5 * rng.standard_normal(X.shape)
+    t2 = X @ rng.standard_normal((8, 5))
+    for name, M in (("t1", t1), ("t2", t2), ("t3", X)):
+        np.save(tmp_path / f"{name}.npy", M.astype(np.float32))
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "tranches": [
+        {"name": t, "vectors": f"{t}.npy"} for t in ("t1", "t2", "t3")]}))
+    es = load_source(tmp_path / "m.yaml")
+    r = mts.measure_training_stability(es, k=5, n_boot=0)
+    assert r.info["dimension_mismatch"] == [{"name": "t2", "d": 5}]
+    assert r.transitions["movement"].isna().all() and r.transitions["aligned cosine"].isna().all()
+    f32 = [M.astype(np.float32).astype(float) for M in (t1, t2, X)]
+    assert r.transitions["k-NN overlap"].tolist() == pytest.approx(
+        [_overlap_brute(f32[0], f32[1], 5).mean(), _overlap_brute(f32[1], f32[2], 5).mean()], abs=1e-6)
+    rec = r.metrics["tranche_movement_last"].to_record()
+    assert rec["value"] is None and "tranche t2 has d = 5" in rec["note"] and "main set d = 8" in rec["note"]
+    assert r.metrics["tranche_knn_overlap_last"].value == pytest.approx(r.transitions["k-NN overlap"].iloc[-1])
+    fin = r.to_final.set_index("tranche")
+    assert np.isfinite(fin.loc["t1", "aligned cosine"]) and np.isnan(fin.loc["t2", "aligned cosine"])
+    text = ts_chapter.training_narrative(r)
+    assert "**Dimensions.**" in text and "**t2** (d = 5)" in text

@@ -171,3 +171,15 @@ def test_planted_mde_is_detected_at_the_stated_power():
     power = (ttest_1samp(samples + mde, 0.0, axis=1).pvalue < 0.05).mean()
     size = (ttest_1samp(samples, 0.0, axis=1).pvalue < 0.05).mean()
     assert power == pytest.approx(0.8, abs=0.03) and size == pytest.approx(0.05, abs=0.015)
+
+
+def test_required_units_when_two_units_already_have_the_power():
+    """A large effect against a small spread: statsmodels' solver returns NaN there; the answer is 2, and around
+    it every answer is the smallest whole n with the power (checked against TTestPower.power)."""
+    from statsmodels.stats.power import TTestPower
+
+    assert stats.required_units(0.01, 1e-4) == 2
+    for effect, sd in ((1.0, 0.3), (1.0, 0.8), (0.01, 0.2), (0.05, 0.04)):
+        n = stats.required_units(effect, sd)
+        power = lambda m: TTestPower().power(effect / sd, m, 0.05, alternative="two-sided")  # noqa: E731
+        assert power(n) >= 0.8 - 1e-9 and (n == 2 or power(n - 1) < 0.8)

@@ -178,15 +178,40 @@ def test_seed_monitor_checks_and_gradients():
     assert monitor_checks(np.r_[loss[:50], np.inf]).set_index("check").loc["NaN/Inf loss", "fires"]
 
 
-def test_several_runs_summary():
-    runs = [tr.diagnose_run(synthetic(k, seed=i).frame, k) for i, k in enumerate(["healthy", "healthy", "diverge"])]
+def test_several_runs_summary_pools_nothing_over_configurations():
+    """Runs that may differ in configuration: no mean and no interval over them, each run on its own (issue 26)."""
+    runs = [tr.diagnose_run(synthetic(k, seed=i).frame, k) for i, k in enumerate(["healthy", "overfit", "diverge"])]
     values, cis = tr.summarize_runs(runs)
-    assert values["diverged_runs"] == pytest.approx(1 / 3)
-    finals = [r.final_loss for r in runs[:2]]
+    assert values == {"diverged_runs": pytest.approx(1 / 3)} and cis == {}
+    per = tr.per_run(runs)
+    assert per["healthy"][0]["final_loss"] == pytest.approx(runs[0].final_loss)
+    assert "final_loss" not in per["diverge"][0]  # a diverged run has no final loss
+    # a run's own interval: over its final checks (at least 4 of them)
+    assert len(runs[0].final_loss_values) >= tr.MIN_INTERVAL_N
+    lo, hi, _ = per["healthy"][1]["final_loss"]
+    assert lo < runs[0].final_loss < hi
+
+
+def test_replicate_runs_mean_and_spread_with_intervals_only_from_four():
+    from scipy import stats as sps
+    from statsmodels.stats.proportion import proportion_confint
+
+    three = [tr.diagnose_run(synthetic(k, seed=i).frame, f"s{i}") for i, k in enumerate(["healthy", "healthy",
+                                                                                         "diverge"])]
+    values, cis = tr.summarize_runs(three, replicates=True)
+    finals = [r.final_loss for r in three[:2]]
     assert values["final_loss"] == pytest.approx(np.mean(finals))
     assert values["final_loss_spread"] == pytest.approx(np.std(finals, ddof=1))
-    lo, hi, _ = cis["final_loss"]
-    assert lo < values["final_loss"] < hi
+    assert cis == {}  # never an interval from 3 runs (or from the 2 that did not diverge)
+    five = [tr.diagnose_run(synthetic("healthy", seed=10 + i).frame, f"s{i}") for i in range(4)] + three[2:]
+    values, cis = tr.summarize_runs(five, level=0.95, replicates=True)
+    x = np.array([r.final_loss for r in five[:4]])
+    half = sps.t.ppf(0.975, 3) * x.std(ddof=1) / 2  # t interval over 4 runs: sd / sqrt(4)
+    assert cis["final_loss"][:2] == pytest.approx((x.mean() - half, x.mean() + half), rel=1e-9)
+    s = x.std(ddof=1)
+    assert cis["final_loss_spread"][:2] == pytest.approx((s * math.sqrt(3 / sps.chi2.ppf(0.975, 3)),
+                                                          s * math.sqrt(3 / sps.chi2.ppf(0.025, 3))), rel=1e-9)
+    assert cis["diverged_runs"][:2] == pytest.approx(proportion_confint(1, 5, 0.05, method="wilson"), rel=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,18 +290,26 @@ def test_training_diagnostics_chapter_in_a_report(tmp_path):
     assert main(["run", str(tmp_path / "m.yaml"), "--out", str(out), "--formats", "html", "--chapters",
                  "training_diagnostics", "--device", "cpu"]) == 0
     ch = json.loads((out / "metrics.json").read_text())["chapters"]["training_diagnostics"]
-    assert ch["status"] == "ok" and set(ch["metrics"]) == set(cv.METRICS)
-    for name in ("final_loss", "diverged_runs", "final_loss_spread", "convergence_rate"):
+    assert ch["status"] == "ok"
+    # three runs of different configurations: nothing pooled (no mean, no spread, no interval over 3 runs) ...
+    assert {n for n in ch["metrics"] if "__" not in n} == {"diverged_runs"}
+    m = ch["metrics"]["diverged_runs"]
+    assert m["value"] == pytest.approx(1 / 3) and m["ci_low"] is None and m["ci_high"] is None
+    # ... each run's own values with its own intervals instead
+    for name in ("final_loss__baseline", "final_loss__no_dropout", "convergence_rate__baseline"):
         m = ch["metrics"][name]
         assert m["ci_low"] <= m["value"] <= m["ci_high"], name
+    assert "final_loss__lr_3e_2" not in ch["metrics"]  # the diverged run has no final loss
     rec = json.loads((out / "results" / "training_diagnostics.json").read_text())
     assert {"kpss: baseline", "adf: baseline", "gap widening: no-dropout"} <= {t["name"] for t in rec["tests"]}
     status = {r["run"]: r["status"] for r in rec["info"]["runs"]}
     assert status["baseline"] in ("settled", "converged") and "overfits" in status["no-dropout"]
     assert "diverged" in status["lr-3e-2"] and "oscillates" in status["lr-3e-2"]
     html = (out / "report.html").read_text()
-    for words in ("Early stopping watches", "TrainingMonitor", "Has training settled?"):
+    for words in ("Early stopping watches", "TrainingMonitor", "Has training settled?",
+                  "none is assumed to be the evaluated one"):
         assert words in html, words
+    assert rec["info"]["evaluated_run"] is None and "mean over runs" not in html
     (tmp_path / "bad.csv").write_text("step,loss\n1,0.5\n2,x\n")
     (tmp_path / "bad.yaml").write_text("vectors: vectors.npy\ntraining_log: bad.csv\n")
     assert main(["run", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "r2"), "--formats", "html"]) == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import math
+import re
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
@@ -14,12 +15,13 @@ import pandas as pd
 
 from ..io.anomaly_scores import anomaly_labels, event_columns, label_column
 from ..metrics import anomaly as an
-from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.format import percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
 from .declaration import INF, ChapterSpec, K, Option
+from .findings import ChapterResults, Finding, baseline_finding, metric_evidence, value_text
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -380,9 +382,6 @@ def show_detection(rep: AnomalyReport) -> None:
     show_table(t, caption=f"Events and when {d.label} first alerts on one of their rows (threshold {thr}, the 1 %-FPR "
                           "operating point). Times are from the earliest row; undetected events are censored at the "
                           "end of the data.", label="tbl-anomaly-events")
-    if int(e["detected"].sum()) * 2 < len(e):
-        callout("warning", "Fewer than half of the events are ever detected at this threshold: the median time to "
-                           "detection is not reached.", title="Most events go unnoticed")
 
 
 def show_protocol(rep: AnomalyReport) -> None:
@@ -408,6 +407,34 @@ def show_protocol(rep: AnomalyReport) -> None:
 COST_FN = Option("cost_fn", 10_000.0, "anomaly: cost of a missed anomaly (false negative), e.g. the fraud loss", bounds=(0, INF))
 COST_FP = Option("cost_fp", 100.0, "anomaly: cost of a false alarm (false positive), e.g. the investigation", bounds=(0, INF))
 
+def findings(r: ChapterResults) -> list[Finding]:
+    """Your detector below a free embedding baseline (the paired bootstrap interval of the ROC-AUC difference
+    lies below 0), or any detector no better than chance (its Mann–Whitney test, report-wide adjusted)."""
+    primary = r.info.get("primary")
+    out = []
+    diffs = {k.split("__", 1)[1].split("_vs_", 1)[1]: m for k, m in r.metrics.items()
+             if k.startswith("roc_auc_difference__")}
+    labels = {d: re.sub(r"^.*\[(.*)\]$", r"\1", (r.metrics.get(f"roc_auc__{d}") or {}).get("label", d)) for d in diffs}
+    comparisons = [{"baseline": f"the free {labels[d]} baseline",
+                    "metric": "ROC-AUC", "metric_name": "roc_auc", "model": r.value("roc_auc"),
+                    "baseline_value": r.value(f"roc_auc__{d}"), "difference": m.get("value"),
+                    "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high")}
+                   for d, m in diffs.items()]
+    losing = [c for c in comparisons if c["ci_high"] is not None and c["ci_high"] < 0]
+    if losing:
+        found = baseline_finding(r, losing, subject=f"your detector ({primary})", plural=False,
+                                 action="Replace or combine your detector with the embedding baseline:", effect="baselines")
+        out += [found] if found else []
+    if r.info.get("scores_file") and not any(r.significant(t["name"]) for t in r.tests
+                                             if t["name"] == f"anomaly: {primary} vs chance"):
+        out.append(Finding("problematic", "model", r.name, "Your detector does no better than chance",
+                           f"Do not use it: its scores do not separate anomalies from normal rows (ROC-AUC "
+                           f"{value_text(r.metric('roc_auc') or {})}).", metrics=("roc_auc",),
+                           evidence=metric_evidence(r.metric("roc_auc") or {}, "roc_auc"), rule="baseline",
+                           effect="chance"))
+    return out
+
+
 CHAPTER = ChapterSpec(
     name="anomaly", title="Anomaly detection", order=88,
     description="Anomaly and fraud detection on labelled rows: ROC-AUC, average precision, detection rate at fixed false-positive rates, partial AUC, precision@n, expected cost and time to detection, for your detector and four embedding baselines (seed 001 §21.4.3).",
@@ -415,4 +442,5 @@ CHAPTER = ChapterSpec(
     needs="an `is_anomaly` 0/1 column in `metadata` (1 = anomaly; blank = unlabelled) or a `anomaly` column in "
           "`metadata`",
     options=(K, COST_FN, COST_FP), graph=True, precheck=precheck, demo="anomaly",
+    findings=findings,
 )

@@ -20,7 +20,7 @@ from ..errors import ChapterSkipped, InputError
 from ..io import kind_column
 from ..metrics import clustering as cl
 from ..present.format import metric_text
-from ..present.display import definitions_markdown, escape, show_figure, show_markdown, show_table
+from ..present.display import definitions_markdown, escape, show_definitions, show_figure, show_markdown, show_table
 from ..present.display import metrics_table as metric_rows
 from ..present.plotting import PALETTE, WIDTH
 from .recorder import read_results
@@ -408,7 +408,7 @@ def show_metrics(rep: ClusteringReport) -> None:
                        f"{m['silhouette'].ci_method or m['label_silhouette'].ci_method or 'none'}. "
                        "No seed threshold table applies, so no verdict.",
                label="tbl-cl-metrics")
-    show_markdown("**Definitions.** $n_{ij}$: entities of class $i$ in cluster $j$; $a_i$, $b_j$: class and cluster sizes. "
+    show_definitions("**Definitions.** $n_{ij}$: entities of class $i$ in cluster $j$; $a_i$, $b_j$: class and cluster sizes. "
                   "ARI is 0 in expectation when the clusters are a random partition with the same sizes and 1 when they "
                   "equal the classes; it can be negative. $I$ is mutual information and $H$ entropy. In the silhouette, "
                   "$a(i)$ is the mean cosine distance of entity $i$ to the rest of its cluster and $b(i)$ the smallest "

@@ -4,9 +4,8 @@ dimension estimate side by side, and the estimators' diagnostics (computed in
 :mod:`embeval_report.metrics.collapse`)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -15,11 +14,12 @@ import pandas as pd
 from ..metrics import collapse as col
 from ..metrics.collapse import DEAD_RULE, RANK_RULE, SEED_ABSOLUTE_THRESHOLD, CollapseResult
 from ..metrics.spec import json_number
-from ..present.display import callout, show_figure, show_markdown, show_table
+from ..present.display import callout, show_figure, show_markdown, show_table, with_mark_note
 from ..present.display import show_metrics as show_metric_table
-from ..present.format import interval, metric_text, percent
+from ..present.format import interval, marked_value, metric_text, outside, percent
 from ..present.plotting import PALETTE, WIDTH
-from .declaration import ChapterSpec
+from .declaration import INF, ChapterSpec, Option
+from .findings import Effect
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -38,10 +38,10 @@ def precheck(es, side, settings) -> str | None:
 
 
 def compute(ctx: ChapterContext) -> CollapseResult:
-    """Measure the spectra and the intrinsic dimension (on at most ``sample_size`` rows, default 20 000) and
-    record every number."""
-    r = col.measure_collapse(ctx.es.vectors, sample_size=ctx.sample_size, level=ctx.level, seed=ctx.seed,
-                             device=ctx.device)
+    """Measure the spectra and the intrinsic dimension (on at most ``id_rows`` rows, fewer under a smaller
+    ``--sample-size``) and record every number."""
+    r = col.measure_collapse(ctx.es.vectors, sample_size=ctx.sample_size, id_rows=ctx.option("id_rows"),
+                             level=ctx.level, seed=ctx.seed, device=ctx.device)
     ident = r.intrinsic
     ctx.rec.add(*r.metrics.values())
     ctx.rec.note(bootstrap_blocks=r.n_blocks, bootstrap_resamples=r.n_boot, resampling=r.plan.method,
@@ -83,7 +83,8 @@ def _estimates(r: CollapseResult) -> list[tuple]:
 
 def dimension_table(r: CollapseResult) -> pd.DataFrame:
     """Every dimension estimate side by side: value, CI, share of d, what it measures."""
-    return pd.DataFrame([{"estimate": name, "value": v, "95 % CI": interval(lo, hi, ".1f", sep=" – "),
+    return pd.DataFrame([{"estimate": name, "value": marked_value(v, lo, hi, text=f"{v:.4g}") if outside(v, lo, hi)
+                          else v, "95 % CI": interval(lo, hi, ".1f", sep=" – "),
                           "% of d": v / r.d * 100, "what it counts": what, "reference": ref}
                          for name, what, v, lo, hi, ref in _estimates(r)])
 
@@ -115,21 +116,20 @@ def collapse_callout(r: CollapseResult) -> dict:
                          "undefined and seed 001's rule cannot be applied; the set cannot tell its items apart.")
     er, dead, d = r.values["effective_rank"], r.values["dead_dimensions"], r.d
     dead_cut, rank_cut = DEAD_RULE.healthy, RANK_RULE.healthy
-    reasons = []
-    if dead / d > dead_cut:
-        reasons.append(f"{dead} of {d} dimensions ({dead / d:.0%}) are dead (> {percent(dead_cut, 0)})")
-    if er < rank_cut * d:
-        reasons.append(f"the effective rank {er:.1f} is below {percent(rank_cut, 0)} of d ({rank_cut * d:.1f})")
-    if reasons:
-        text = "; ".join(reasons) + "."
-        if r.n - 1 < rank_cut * d:
-            text += (f" With n = {r.n:,} vectors the centred spectrum has at most n − 1 = {r.n - 1:,} nonzero singular "
-                     f"values, so the rule cannot be met in d = {d}: here it reflects the sample size, not the embedding.")
-        return dict(kind="danger", title="Collapse detected (seed 001 §21.1.3 rule)", text=text[0].upper() + text[1:])
+    rule = (f"Seed 001's rule: collapse when more than {percent(dead_cut, 0)} of the dimensions are dead or the "
+            f"effective rank is below {percent(rank_cut, 0)} of d ({rank_cut * d:.1f}); the paragraphs below give "
+            "this set's numbers.")
+    few = r.n <= d  # the effective-rank part assumes n > d
+    if few:
+        rule += (f" With n = {r.n:,} ≤ d = {d} vectors the centred spectrum has at most n − 1 = {r.n - 1:,} nonzero "
+                 "singular values, so the effective-rank part is not estimable (it would reflect the sample size, "
+                 "not the embedding): only the dead-dimension part is applied.")
+    reasons = [dead / d > dead_cut, not few and er < rank_cut * d]
+    if any(reasons):
+        which = " and ".join(w for w, hit in zip(("dead dimensions", "effective rank"), reasons) if hit)
+        return dict(kind="danger", title="Collapse detected (seed 001 §21.1.3 rule)", text=f"{rule} Here: {which}.")
     return dict(kind="success", title="No collapse by seed 001 §21.1.3's rule",
-                text=f"Dead dimensions {dead} of {d} (≤ {percent(dead_cut, 0)}) and effective rank {er:.1f} ≥ "
-                     f"{percent(rank_cut, 0)} of d ({rank_cut * d:.1f}). The rule is coarse: read the spectrum and "
-                     "the intrinsic dimension below.")
+                text=f"{rule} The rule is coarse: read the spectrum and the intrinsic dimension below.")
 
 
 def _spread_paragraph(r: CollapseResult) -> str:
@@ -139,8 +139,11 @@ def _spread_paragraph(r: CollapseResult) -> str:
     side = "above" if er >= rank_cut * d else "below"
     return (
         f"**How much of d is used.** Over all {r.n:,} vectors the centred spectrum has effective rank "
-        f"{metric_text(m['effective_rank'], '.1f')}, {er / d:.0%} of the nominal d = {d} and {side} the seed's "
-        f"{percent(rank_cut, 0)} collapse line. The variance itself is {'concentrated' if pr < 0.5 * d else 'spread out'}: "
+        f"{metric_text(m['effective_rank'], '.1f')}, {er / d:.0%} of the nominal d = {d} "
+        + (f"and {side} the seed's {percent(rank_cut, 0)} collapse line." if r.n > d else
+           f"(the seed's {percent(rank_cut, 0)} collapse line is not estimable: with n = {r.n:,} ≤ d vectors the "
+           f"rank is at most n − 1 = {r.n - 1:,}).")
+        + f" The variance itself is {'concentrated' if pr < 0.5 * d else 'spread out'}: "
         f"the participation ratio is {pr:.1f} ({pr / d:.0%} of d) and the stable rank {metric_text(m['stable_rank'], '.1f')}, "
         f"so the top direction alone carries {1 / sr:.0%} of the variance. The three count directions differently: "
         "the effective rank weights each by its singular value σ (a standard deviation), the participation ratio by "
@@ -149,7 +152,7 @@ def _spread_paragraph(r: CollapseResult) -> str:
         + ("A large effective rank with a small PR means that almost every direction carries *some* spread "
            "while a few directions carry most of the variance: anisotropy rather than a collapse to a subspace."
            if er >= rank_cut * d and pr < 0.2 * d else
-           "All three agree that the set uses few of its dimensions." if er < rank_cut * d else "")).rstrip()
+           "All three agree that the set uses few of its dimensions." if er < rank_cut * d and r.n > d else "")).rstrip()
 
 
 def _rankme_paragraph(r: CollapseResult) -> str:
@@ -385,7 +388,9 @@ def show_spectrum(r: CollapseResult) -> None:
 
 
 def show_dimensions(r: CollapseResult) -> None:
-    show_table(dimension_table(r), caption="Every dimension estimate for this set, with its share of the nominal d.",
+    table = dimension_table(r)
+    show_table(table, caption=with_mark_note(table, "Every dimension estimate for this set, with its share of the "
+                                                    "nominal d."),
                label="tbl-collapse-dimensions")
     show_figure(dimension_comparison_figure(r),
                 caption="Dimension estimates with 95 % intervals (bars), from the nominal d down; dashed: "
@@ -414,9 +419,15 @@ def show_diagnostics(r: CollapseResult) -> None:
 # The chapter's declaration
 # ---------------------------------------------------------------------------------------------
 
+ID_ROWS = Option("id_rows", col.ID_SAMPLE_SIZE, "collapse: rows (a seeded sample) the intrinsic-dimension k-NN is "
+                 "estimated on; --sample-size caps it too", bounds=(2, INF))
+
+
 CHAPTER = ChapterSpec(
     name="collapse", title="Dimension collapse and intrinsic dimension", order=30,
     description="How much of d is used? Effective rank, stable rank, RankMe, dead dimensions, TwoNN and MLE intrinsic dimension (seed 001 §21.1.3).",
     requires=("vectors",),
-    precheck=precheck,
+    options=(ID_ROWS,), precheck=precheck,
+    effects=(Effect("collapse", ("effective_rank", "dead_dimensions"), "Part of the dimensions carry no information "
+                    "(dimensional collapse)", "Consider a smaller dimension or a decorrelating loss:"),),
 )

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..metrics import correction as corr
 from ..metrics.hubness import usable_k
-from ..present.display import escape, metrics_table, show_figure, show_markdown, show_table
+from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.format import interval, percent
 from ..present.plotting import PALETTE, WIDTH
 from .hubness import fixed_text
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .setup import ChapterContext
 
 __all__ = ["CorrectionReport", "comparison_figure", "compute", "display_table", "narrative", "precheck",
-           "show_comparison", "show_metrics", "show_summary"]
+           "recorded_text", "show_comparison", "show_metrics", "show_summary"]
 
 
 @dataclass(frozen=True)
@@ -187,15 +187,20 @@ def show_comparison(rep: CorrectionReport) -> None:
                 label="fig-correction")
 
 
+def recorded_text(metrics: dict) -> str:
+    """Which numbers the chapter records (the comparison table's corrected rows, not shown again) and the notes of
+    those that are undefined or sampled (markdown)."""
+    names = sorted({name.rsplit("_after_", 1)[0] for name in metrics})
+    suffixes = sorted({name.rsplit("_after_", 1)[1] for name in metrics})
+    text = (f"The all-but-the-top and whitened rows of the comparison table are recorded in `metrics.json` as "
+            f"{len(metrics)} what-if numbers, `<column>_after_<{'|'.join(suffixes)}>` for "
+            + ", ".join(f"`{n}`" for n in names) + ", with the values shown there.")
+    notes = [f"- {escape(m.label)}: {escape(m.note)}" for m in metrics.values() if m.note]
+    return text + ("\n\n" + "\n".join(notes) if notes else "")
+
+
 def show_metrics(rep: CorrectionReport) -> None:
-    metrics = rep.comparison.metrics
-    sampled = any(m.has_ci for m in metrics.values())  # sampled hubness: the skewness carries its interval
-    t = metrics_table(metrics).drop(columns=["verdict"] + ([] if sampled else ["95 % CI"]))
-    if any(m.note for m in metrics.values()):
-        t.insert(2, "note", [m.note for m in metrics.values()])
-    show_table(t, caption="What-if metrics recorded in metrics.json (exact values on the corrected sets"
-                          + ("; the skewness estimated from sampled queries, with its interval)." if sampled else ")."),
-               label="tbl-correction-metrics")
+    show_markdown(recorded_text(rep.comparison.metrics))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -97,7 +97,8 @@ class ChapterSpec:
     graph: bool = False              # reads the run's shared cosine k-NN graph (k + 1 neighbours for option ``k``)
     precheck: Callable[[Any, Any, Any], str | None] | None = None   # (es, side, settings) -> why it cannot run
     demo: str | None = None          # the module of :mod:`embeval_report.demo` that writes its demo side data
-    findings: Callable | None = None  # (ChapterResults) -> list[Finding]; see :mod:`.findings`
+    effects: tuple = ()              # :class:`~.findings.Effect` groups of related thresholded metrics
+    findings: Callable | None = None  # (ChapterResults) -> list[Finding]: baselines, events, groups; :mod:`.findings`
     stage: int = 0                   # 0: content; 1, 2: after every content chapter, in stage order (read results)
     module: str = ""                 # set by the registry: the module declaring it
 

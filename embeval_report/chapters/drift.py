@@ -20,6 +20,7 @@ from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, number, percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import INF, ChapterSpec, Option
+from .findings import Effect
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -82,6 +83,27 @@ def _finite(x) -> bool:
     return x is not None and not pd.isna(x) and math.isfinite(x)
 
 
+def mismatched(result: dr.DriftResult, s: dr.SnapshotDrift) -> bool:
+    """Whether snapshot ``s`` has another dimension than the baseline (no shared space: see
+    :data:`~embeval_report.metrics.drift.SHARED_SPACE`)."""
+    return s.d is not None and s.d != result.d
+
+
+def dimension_text(result: dr.DriftResult) -> str:
+    """The paragraph on snapshots of another dimension than the baseline ("" when there is none)."""
+    other = [s for s in result.snapshots if mismatched(result, s)]
+    if not other:
+        return ""
+    names = ", ".join(f"**{escape(s.name)}** (d = {s.d})" for s in other)
+    return (f"**Dimensions.** The baseline has d = {result.d}, but {names} {'has' if len(other) == 1 else 'have'} "
+            "another dimension: positions, rotations and coordinates cannot be compared across dimensions, so for "
+            f"{'it' if len(other) == 1 else 'them'} the per-entity cosine drift, the anomalous fraction, the "
+            "Procrustes distance and its σ, the mean shift and the distribution tests (MMD, per-dimension KS, domain "
+            "classifier) are not defined and are recorded as null with this reason. The k-NN overlap with the "
+            "baseline and the pairwise similarity correlation compare neighbourhoods and similarities within each "
+            "space and are kept, as are the APCS and PR/d changes (each set in its own space).")
+
+
 def _ci_label(result: dr.DriftResult) -> str:
     return f"{100 * result.info['level']:g} % CI"
 
@@ -99,9 +121,10 @@ def alert_table(result: dr.DriftResult) -> pd.DataFrame:
         level = dr._level(level)
         return text if not level or level == "healthy" else f"{text} ({_ALERT_WORD[level]})"
     rows = []
-    for _, r in result.alerts.iterrows():
+    for i, (_, r) in enumerate(result.alerts.iterrows()):
         ratio = "" if not _finite(r["mean_drift_ratio"]) else f" ({r['mean_drift_ratio']:.2f}×)"
-        sigma = "" if not _finite(r["procrustes_sigma"]) else f" ({r['procrustes_sigma']:+.1f}σ)"
+        sigma = (f" ({r['procrustes_sigma']:+.1f}σ)" if _finite(r["procrustes_sigma"]) else
+                 f"; σ n/a (fewer than {dr.MIN_TREND_POINTS})" if i < dr.MIN_TREND_POINTS else "")
         rows.append({
             "snapshot": r["snapshot"],
             "mean drift (× first)": cell(number(r["mean_drift"]) + ratio, r["check_mean_drift"]),
@@ -132,10 +155,13 @@ def distribution_table(result: dr.DriftResult) -> pd.DataFrame:
     rows = []
     for r in result.snapshots:
         v, c = r.values, r.classifier
+        other = mismatched(result, r)
         rows.append({"snapshot": r.name, "MMD²": v["mmd"], "MMD p": v["mmd_p_value"],
-                     "KS dims changed": f"{int(r.ks.rejected.sum())} of {len(r.ks.rejected)}",
+                     "KS dims changed": f"— (d = {r.d})" if other else
+                     f"{int(r.ks.rejected.sum())} of {len(r.ks.rejected)}",
                      "max KS": v["ks_max_statistic"],
-                     f"domain AUC [{_ci_label(result)}]": f"{c.auc:.3f} [{interval(c.ci_low, c.ci_high, '.3f', sep=', ')}]",
+                     f"domain AUC [{_ci_label(result)}]": f"— (d = {r.d})" if other else
+                     f"{c.auc:.3f} [{interval(c.ci_low, c.ci_high, '.3f', sep=', ')}]",
                      "mean shift": v["mean_shift"], "Δ APCS": v["isotropy_drift_apcs"],
                      "Δ PR/d": v["isotropy_drift_pr_fraction"]})
     return pd.DataFrame(rows)
@@ -239,6 +265,9 @@ def _structure_paragraph(result: dr.DriftResult) -> str:
                 "equally similar in the baseline or in the snapshot)")
     text += (f", and on average {v['knn_overlap_baseline']:.1%} of each entity's {kk} nearest neighbours are still "
              f"among its {kk} nearest.")
+    if mismatched(result, last):
+        return text + (f" The Procrustes distance needs one shared space and is not defined for {escape(last.name)} "
+                       f"(d = {last.d}, the baseline d = {result.d}), so its Table 217.3 rule cannot be applied.")
     if not _finite(v["procrustes_distance"]):
         return text + (" The Procrustes distance is undefined (no variance in the baseline or the snapshot), so its "
                        "Table 217.3 rule cannot be applied.")
@@ -249,9 +278,10 @@ def _structure_paragraph(result: dr.DriftResult) -> str:
         return text + (f" (σ estimated from only {len(snaps) - 1} earlier values, so large multiples are common "
                        "after a flat start; the seed's own rule uses a trailing window of 5)." if len(snaps) - 1 < 5
                        else ".")
-    if len(snaps) < 3:
-        return text + (f"; its Table 217.3 rule (σ above the trend) needs at least 3 snapshots and cannot be applied "
-                       f"to {len(snaps)}.")
+    if len(snaps) - 1 < dr.MIN_TREND_POINTS:
+        return text + (f"; σ above the trend is n/a: its Table 217.3 rule needs at least {dr.MIN_TREND_POINTS} "
+                       f"earlier snapshots (a spread of fewer says nothing), and {escape(last.name)} has "
+                       f"{len(snaps) - 1}.")
     return text + "; its Table 217.3 rule cannot be applied because an earlier distance is undefined."
 
 
@@ -267,18 +297,22 @@ def _distribution_paragraph(result: dr.DriftResult) -> str:
     shift = (f"The mean moved by {v['mean_shift']:.3f} of the baseline's spread" if _finite(v["mean_shift"]) else
              "The mean shift is undefined (the baseline has no spread)")
     return (
-        f"**Distribution.** Comparing independent halves of the entities, the kernel two-sample test "
-        f"{'rejects' if sig else 'does not reject'} equal distributions (MMD² = {v['mmd']:.2g}, p = "
-        f"{v['mmd_p_value']:.2g} from {mmd.n_perm} permutations of {mmd.n_x:,} + {mmd.n_y:,} "
-        f"sampled rows); {int(last.ks.rejected.sum())} of {len(last.ks.rejected)} dimensions have a significantly "
-        f"changed distribution (KS, Benjamini–Hochberg at {alpha:.0%} FDR); a logistic-regression domain classifier "
+        f"**Distribution.** Comparing independent halves of the entities, a logistic-regression domain classifier "
         f"separates baseline from snapshot with AUC "
         f"{value_with_ci(auc.auc, auc.ci_low, auc.ci_high, '.3f', _ci_label(result))}, where 0.5 means "
-        "indistinguishable. "
+        f"indistinguishable, and the kernel two-sample statistic is MMD² = {v['mmd']:.2g} (raw permutation p = "
+        f"{v['mmd_p_value']:.2g} from {mmd.n_perm} permutations of {mmd.n_x:,} + {mmd.n_y:,} sampled rows, "
+        f"{'below' if sig else 'not below'} {alpha:g} before any correction). "
         f"{shift}; APCS changed by {_or_undefined(apcs, '+.3f')} and PR/d by "
         f"{_or_undefined(v['isotropy_drift_pr_fraction'], '+.1%')}"
-        + (" (the seed's detector alerts on an isotropy change above 0.1)." if _finite(apcs) and abs(apcs) > 0.1
-           else "."))
+        + (" (the seed's detector alerts on an isotropy change above 0.1)" if _finite(apcs) and abs(apcs) > 0.1
+           else "")
+        + f". Per dimension, {int(last.ks.rejected.sum())} of {len(last.ks.rejected)} KS tests reject at "
+        f"{alpha:.0%} FDR when adjusted over this snapshot's {len(last.ks.rejected)} dimensions only "
+        f"(Benjamini–Hochberg; largest KS statistic {v['ks_max_statistic']:.3f}). These p-values are raw or adjusted "
+        "within the chapter: the report adjusts every test together (Holm and Benjamini–Hochberg over all of them), "
+        "and which of these survive is in the Statistical rigor chapter's tests table, so read the sizes above "
+        "(AUC, mean shift) for how much the distribution changed.")
 
 
 def narrative(result: dr.DriftResult, ids=None, metadata: pd.DataFrame | None = None, *,
@@ -292,9 +326,13 @@ def narrative(result: dr.DriftResult, ids=None, metadata: pd.DataFrame | None = 
              f"compared with the baseline of {result.n:,} vectors, each rotated onto the baseline (orthogonal "
              f"Procrustes on the entities present in both, never chained). {n_alert} of {len(snaps)} raise a "
              f"Table 217.3 alert; the latest, **{escape(last.name)}**, raises "
-             f"{_LEVEL_WORD[row['verdict']]}.",
-             _entities_paragraph(result, metadata, ids, by_group), _structure_paragraph(result),
-             _distribution_paragraph(result)]
+             f"{_LEVEL_WORD[row['verdict']]}."]
+    parts += [p for p in (dimension_text(result),) if p]
+    if mismatched(result, last):  # no shared space: only the neighbourhood structure can be read
+        parts.append(_structure_paragraph(result))
+    else:
+        parts += [_entities_paragraph(result, metadata, ids, by_group), _structure_paragraph(result),
+                  _distribution_paragraph(result)]
     new, gone = last.new_ids, last.departed_ids
     if len(new) or len(gone):
         parts.append(f"**Population.** {escape(last.name)} has {len(new):,} entities the baseline lacks"
@@ -316,6 +354,8 @@ def narrative(result: dr.DriftResult, ids=None, metadata: pd.DataFrame | None = 
 def _unapplied_checks(result: dr.DriftResult) -> list[str]:
     """Labels of the latest snapshot's Table 217.3 checks whose value is undefined (not merely not yet applicable)."""
     v = result.snapshots[-1].values
+    if mismatched(result, result.snapshots[-1]):
+        return [_CHECK_WORD[c] for c in dr.ALERT_CHECKS if c in dr.SHARED_SPACE]
     return [_CHECK_WORD[c] for c in dr.ALERT_CHECKS if not _finite(v[c])]
 
 
@@ -331,8 +371,7 @@ def alert_callout(result: dr.DriftResult) -> dict:
     kind = {"problematic": "danger", "concerning": "warning"}.get(level, "success")
     title = {"danger": "Critical drift", "warning": "Drift warning", "success": "No drift alert"}[kind]
     if fired:
-        text = (f"In **{escape(row['snapshot'])}**: " + ", ".join(fired) + " beyond the Table 217.3 levels. "
-                + _PATTERN_TEXT[result.pattern])
+        text = f"In **{escape(row['snapshot'])}**: " + ", ".join(fired) + " beyond the Table 217.3 levels."
     else:
         text = (f"**{escape(row['snapshot'])}** stays within every Table 217.3 level that can be applied. These "
                 "levels are the seed's starting point; calibrate them on your own history of stable periods.")
@@ -369,7 +408,7 @@ def dashboard_figure(result: dr.DriftResult) -> plt.Figure:
     md, sd = a["mean_drift"].to_numpy(float), np.array([s.values["drift_std"] for s in snaps])
     pa.fill_between(x, np.clip(md - sd, 0, None), md + sd, color=PALETTE["data"], alpha=0.2, label="± sd over entities")
     pa.plot(x, md, "o-", color=PALETTE["data"], label="mean drift 1 − cos")
-    if len(x) > 1:
+    if len(x) > 1 and math.isfinite(result.reference_drift):
         for mult, ls in ((RATIO.healthy, ":"), (RATIO.problematic, "--")):
             pa.axhline(mult * max(result.reference_drift, floor), color=PALETTE["muted"], ls=ls, lw=1,
                        label=f"{mult:g}× first interval")
@@ -378,7 +417,9 @@ def dashboard_figure(result: dr.DriftResult) -> plt.Figure:
             pa.axvline(xi, color=PALETTE["problematic"], ls="--", lw=1, alpha=0.8)
     pa.set(ylabel="Mean drift (1 − cos)", title="A. Mean drift over time (red: alert)")
     # a wide band (drift concentrated in a few entities) would flatten the line: cut it at 2.5x the largest mean
-    pa.set_ylim(0, max(2.5 * float(md.max()), 3.0 * max(result.reference_drift, floor)))
+    fin = md[np.isfinite(md)]  # a snapshot of another dimension has no per-entity drift
+    ref = result.reference_drift if math.isfinite(result.reference_drift) else floor
+    pa.set_ylim(0, max(2.5 * float(fin.max()) if len(fin) else 0.0, 3.0 * max(ref, floor)))
     pa.legend(fontsize=8, loc="upper left")
 
     _time_axis(pb, result, label=False)
@@ -409,7 +450,7 @@ def dashboard_figure(result: dr.DriftResult) -> plt.Figure:
     lims = []
     for t in range(len(dp)):
         prev = dp[:t]
-        if len(prev) >= 2 and np.isfinite(prev).all():
+        if len(prev) >= dr.MIN_TREND_POINTS and np.isfinite(prev).all():
             s = max(float(prev.std(ddof=1)), dr.SIGMA_FLOOR)
             lims.append((x[t], prev.mean() + SIGMA.healthy * s, prev.mean() + SIGMA.problematic * s))
     if lims:
@@ -442,11 +483,12 @@ def distribution_figure(result: dr.DriftResult) -> plt.Figure:
     err = np.array([[s.classifier.auc - s.classifier.ci_low, s.classifier.ci_high - s.classifier.auc] for s in snaps]).T
     b.errorbar(x, auc, yerr=err, fmt="o-", color=PALETTE["accent"], capsize=3, label=f"AUC ({_ci_label(result)})")
     b.axhline(0.5, color=PALETTE["muted"], ls="--", lw=1, label="0.5 = no drift")
-    b.set(ylabel="Domain-classifier AUC", title="Domain classifier", ylim=(min(0.4, auc.min() - 0.05),
-                                                                          max(0.75, auc.max() + 0.05)))
+    fin = auc[np.isfinite(auc)]  # a snapshot of another dimension has no classifier
+    b.set(ylabel="Domain-classifier AUC", title="Domain classifier",
+          ylim=(min(0.4, fin.min() - 0.05) if len(fin) else 0.4, max(0.75, fin.max() + 0.05) if len(fin) else 0.75))
     b.legend(fontsize=8)
     _time_axis(c, result, crowded=2)
-    c.bar(x, [100 * s.ks.rejected_fraction for s in snaps], width=0.6, color="#2b8a8a")
+    c.bar(x, [100 * np.nan_to_num(s.ks.rejected_fraction) for s in snaps], width=0.6, color="#2b8a8a")
     c.set(ylabel="Dimensions changed (%)", title=f"Per-dimension KS, BH {result.info['alpha']:.0%} FDR", ylim=(0, 100))
     return fig
 
@@ -498,7 +540,7 @@ def show_dashboard(rep: DriftReport) -> None:
                         "interval's drift). B: pairwise similarity correlation and k-NN overlap with the baseline. "
                         f"C: share of entities with drift above μ + {k:g}σ. D: Procrustes distance with the "
                         f"{SIGMA.healthy:g}σ and {SIGMA.problematic:g}σ limits above the trend of the earlier "
-                        "snapshots (from the third snapshot on).",
+                        "snapshots (from the fourth snapshot on: σ needs at least 3 earlier values).",
                 label="fig-drift-dashboard")
     show_table(alert_table(rep.result),
                caption=f"{RATIO.table} alert levels per snapshot (warning = concerning, critical = problematic; "
@@ -529,6 +571,10 @@ def show_entities(rep: DriftReport) -> None:
 def show_movers(rep: DriftReport) -> None:
     result, k = rep.result, rep.result.info["anomaly_k"]
     latest = result.snapshots[-1].name
+    if mismatched(result, result.snapshots[-1]):
+        show_markdown(f"No per-entity drift for {escape(latest)}: it has d = {result.snapshots[-1].d} and the "
+                      f"baseline d = {result.d}, so no entity's position can be compared (see the narrative).")
+        return
     show_table(movers_table(result, rep.ids, rep.metadata),
                caption=f"The 15 entities that moved most in {latest} (cosine drift after alignment; anomalous: "
                        f"above μ + {k:g}σ).", label="tbl-drift-movers")
@@ -570,4 +616,8 @@ CHAPTER = ChapterSpec(
     description="Do later snapshots of the same entities drift from the baseline? Aligned per-entity drift, k-NN overlap, pairwise similarity correlation, anomalous fraction, Procrustes distance with Table 217.3 alerts and the Figure 217.7 dashboard; MMD, KS + BH and domain-classifier distribution tests; who moved (seed 000 §217.2.3, §220.1; seed 003).",
     requires=("snapshots",),
     options=(MMD_SAMPLE,), precheck=precheck, demo="drift",
+    effects=(Effect("drift", ("mean_drift", "procrustes_distance", "pairwise_similarity_correlation",
+                              "anomalous_fraction"),
+                    "Later snapshots drift from the baseline",
+                    "Schedule a retraining and check what moved (the chapter lists the entities and groups):"),),
 )

@@ -2,9 +2,8 @@
 and does it associate groups with concepts? (computed in :mod:`embeval_report.metrics.fairness`)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -12,13 +11,14 @@ import pandas as pd
 
 from ..errors import ChapterSkipped
 from ..metrics import fairness as fm
-from ..metrics.classification import MAX_PROBE_ENTITIES
-from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import callout, escape, show_figure, show_markdown, show_table, with_mark_note
 from ..present.display import show_metrics as show_metric_table
-from ..present.format import interval, metric_text, value_with_ci
+from ..present.format import interval, marked_value, metric_text, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import adjust_pvalues
 from .declaration import INF, ChapterSpec, K, Option
+from .findings import Effect
+from .node_classification import PROBE_ENTITIES, probe_budget
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -77,7 +77,7 @@ def compute(ctx: ChapterContext) -> FairnessReport:
     tests = side.association_tests if "association_tests" in side else None
     attrs = tuple(spec.attributes) if spec else ()
     label = spec.label if spec else "label"
-    budget = MAX_PROBE_ENTITIES if ctx.sample_size is None else min(MAX_PROBE_ENTITIES, ctx.sample_size)
+    budget = probe_budget(ctx)
     result = fm.evaluate_fairness(es.vectors, es.metadata, attrs, ids=es.ids, label_column=label,
                                   association_tests=tests or (), k=int(ctx.option("k")),
                                   min_group_size=int(ctx.option("min_group_size")),
@@ -133,7 +133,9 @@ def narrative(rep: FairnessReport) -> str:
                         f"({_group_value(c, best, 'probe_accuracy'):.1%}): a gap of "
                         f"{_ci(r, a, 'probe_accuracy_difference', '.3f')}, {verdict} by the seed's bands (healthy "
                         "below 5 points, problematic above 10)"
-                        + (f"; a chi-squared test of equal accuracy gives p = {c.test.p_value:.2g}." if c.test else "."))
+                        + (f"; a chi-squared test of equal accuracy gives raw p = {c.test.p_value:.2g} (the "
+                           "report-wide adjustment is in the Statistical rigor chapter's tests table)." if c.test
+                           else "."))
         if "k_occurrence_difference" in c.values:
             best, worst = c.extremes["k_occurrence"]
             lo = _group_value(c, worst, "k_occurrence")
@@ -199,7 +201,8 @@ def group_display_table(c: fm.GroupComparison) -> pd.DataFrame:
             if m not in g or not np.isfinite(g[m]):
                 continue
             fmt = ".1%" if m in ("probe_accuracy", "label_agreement") else (".2f" if m == "k_occurrence" else ".3f")
-            row[label] = f"{format(g[m], fmt)} ({interval(g[f'{m} ci_low'], g[f'{m} ci_high'], fmt)})"
+            lo, hi = g[f"{m} ci_low"], g[f"{m} ci_high"]
+            row[label] = f"{marked_value(g[m], lo, hi, text=format(g[m], fmt))} ({interval(lo, hi, fmt)})"
         if "probe_accuracy n" in g and np.isfinite(g["probe_accuracy n"]):
             row["probe-evaluated"] = int(g["probe_accuracy n"])
         row["note"] = ""
@@ -222,7 +225,8 @@ def gaps_table(r: fm.FairnessResult) -> pd.DataFrame:
             fmt = ".3f"
             base, kind = key.rsplit("_", 1)
             row[f"{SHORT[base]} {'gap (max − min)' if kind == 'difference' else 'ratio (min / max)'}"] = (
-                f"{format(m.value, fmt)} ({interval(m.ci_low, m.ci_high, fmt)})"
+                f"{marked_value(m.value, m.ci_low, m.ci_high, m.bias_corrected, format(m.value, fmt))} "
+                f"({interval(m.ci_low, m.ci_high, fmt)})"
                 + (f" {m.verdict}" if m.verdict else ""))
         rows.append(row)
     return pd.DataFrame(rows)
@@ -335,10 +339,12 @@ def show_bias_types(rep: FairnessReport) -> None:
 
 
 def _show_comparison(name: str, c: fm.GroupComparison, level: float, figure: bool) -> None:
-    show_table(group_display_table(c),
-               caption=f"By {name}: per-group means with {level:.0%} percentile bootstrap intervals over the compared "
-                       f"entities ({c.n_boot} resamples; the probe's predictions and the k-NN graph held fixed). "
-                       f"Groups below {c.groups.min_size} members are too small to compare.",
+    table = group_display_table(c)
+    show_table(table,
+               caption=with_mark_note(table, f"By {name}: per-group means with {level:.0%} percentile bootstrap "
+                                             f"intervals over the compared entities ({c.n_boot} resamples; the probe's "
+                                             "predictions and the k-NN graph held fixed). Groups below "
+                                             f"{c.groups.min_size} members are too small to compare."),
                label=f"tbl-fairness-{fm.slug(name)}")
     if figure:
         show_figure(groups_figure(c), caption=f"By {name} (after the seed's Figure 222.1): held-out probe accuracy "
@@ -372,12 +378,14 @@ def show_gaps(rep: FairnessReport) -> None:
     if not gaps:
         show_markdown("No gap: no attribute has two groups large enough to compare.")
         return
-    show_table(gaps_table(rep.result),
-               caption=f"Gaps between groups (fairlearn's between-groups difference max − min, and ratio min / max), "
-                       f"per attribute and intersection, with {rep.result.info['level']:.0%} percentile bootstrap "
-                       "intervals (max − min is biased upward: an interval above a small value means no detectable "
-                       "gap). Verdict of the accuracy gap from seed 000 §222.2: healthy below 5 points, problematic "
-                       "above 10.", label="tbl-fairness-gaps")
+    table = gaps_table(rep.result)
+    show_table(table,
+               caption=with_mark_note(
+                   table, f"Gaps between groups (fairlearn's between-groups difference max − min, and ratio min / max), "
+                          f"per attribute and intersection, with {rep.result.info['level']:.0%} percentile bootstrap "
+                          "intervals (max − min is biased upward: an interval above a small value means no detectable "
+                          "gap). Verdict of the accuracy gap from seed 000 §222.2: healthy below 5 points, problematic "
+                          "above 10."), label="tbl-fairness-gaps")
     worst = {k: m for k, m in gaps.items() if "__" not in k}
     show_metric_table(worst, caption="The worst single attribute per gap (the numbers the report's scorecard reads; "
                                      "each is also recorded per attribute and intersection as name__attribute).",
@@ -431,5 +439,7 @@ CHAPTER = ChapterSpec(
     name="fairness", title="Fairness and bias", order=98,
     description="Quality per protected group (held-out probe accuracy, neighbourhood label agreement, k-occurrence, within-group APCS) with gaps, intersections and WEAT association tests (seed 000 §222).",
     requires=("fairness|association_tests",),
-    options=(K, MIN_GROUP_SIZE, WEAT_PERMUTATIONS), precheck=precheck, demo="fairness",
+    options=(K, MIN_GROUP_SIZE, WEAT_PERMUTATIONS, PROBE_ENTITIES), precheck=precheck, demo="fairness",
+    effects=(Effect("group gap", ("probe_accuracy_difference",), "Quality differs between protected groups",
+                    "Review the training data of the worst-served group before shipping:"),),
 )

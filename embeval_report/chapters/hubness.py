@@ -19,11 +19,12 @@ from ..kernels.neighbours import fast_recall
 from ..metrics import hubness as hub
 from ..metrics import hubness_sampled as hs
 from ..metrics.thresholds import SEVERITY
-from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import callout, escape, show_figure, show_markdown, show_table, with_mark_note
 from ..present.display import show_metrics as show_metric_table
-from ..present.format import interval, metric_text
+from ..present.format import interval, marked_value, metric_text, outside
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import ChapterSpec, K
+from .findings import Effect
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -136,11 +137,17 @@ def _ci_column(t: pd.DataFrame) -> list[str]:
     return [interval(lo, hi, ".2f", sep=" – ") for lo, hi in zip(t["skew_ci_low"], t["skew_ci_high"])]
 
 
+def _skew_column(t: pd.DataFrame) -> list:
+    """The skewness, marked where its interval excludes it (the number itself where it does not)."""
+    return [marked_value(v, lo, hi, text=f"{v:.4g}") if outside(v, lo, hi) else v
+            for v, lo, hi in zip(t["skewness"], t["skew_ci_low"], t["skew_ci_high"])]
+
+
 def reduction_display_table(effect: hub.ReductionEffect) -> pd.DataFrame:
     """The before/after table as the report shows it."""
     t = effect.table
     out = pd.DataFrame({
-        "setting": t["setting"], "skewness": t["skewness"], "95 % CI": _ci_column(t), "verdict": t["verdict"],
+        "setting": t["setting"], "skewness": _skew_column(t), "95 % CI": _ci_column(t), "verdict": t["verdict"],
         "Robin Hood": t["robin_hood_index"], "antihubs %": 100 * t["antihub_occurrence"],
         "max N_k": t["max_k_occurrence"], "lists kept %": 100 * t["neighbour_overlap"]})
     if "label_agreement" in t:
@@ -154,7 +161,7 @@ def cross_display_table(cross: hub.CrossHubness) -> pd.DataFrame:
     return pd.DataFrame({
         "queries → index": [f"{a} ({na:,}) → {b} ({nb:,})" for a, b, na, nb
                             in zip(t["queries"], t["index"], t["n queries"], t["n index"])],
-        "mean N_k": t["mean N_k"], "skewness": t["skewness"], "95 % CI": _ci_column(t),
+        "mean N_k": t["mean N_k"], "skewness": _skew_column(t), "95 % CI": _ci_column(t),
         "verdict": t["verdict"], "Robin Hood": t["robin_hood_index"],
         "never retrieved %": 100 * t["antihub_occurrence"], "top hub reach %": 100 * t["top_hub_reach"],
         "ρ(N_k, centrality)": t["direction_spearman"]})
@@ -187,22 +194,18 @@ def _ids_text(ids, rows, limit: int = 3) -> str:
 
 def impact_callout(r: hub.HubnessResult, cross: hub.CrossHubness | None = None) -> dict:
     """Arguments ``kind``, ``text``, ``title`` of :func:`embeval_report.present.display.callout`: the business
-    reading of seed 000 §217.1.2 with this set's numbers."""
-    k, v = r.k, r.values
+    reading of seed 000 §217.1.2 (the numbers are in the narrative above it)."""
     text = ("In a recommender, hubs are the items shown to everyone regardless of taste, and antihubs are never "
             "shown however relevant they are: **popularity bias**, **long-tail invisibility** and lost discovery "
             "(seed 000 §217.1.2). ")
     severity = r.metrics["k_occurrence_skewness"].verdict
-    if cross is not None and len(cross.table):
+    if cross is not None and len(cross.table):  # the numbers are in the narrative's "Retrieval across kinds"
         w = cross.table.sort_values("skewness", ascending=False).iloc[0]
-        a, b = escape(w["queries"]), escape(w["index"])
-        text += (f"Here, retrieving {b}s for {a}s, {w['antihub_occurrence']:.1%} of the {b}s are in no {a}'s "
-                 f"top {k}, the most retrieved {b} reaches {w['top_hub_reach']:.1%} of {a}s, and the 1 % most "
-                 f"retrieved {b}s fill {w['top1pct_share']:.1%} of all slots.")
+        text += (f"The share of {escape(w['index'])}s never retrieved and the reach of the most retrieved ones are "
+                 "given above (retrieval across kinds).")
         severity = max(severity, w["verdict"], key=SEVERITY.__getitem__)
-    else:
-        text += (f"Here {v['antihub_occurrence']:.1%} of the entities are in nobody's top {k}, and the 1 % most "
-                 f"listed fill {r.top_share:.1%} of all lists (1 % if even).")
+    else:  # and in its "Concentration" paragraph
+        text += "The antihub share and the slots the most listed points fill are given above (concentration)."
     kind = {"problematic": "danger", "concerning": "warning"}.get(severity, "success")
     title = {"danger": "Hubness will show up as popularity bias", "warning": "Some hubness: watch for popularity bias",
              "success": "Little hubness"}[kind]
@@ -528,8 +531,9 @@ def show_cross(rep: HubnessReport) -> None:
         show_markdown(f"Not applicable: fewer than two kinds in the “{escape(cross.column)}” column have more than "
                       f"k = {k} members.")
         return
-    show_table(cross_display_table(cross),
-               caption=f"Hubness of {k}-NN retrieval between kinds ({cross.column} column). " + cross.ci_method,
+    table = cross_display_table(cross)
+    show_table(table, caption=with_mark_note(table, f"Hubness of {k}-NN retrieval between kinds ({cross.column} "
+                                                    "column). " + cross.ci_method),
                label="tbl-hubness-cross")
     worst = cross.table.sort_values("skewness", ascending=False).iloc[0]
     pair = (worst["queries"], worst["index"])
@@ -542,9 +546,10 @@ def show_reduction(rep: HubnessReport) -> None:
     if _sampled_note(rep):
         return
     red, k = rep.reduction, rep.result.k
-    show_table(reduction_display_table(red),
-               caption=f"Hubness of the {k}-NN graph before and after each reduction. "
-                       "Skewness CI: " + (red.ci_method or "none."), label="tbl-hubness-reduction")
+    table = reduction_display_table(red)
+    show_table(table, caption=with_mark_note(table, f"Hubness of the {k}-NN graph before and after each reduction. "
+                                                    "Skewness CI: " + (red.ci_method or "none.")),
+               label="tbl-hubness-reduction")
     show_figure(reduction_figure(red, k),
                 caption="Left: share of points listed at least v times, before and after each reduction (log axes). "
                         "Right: Lorenz curves: the share of all neighbour slots held by the least-listed share of "
@@ -561,4 +566,6 @@ CHAPTER = ChapterSpec(
     description="Do a few points crowd every nearest-neighbour list? k-occurrence skewness, Robin Hood and Gini indices, hub and antihub occurrence, the hubs by id, and CSLS / mutual proximity before and after (seed 000 §217.1).",
     requires=("vectors",),
     options=(K,), graph=True, precheck=precheck,
+    effects=(Effect("hubness", ("k_occurrence_skewness",), "A few points crowd most neighbour lists (hubness)",
+                    "Use CSLS or mutual proximity for neighbour search (compared in this chapter):"),),
 )

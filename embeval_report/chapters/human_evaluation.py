@@ -13,12 +13,13 @@ import numpy as np
 import pandas as pd
 
 from ..metrics import agreement as ag
-from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.format import percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
-from ..stats import HypothesisTest, percentile_interval, weighted_bootstrap, wilson_ci
+from ..stats import HypothesisTest, wilson_ci
 from .declaration import INF, ChapterSpec, Option
+from .findings import ChapterResults, Effect, Finding, metric_evidence, value_text
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -117,7 +118,7 @@ def compute(ctx: ChapterContext) -> HumanEvaluationReport:
                                     "two-sided", p_value=s["p_value"], statistic=s["rho"], n=f"{s['n']} raters",
                                     null="a rater's median time is not monotonically associated with their agreement "
                                          "with the others", family="human evaluation"))
-    without = _alpha_without(ann, quality.flagged, ctx)
+    without = ag.alpha_without(ann.ratings, ann.level, list(quality.flagged), level=ctx.level, seed=ctx.seed)
     path, qrels_ok = _write_consensus(ctx, ann, consensus)
     ctx.rec.note(level=ann.level, level_source=ann.level_source, kind=ann.kind, n_items=res.n_items,
                  n_items_rated_twice=res.n_items_multi, n_raters=res.n_raters, n_ratings=res.n_ratings,
@@ -132,21 +133,6 @@ def compute(ctx: ChapterContext) -> HumanEvaluationReport:
                                                                               without)))
     return HumanEvaluationReport(ann, data, res, metrics, quality, ds, ds_reason, consensus, path, qrels_ok, emb,
                                  emb_reason, thresholds, without)
-
-
-def _alpha_without(ann, flagged: dict, ctx: ChapterContext) -> tuple | None:
-    """Krippendorff's α (with its item-bootstrap interval) once the flagged raters' ratings are removed."""
-    if not flagged:
-        return None
-    kept = ann.ratings[~ann.ratings["rater"].astype(str).isin(list(flagged))]
-    if kept["rater"].nunique() < 2 or not kept["item"].duplicated().any():
-        return None
-    d = ag.RatingData.of(kept, ann.level)
-    value = ag.krippendorff_alpha(d)
-    reps = weighted_bootstrap(lambda w: ag.krippendorff_alpha(d, None, w), len(d.items), n_boot=ag.N_BOOT,
-                              seed=ctx.seed)
-    lo, hi = percentile_interval(reps, ctx.level)
-    return float(value), lo, hi, int(kept["rater"].nunique())
 
 
 def _fmt_label(v) -> str:
@@ -328,7 +314,7 @@ def rater_table(rep: HumanEvaluationReport) -> pd.DataFrame:
 
 
 def _short_flag(reason: str) -> str:
-    """The one-word form of a flag reason for the table (the full reasons are in the callout)."""
+    """The one-word form of a flag reason for the table (the full reasons are in the narrative)."""
     for start, word in (("gold", "gold"), ("agrees", "agreement"), ("median", "speed"), ("fatigue", "fatigue")):
         if reason.startswith(start):
             return word
@@ -400,7 +386,7 @@ def show_raters(rep: HumanEvaluationReport) -> None:
                        "the session minus the first; one-sided Mann–Whitney test that disagreements come later, "
                        f"Holm-adjusted across raters). Flags: below {th['min_accuracy']:.0%} over at least "
                        f"{th['min_tasks']} items (gold, agreement), median below {th['min_seconds']:g} s (speed), "
-                       "or significant fatigue (seed 001 §21.3.2); the reasons in full below.",
+                       "or significant fatigue (seed 001 §21.3.2); the reasons in full in the narrative above.",
                label="tbl-human-raters")
     fig = quality_figure(rep)
     if fig is not None:
@@ -408,9 +394,6 @@ def show_raters(rep: HumanEvaluationReport) -> None:
                                  f"{th['min_seconds']:g}-second minimum; dotted: the {th['min_accuracy']:.0%} "
                                  "threshold). Right: agreement with the others in each fifth of a rater's session; a "
                                  "falling line is fatigue. Flagged raters in red.", label="fig-human-raters")
-    if rep.quality.flagged:
-        callout("warning", "\n".join(f"- **{escape(r)}**: {escape('; '.join(why))}" for r, why in
-                                     rep.quality.flagged.items()), title="Flagged raters")
     s = rep.quality.speed_accuracy
     if s:
         show_markdown(f"Across raters, median time and agreement with the others correlate with Spearman ρ = "
@@ -512,9 +495,34 @@ MIN_RATER_ACCURACY = Option("min_rater_accuracy", 0.7, "a rater is flagged below
 MIN_RATER_TASKS = Option("min_rater_tasks", 10, "gold (or shared) items a rater needs before being judged on them (seed 001 §21.3.2)", bounds=(0, INF))
 MIN_SECONDS = Option("min_seconds", 10.0, "a rater whose median time per rating is below this is flagged (seed 001 §21.3.2)", bounds=(0, INF))
 
+def findings(r: ChapterResults) -> list[Finding]:
+    """The quality of the ratings: raters flagged by the quality checks, and the agreement without them."""
+    flagged = r.info.get("flagged_raters") or {}
+    if not flagged:
+        return []
+    alpha = r.metric("krippendorff_alpha") or {}
+    without = r.info.get("alpha_without_flagged") or {}
+    severity = "problematic" if alpha.get("verdict") == "problematic" else "concerning"
+    reasons = "; ".join(f"{name}: {', '.join(why)}" for name, why in flagged.items())
+    after = (f", and Krippendorff's α rises from {value_text(alpha)} to {value_text(without)} without them"
+             if without.get("value") is not None else "")
+    return [Finding(
+        severity, "evaluation data", r.name,
+        f"{len(flagged)} raters are unreliable; the ratings agree too little without dropping them",
+        f"Drop or re-collect the ratings of {', '.join(flagged)} before using them as ground truth ({reasons}){after}.",
+        metrics=("krippendorff_alpha",), evidence={**metric_evidence(alpha, "krippendorff_alpha"),
+                                                   "raters_flagged": list(flagged), "alpha_without": without.get("value"),
+                                                   "alpha_without_ci": [without.get("ci_low"), without.get("ci_high")]},
+        rule="data quality", effect="rater agreement")]
+
+
 CHAPTER = ChapterSpec(
     name="human_evaluation", title="Human evaluation", order=97,
     description="How far human ratings can be trusted and whether the embedding agrees with them: Krippendorff's α, Fleiss' κ, pairwise Cohen's κ, Gwet's AC1, rater quality checks, Dawid–Skene consensus labels (seed 001 §21.3).",
     requires=("annotations",), optional=("annotation_level", "queries"),
     options=(MIN_RATER_ACCURACY, MIN_RATER_TASKS, MIN_SECONDS), precheck=precheck, demo="human_evaluation",
+    effects=(Effect("rater agreement", ("krippendorff_alpha", "fleiss_kappa", "cohen_kappa", "gwet_ac1"),
+                    "The human ratings agree too little to be trusted",
+                    "Do not use these ratings as ground truth without cleaning them:", "evaluation data"),),
+    findings=findings,
 )

@@ -15,11 +15,13 @@ import pandas as pd
 from ..io import group_column
 from ..metrics import isotropy as iso
 from ..metrics.thresholds import condition_number_reading
+from ..metrics.spec import NOT_ESTIMABLE
 from ..present.display import callout, escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import ChapterSpec
+from .findings import Effect
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -81,10 +83,6 @@ def _bands_caption() -> str:
 # Narrative
 # ---------------------------------------------------------------------------------------------
 
-def _ci_pct(m) -> str:
-    return interval(m.ci_low, m.ci_high, ".1%") if m.has_ci else "not computed"
-
-
 def _apcs_reading(apcs: float) -> str:
     if apcs < 0.1:
         return "random pairs are nearly orthogonal, as in an isotropic space"
@@ -110,6 +108,13 @@ def narrative(r: iso.IsotropyResult, abtt: pd.DataFrame | None = None) -> str:
                    f"Checks in the concerning band: {', '.join(m[k].label for k in concerning)}.")
     else:
         overall = "**The space is close to isotropic:** every Table 217.2 check is in the healthy band."
+    unest = [x.label for x in m.values() if x.note.startswith(NOT_ESTIMABLE)]
+    if unest:
+        overall = overall.replace("every Table 217.2 check", "every Table 217.2 check that applies")
+        overall += (f" With n = {r.n:,} ≤ d = {r.d} vectors, {', '.join(unest)} carry no verdict (not estimable: "
+                    f"a sample covariance of n points has rank at most n − 1 = {r.n - 1:,}, so κ is infinite and "
+                    "shares of d are capped whatever the model); their values are shown, but they describe the "
+                    "sample size, not the embedding.")
     parts = [overall + f" These are exact values over all {r.n:,} vectors of dimension {r.d}."]
     parts.append(
         f"The mean cosine over all {r.n * (r.n - 1):,} ordered pairs is APCS = {metric_text(m['apcs'], '.4f')}: "
@@ -122,12 +127,13 @@ def narrative(r: iso.IsotropyResult, abtt: pd.DataFrame | None = None) -> str:
     kappa = v["condition_number"]
     kappa_txt = ("infinite: the covariance is singular (rank "
                  f"{r.info['rank']} < d = {r.d}), so some directions carry no variance at all"
+                 + (" (with n ≤ d this follows from the sample size)" if r.n <= r.d else "")
                  if not math.isfinite(kappa) else
                  f"{metric_text(m['condition_number'], '.1f')}, which Table 217.1 reads as "
                  f"*{condition_number_reading(kappa)}*")
     parts.append(
         f"The variance is spread over PR = {v['participation_ratio']:.1f} effective dimensions "
-        f"({v['participation_ratio_fraction']:.1%} of d; 95 % CI {_ci_pct(m['participation_ratio_fraction'])}); "
+        f"({metric_text(m['participation_ratio_fraction'], '.1%')} of d); "
         f"90 % of it lies in the top {v['dims_for_90pct_variance']} of {r.d} principal components "
         f"({v['dims_for_90pct_variance'] / r.d:.0%}), and the top 10 components hold "
         f"{v['top10_variance_ratio']:.1%}. The entropy effective dimension is "
@@ -311,4 +317,9 @@ CHAPTER = ChapterSpec(
     name="isotropy", title="Isotropy", order=10,
     description="Is the space used evenly? Condition number, participation ratio, APCS, spectrum, all-but-the-top (seed 000 §217.0, seed 001 §21.1.1).",
     requires=("vectors",),
+    effects=(Effect("anisotropy", ("apcs", "participation_ratio_fraction", "condition_number", "top10_variance_ratio",
+                                   "dims_for_90pct_variance"),
+                    "The vectors crowd into a narrow cone (anisotropy)",
+                    "Centre the vectors or remove their top principal directions before cosine search or "
+                    "clustering (the Anisotropy correction chapter compares the options):"),),
 )

@@ -31,6 +31,7 @@ from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import INF, ChapterSpec, Option
+from .findings import ChapterResults, Effect, Finding
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -498,16 +499,19 @@ def show_quality(rep: LinkPredictionReport) -> None:
 
 def suspects_table(r: lp.LinkPredictionResult, ids, n: int = SUSPECTS_LISTED) -> pd.DataFrame:
     """The highest-scoring suspected false negatives by id: the test edge, the negative destination, its score,
-    the share of positive scores it beats, and whether it is a known edge of the graph."""
+    the share of positive scores it beats, and whether it is a known edge of the graph. A negative drawn twice for
+    the same test edge is listed once."""
     sp, test = r.suspects, r.data.test
     ids = np.asarray(ids, dtype=object)
-    rows, cols = sp.rows[:n], sp.cols[:n]
+    m = min(len(sp.rows), 4 * n)  # enough rows to list n distinct ones after dropping repeats
+    rows, cols = sp.rows[:m], sp.cols[:m]
     neg = r.data.candidates[rows, 1 + cols]
-    return pd.DataFrame({"source": [str(ids[u]) for u in test.src[rows]],
-                         "true destination": [str(ids[v]) for v in test.dst[rows]],
-                         "negative": [str(ids[v]) for v in neg], "score": sp.scores[:n],
-                         "beats positives": [f"{b:.1%}" for b in sp.beats[:n]],
-                         "known edge": ["yes" if k else "" for k in sp.known[:n]]})
+    table = pd.DataFrame({"source": [str(ids[u]) for u in test.src[rows]],
+                          "true destination": [str(ids[v]) for v in test.dst[rows]],
+                          "negative": [str(ids[v]) for v in neg], "score": sp.scores[:m],
+                          "beats positives": [f"{b:.1%}" for b in sp.beats[:m]],
+                          "known edge": ["yes" if k else "" for k in sp.known[:m]]})
+    return table.drop_duplicates(["source", "true destination", "negative"]).head(n).reset_index(drop=True)
 
 
 def show_hardness(rep: LinkPredictionReport) -> None:
@@ -551,9 +555,34 @@ LINK_OPTIONS = (
            bounds=(0, INF)),
 )
 
+def findings(r: ChapterResults) -> list[Finding]:
+    """Loses to a free graph heuristic: a heuristic's MRR interval lies above the embeddings' on the same test
+    edges (the chapter ranks both; no paired test is recorded, so the two intervals decide)."""
+    rows = r.info.get("heuristics") or []
+    mine = next((h for h in rows if h["method"].startswith("embedding")), None)
+    if mine is None:
+        return []
+    lo_hi = lambda h: [float(x) for x in str(h.get("MRR 95 % CI", "nan – nan")).split(" – ")]  # noqa: E731
+    m_lo, m_hi = lo_hi(mine)
+    better = [h for h in rows if h is not mine and lo_hi(h)[0] > m_hi]
+    if not better:
+        return []
+    best = max(better, key=lambda h: h["MRR"])
+    return [Finding(
+        "problematic", "model", r.name, f"The vectors lose to the {best['method']} heuristic",
+        f"Prefer the free {best['method']} score over these vectors for link prediction: MRR {best['MRR']:.3f} "
+        f"({best['MRR 95 % CI']}) against {mine['MRR']:.3f} ({mine['MRR 95 % CI']}) on the same test edges.",
+        metrics=("mrr",), evidence={"value": mine["MRR"], "ci_low": m_lo, "ci_high": m_hi, "baseline": best["method"],
+                                    "baseline_value": best["MRR"]}, rule="baseline", effect="baselines")]
+
+
 CHAPTER = ChapterSpec(
     name="link_prediction", title="Link prediction", order=90,
     description="Do the vectors rank held-out edges above their negatives? MR, MRR, Hits@1/10/50, AUC and chance-adjusted AMRI (seed 002, PyTorch-BigGraph), raw vs filtered ranks and tie policies, per relation; edge-operator probes; graph-heuristic baselines; negative-sampling quality (seed 000 §218.1, §219.2).",
     requires=("edges",), optional=("test_edges", "negatives", "score"),
     options=LINK_OPTIONS, precheck=precheck, demo="graph",
+    effects=(Effect("edge separation", ("auc", "probe_roc_auc", "probe_average_precision", "negative_score_cohens_d"),
+                    "The vectors barely separate held-out edges from non-edges",
+                    "Do not use these vectors for link prediction as they are:"),),
+    findings=findings,
 )

@@ -14,11 +14,13 @@ import pandas as pd
 from ..errors import ChapterSkipped
 from ..monitoring import score as sc
 from ..io.monitor_history import MonitorHistory
-from ..present.display import Badge, callout, escape, show_figure, show_markdown, show_table, show_tests
-from ..present.display import show_metrics as show_metric_table
+from ..present.display import (Badge, definitions_markdown, escape, metrics_table, show_figure, show_markdown,
+                               show_table, show_tests, with_mark_note)
+from ..present.format import marked_value
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
 from .declaration import ChapterSpec
+from .findings import Effect
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -171,7 +173,9 @@ def latest_table(rep: MonitoringReport) -> pd.DataFrame:
                             for k in ("warning", "critical")) if bands else "—")
         if bands.get("warning_below") is not None:
             edges = edges.replace(" / ", f" or < {f(bands['warning_below'], '.3g')} / ", 1)
-        rows.append({"signal": s["label"], "value": f(s["value"]), "95 % CI": ci,
+        rows.append({"signal": s["label"],
+                     "value": marked_value(s["value"], s.get("ci_low"), s.get("ci_high"), text=f(s["value"])),
+                     "95 % CI": ci,
                      "reads": f(_plotted(s), ".3g"), "warning / critical": edges,
                      "p (×7)": f(s.get("p_adjusted"), ".3g"), "level": _level(s["level"])})
     return pd.DataFrame(rows)
@@ -290,10 +294,6 @@ def dashboard_figure(h: MonitorHistory) -> plt.Figure:
 
 def show_summary(rep: MonitoringReport) -> None:
     show_markdown(narrative(rep))
-    if rep.latest["level"] != "ok":
-        callout("warning" if rep.latest["level"] == "warning" else "danger",
-                f"The latest batch ({escape(rep.latest['batch'])}) is at level **{rep.latest['level']}**.",
-                title="Alert")
 
 
 def show_dashboard(rep: MonitoringReport) -> None:
@@ -316,18 +316,28 @@ def show_batches(rep: MonitoringReport) -> None:
 
 
 def show_latest(rep: MonitoringReport) -> None:
-    show_table(latest_table(rep), caption=f"The latest batch ({escape(rep.latest['batch'])}): each signal's effect "
-                                          "with its 95 % interval, the value its level reads (× the no-drift level, "
-                                          "the batch's APCS, or the effect), the warning and critical edges it is "
-                                          "read against (the dashboard's bands), its p-value × 7 (Bonferroni) and its "
-                                          "level.", label="tbl-monitoring-latest")
+    table = latest_table(rep)
+    show_table(table, caption=with_mark_note(
+        table, f"The latest batch ({escape(rep.latest['batch'])}): each signal's effect with its 95 % interval, the "
+               "value its level reads (× the no-drift level, the batch's APCS, or the effect), the warning and critical "
+               "edges it is read against (the dashboard's bands), its p-value × 7 (Bonferroni) and its level."),
+               label="tbl-monitoring-latest")
+
+
+#: recorded metrics that are not a signal of the latest batch (the latest-batch table shows those)
+HISTORY_METRICS = ("batches", "batches_alerting", "batches_critical")
 
 
 def show_metrics(rep: MonitoringReport) -> None:
-    show_metric_table(rep.metrics, caption="Recorded numbers: the latest batch's signals and the alert counts over "
-                                           "the history. The verdict column is the report-wide reading of the level: "
-                                           "ok = healthy, warning = concerning, critical = problematic.",
-                      label="tbl-monitoring-metrics")
+    signals = [name for name in rep.metrics if name not in HISTORY_METRICS]
+    history = {name: m for name, m in rep.metrics.items() if name in HISTORY_METRICS}
+    show_markdown("The latest batch's signals (the table above) are recorded in `metrics.json` as "
+                  + ", ".join(f"`{n}`" for n in signals)
+                  + (" (`mean_shift_ratio` is the mean shift's *reads* value)" if "mean_shift_ratio" in signals else "")
+                  + ", each with its level as the verdict: ok = healthy, warning = concerning, critical = problematic.")
+    show_table(metrics_table(history).drop(columns=["95 % CI", "verdict"]),
+               caption="Recorded alert counts over the history.", label="tbl-monitoring-metrics")
+    show_markdown(definitions_markdown(rep.metrics))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,4 +349,8 @@ CHAPTER = ChapterSpec(
     description="The history of `embeval-report monitor`: each new batch scored against the reference profile (mean and norm shift, isotropy drift, MMD, per-dimension KS, domain classifier, k-NN anomalies) as the seed's monitoring dashboard with Table 217.3 and §220.2 alert levels (seed 000 §220).",
     requires=("monitor_history",),
     precheck=precheck, demo="monitoring",
+    effects=(Effect("batch shift", ("mean_shift", "mean_shift_ratio", "norm_shift", "isotropy_drift_apcs", "mmd",
+                                    "ks_rejected_fraction", "domain_classifier_auc", "anomalous_fraction"),
+                    "New batches have shifted from the reference profile",
+                    "Check the data pipeline of the latest batches, then retrain if the shift is real:"),),
 )

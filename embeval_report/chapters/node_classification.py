@@ -7,9 +7,8 @@ Also the pieces the clustering chapter shares: :func:`precheck`, :func:`exclusio
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -19,10 +18,11 @@ from ..errors import ChapterSkipped, InputError
 from ..io import kind_column
 from ..metrics import classification as nc
 from ..metrics.labels import LabelSet, label_problem, prepare_labels
-from ..present.display import definitions_markdown, escape, show_figure, show_markdown, show_table
+from ..present.display import definitions_markdown, escape, show_definitions, show_figure, show_markdown, show_table
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
-from .declaration import ChapterSpec
+from .declaration import INF, ChapterSpec, Option
+from .findings import ChapterResults, Finding, metric_evidence, value_text
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -60,7 +60,7 @@ def compute(ctx: ChapterContext) -> NodeClassificationReport:
     """Run the probe (and the probe within each kind of entity) and record every number."""
     es, meta = ctx.es, ctx.es.metadata
     labels = chapter_labels(ctx)
-    budget = nc.MAX_PROBE_ENTITIES if ctx.sample_size is None else min(nc.MAX_PROBE_ENTITIES, ctx.sample_size)
+    budget = probe_budget(ctx)
     try:
         result = nc.evaluate_node_classification(es.vectors, labels, max_entities=budget, level=ctx.level,
                                                  seed=ctx.seed, column=LABEL_COLUMN)
@@ -328,7 +328,7 @@ def show_metrics(rep: NodeClassificationReport) -> None:
                        f"{r.labels.n_classes} classes): mean ± sd over the folds and a {100 * r.level:.0f} % Student-t "
                        "interval over the folds. No seed threshold table applies, so no verdict.",
                label="tbl-nc-summary")
-    show_markdown("**Definitions** (over the entities of a test fold; $P_c$, $R_c$: precision and recall of class $c$, "
+    show_definitions("**Definitions** (over the entities of a test fold; $P_c$, $R_c$: precision and recall of class $c$, "
                   "$C$ classes). Micro-F1 pools the counts of all classes and equals accuracy when each entity has one "
                   "label; macro-F1 averages the per-class F1, so small classes weigh as much as large ones.\n\n"
                   + definitions_markdown(r.metrics))
@@ -382,9 +382,35 @@ def show_by_kind(rep: NodeClassificationReport) -> None:
 # The chapter's declaration
 # ---------------------------------------------------------------------------------------------
 
+def findings(r: ChapterResults) -> list[Finding]:
+    """The label is not decodable: the probe's accuracy interval does not clear the majority-class baseline."""
+    acc = r.metric("accuracy") or {}
+    majority = ((r.info.get("baselines") or {}).get("majority") or {}).get("accuracy")
+    if majority is None or acc.get("ci_low") is None or acc["ci_low"] > majority:
+        return []
+    return [Finding(
+        "problematic", "model", r.name, "The label cannot be read from the vectors",
+        f"Do not use these vectors to predict the label: a linear probe's accuracy {value_text(acc)} does not beat "
+        f"always predicting the most frequent class ({majority:.3f}).",
+        metrics=("accuracy",), evidence={**metric_evidence(acc, "accuracy"), "baseline": "majority class",
+                                         "baseline_value": majority}, rule="baseline", effect="baselines")]
+
+
+#: entities a linear probe is trained and tested on (fairness's per-group probes read it too)
+PROBE_ENTITIES = Option("probe_entities", nc.MAX_PROBE_ENTITIES, "node classification, fairness: entities the linear "
+                        "probes use at most (a stratified sample); --sample-size caps it too", bounds=(1, INF))
+
+
+def probe_budget(ctx: ChapterContext) -> int:
+    """Entities the probes use: the ``probe_entities`` option, capped by ``--sample-size`` when it is given."""
+    n = int(ctx.option("probe_entities"))
+    return n if ctx.sample_size is None else min(n, int(ctx.sample_size))
+
+
 CHAPTER = ChapterSpec(
     name="node_classification", title="Node classification", order=94,
     description="Is the label linearly decodable? A logistic-regression probe with stratified 5-fold CV: accuracy, micro- and macro-F1 against majority and stratified baselines, learning curve, per-class F1, confusion matrix (seed 000 §218.3).",
     requires=("metadata.label",),
-    precheck=precheck,
+    options=(PROBE_ENTITIES,), precheck=precheck,
+    findings=findings,
 )

@@ -22,6 +22,7 @@ from ..present.format import metric_text, percent
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest, mean_ci
 from .declaration import INF, ChapterSpec, Option
+from .findings import ChapterResults, Finding, baseline_finding
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -389,9 +390,27 @@ REC_SAMPLED_NEGATIVES = Option("rec_sampled_negatives", 0, "recommendation: also
                                "(0 = off; sampled metrics disagree with full ranking)", bounds=(-1, INF))
 REC_MIN_RATING = Option("rec_min_rating", -INF, "recommendation: held-out interactions rated below this are not relevant")
 
+def findings(r: ChapterResults) -> list[Finding]:
+    """Loses to, or does not beat, the free baselines the chapter ranks beside the embeddings (most popular,
+    random): the paired per-user nDCG@10 differences and their Wilcoxon tests."""
+    values = {row["metric"]: row for row in r.info.get("baselines", [])}
+    ndcg = values.get("nDCG@10", {})
+    comparisons = [{"baseline": "random lists" if row["baseline"] == "random" else
+                    f"a {row['baseline'].replace(' ', '-')} list",
+                    "metric": "nDCG@10", "metric_name": "ndcg_at_10", "model": ndcg.get("embeddings"),
+                    "baseline_value": ndcg.get(row["baseline"]), "difference": row["mean difference"],
+                    "ci_low": row["ci_low"], "ci_high": row["ci_high"],
+                    "test": f"ndcg_at_10: embeddings vs {row['baseline']}"}
+                   for row in r.info.get("lift_over_baselines", [])]
+    found = baseline_finding(r, comparisons, subject="recommendations from these vectors",
+                             action="Do not ship these vectors for recommendation:", effect="baselines")
+    return [found] if found else []
+
+
 CHAPTER = ChapterSpec(
     name="recommendation", title="Recommendation", order=87,
     description="Top-10 recommendation from user·item scores over the whole catalogue: accuracy on held-out interactions, coverage, concentration, novelty, diversity, serendipity, popularity bias and personalization, beside most-popular and random baselines (seed 001 §21.4.2).",
     requires=("interactions",), optional=("test_interactions", "users", "items", "score"),
     options=(REC_HOLDOUT, REC_SAMPLED_NEGATIVES, REC_MIN_RATING), precheck=precheck, demo="recommendation",
+    findings=findings,
 )

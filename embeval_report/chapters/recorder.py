@@ -7,13 +7,39 @@ chapter that fails half-way still keeps what it computed.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..metrics.spec import Metric
+
+
+def json_safe(obj):
+    """``obj`` with every non-finite float (NaN, ±inf, numpy's too) as ``None`` and numpy scalars and arrays as
+    Python numbers and lists, so that it serialises as strict JSON (RFC 8259 has no NaN)."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return json_safe(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if obj is pd.NaT or obj is pd.NA:
+        return None
+    return obj
+
+
+def json_text(obj, **kw) -> str:
+    """Strict JSON of ``obj`` (:func:`json_safe`; other objects, e.g. timestamps, as their text): what every JSON
+    file of a report is written with (``results/*.json``, ``run.json``, ``metrics.json``, ``comparison.json``)."""
+    return json.dumps(json_safe(obj), allow_nan=False, default=str, **kw)
 
 
 @dataclass
@@ -94,9 +120,8 @@ class Recorder:
         path = Path(self.results_dir) / f"{self.chapter}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"chapter": self.chapter, "metrics": self.metrics, "info": self.info,
-                                   "tests": list(self.tests.values())},
-                                  indent=2, default=str))
+        tmp.write_text(json_text({"chapter": self.chapter, "metrics": self.metrics, "info": self.info,
+                                  "tests": list(self.tests.values())}, indent=2))
         tmp.replace(path)
 
 
@@ -117,9 +142,22 @@ def read_adjusted(results_dir) -> pd.DataFrame | None:
     return frame
 
 
+#: the comparison with the previous model's report (``--baseline``), in the results folder
+BASELINE_FILE = "baseline.json"
+
+
+def read_baseline(results_dir) -> dict | None:
+    """The comparison with the previous model (:mod:`embeval_report.report.baseline`), or None without one."""
+    path = Path(results_dir) / BASELINE_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def read_results(results_dir) -> dict[str, dict]:
-    """All chapter records in ``results_dir`` keyed by chapter name."""
+    """All chapter records in ``results_dir`` keyed by chapter name (the report-level files beside them, the
+    findings and the baseline comparison, are not chapter records)."""
     out = {}
     for p in sorted(Path(results_dir).glob("*.json")):
-        out[p.stem] = json.loads(p.read_text())
+        doc = json.loads(p.read_text())
+        if isinstance(doc, dict) and "chapter" in doc:
+            out[p.stem] = doc
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -12,7 +12,8 @@ import pandas as pd
 
 from ..io import group_column
 from ..metrics import retrieval as rt
-from ..present.display import show_figure, show_markdown, show_table
+from ..io.texts import SNIPPET, snippet, texts_by_id
+from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.format import number, percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
@@ -24,12 +25,14 @@ if TYPE_CHECKING:
 
 __all__ = ["RetrievalReport", "compute", "curves_figure", "distribution_figure", "group_table", "narrative",
            "precheck", "show_curves", "show_distribution", "show_groups", "show_metrics", "show_protocol",
-           "show_summary", "show_worst", "worst_queries"]
+           "judgements_text", "show_summary", "show_worst", "worst_queries"]
 
 #: queries listed in the "worst queries" table
 WORST = 10
 #: documents shown per listed query
 SHOWN_DOCS = 3
+#: characters of a document's text shown beside its id in the worst-queries table (a query gets SNIPPET)
+DOC_SNIPPET = 40
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,9 @@ class RetrievalReport:
     groups: pd.Series | None     # query id -> group label, when the queries have a group column
     group_name: str | None
     queries_from: str            # where the queries come from (a file, or the corpus itself)
+    by_group: pd.DataFrame | None = None  # :func:`group_table`, computed (and recorded) with the run's seed
+    texts: dict = field(default_factory=dict)   # id -> text of the documents and queries, when the set has them
+    qrels_note: str = ""         # the manifest's `qrels_note`: how the grades were made
 
 
 def precheck(es, side, settings) -> str | None:
@@ -67,7 +73,13 @@ def compute(ctx: ChapterContext) -> RetrievalReport:
     ctx.rec.units(result.per_query, key="query_id", unit="queries", means=rt.METRICS)
     ctx.rec.note(protocol=result.protocol, excluded_queries=result.excluded_queries[:50], **result.info)
     groups, column = _query_groups(meta, qids)
-    return RetrievalReport(result, rt.cutoff_curves(result), groups, column, source)
+    texts = {**texts_by_id(es.fields, es.metadata), **texts_by_id(None, meta)}
+    rep = RetrievalReport(result, rt.cutoff_curves(result), groups, column, source, texts=texts,
+                          qrels_note=str(es.fields.get("qrels_note") or ""))
+    by_group = group_table(rep, ctx.level, seed=ctx.seed)
+    if by_group is not None:
+        ctx.rec.note(by_group={"column": column, "table": by_group.to_dict(orient="records")})
+    return replace(rep, by_group=by_group)
 
 
 def _query_groups(meta: pd.DataFrame | None, qids) -> tuple[pd.Series | None, str | None]:
@@ -114,12 +126,39 @@ def narrative(rep: RetrievalReport) -> str:
                      f"{r.values['ndcg_at_10_exp']:.3f}, {'above' if gap > 0 else 'below'} the linear-gain value: the "
                      f"model places the most relevant documents {'better' if gap > 0 else 'worse'} than the "
                      "merely relevant ones.")
+    parts.append(judgements_text(rep))
     skipped = p["n_without_relevant"] + p["n_unjudged"]
     if skipped:
         parts.append(f"{p['n_without_relevant']:,} judged queries have no relevant document and "
                      f"{p['n_unjudged']:,} queries have no judgement at all; both are left out of every mean "
                      "(trec_eval's convention), so the numbers describe answerable queries only.")
     return "\n\n".join(parts)
+
+
+def judgements_text(rep: RetrievalReport) -> str:
+    """How the judgements cover the corpus and the top lists, how the grades were made (the manifest's
+    ``qrels_note``), and nDCG@10 over the judged documents alone when unjudged ones reach the top lists."""
+    r, p = rep.result, rep.result.protocol
+    cov = r.info["judgements"]
+    grades = r.relevant["relevance"].value_counts().sort_index(ascending=False)
+    n_zero = p["n_judgements"] - p["n_relevant_judgements"]
+    text = (f"**Judgements.** {p['n_judgements']:,} judgements: "
+            + ", ".join(f"{int(n):,} of grade {int(g)}" for g, n in grades.items())
+            + f" and {n_zero:,} of grade 0 (judged non-relevant)."
+            + (f" How the grades were made: {escape(rep.qrels_note.strip().rstrip('.'))}." if rep.qrels_note else ""))
+    if cov["docs_never_judged"]:
+        text += (f" {cov['docs_never_judged']:,} of the {p['n_docs']:,} documents "
+                 f"({percent(cov['share_never_judged'], 0)}) are judged for no query: like every document a query has "
+                 "no judgement for, they count as non-relevant wherever they are retrieved (trec_eval's convention).")
+    m = r.metrics.get(rt.JUDGED_NDCG)
+    if m is not None and cov["unjudged_in_top"] > 0:
+        text += (f" A query's top {cov['top_k']} holds {number(cov['unjudged_in_top'], 3)} unjudged documents on "
+                 f"average; over the judged documents alone (condensed lists: each ranking without its unjudged "
+                 f"documents; Sakai 2007, trec_eval -J) nDCG@10 is {_value(r, rt.JUDGED_NDCG)}, against "
+                 f"{_value(r, 'ndcg_at_10')} over the full lists. The full-list value counts the unjudged documents "
+                 "the model ranks high as misses, the judged-only value ignores them: if some of them are relevant, "
+                 "the model's true nDCG@10 lies between the two.")
+    return text
 
 
 def curves_figure(curves: pd.DataFrame) -> plt.Figure:
@@ -159,22 +198,28 @@ def worst_queries(rep: RetrievalReport, n: int = WORST) -> pd.DataFrame:
     worst = r.per_query.sort_values(["ndcg_at_10", "first_relevant_rank"], ascending=[True, False]).head(n)
     top = r.top[r.top["rank"] <= SHOWN_DOCS].groupby("query_id")
     rel = r.relevant.sort_values(["query_id", "relevance", "rank"], ascending=[True, False, True]).groupby("query_id")
+    texts = rep.texts
+
+    def named(i, width=DOC_SNIPPET) -> str:  # an id, with the start of its text when the set has texts
+        return f"{i} “{snippet(texts[str(i)], width)}”" if str(i) in texts else str(i)
+
     rows = []
     for _, q in worst.iterrows():
         retrieved = top.get_group(q["query_id"]) if q["query_id"] in top.groups else pd.DataFrame()
-        shown = [f"{d}{' ✓(' + str(int(g)) + ')' if pd.notna(g) and g >= 1 else ''}"
+        shown = [f"{named(d)}{' ✓(' + str(int(g)) + ')' if pd.notna(g) and g >= 1 else ''}"
                  for d, g in zip(retrieved.get("doc_id", []), retrieved.get("relevance", []))]
         wanted = rel.get_group(q["query_id"]).head(SHOWN_DOCS)
-        rows.append({"query": str(q["query_id"]), "relevant": int(q["n_relevant"]),
+        rows.append({"query": named(q["query_id"], SNIPPET), "relevant": int(q["n_relevant"]),
                      "first relevant at": int(q["first_relevant_rank"]), "nDCG@10": f"{q['ndcg_at_10']:.2f}",
                      f"top {SHOWN_DOCS} retrieved": ", ".join(shown),
-                     "relevant documents (rank)": ", ".join(f"{d} ({int(k)})"
+                     "relevant documents (rank)": ", ".join(f"{named(d)} ({int(k)})"
                                                             for d, k in zip(wanted["doc_id"], wanted["rank"]))})
     return pd.DataFrame(rows)
 
 
-def group_table(rep: RetrievalReport, level: float = 0.95) -> pd.DataFrame | None:
-    """Per query group: queries, nDCG@10, recall@10 and MRR with bootstrap intervals over the group's queries."""
+def group_table(rep: RetrievalReport, level: float = 0.95, *, seed: int = 0) -> pd.DataFrame | None:
+    """Per query group: queries, nDCG@10, recall@10 and MRR with bootstrap intervals (seeded) over the group's
+    queries."""
     if rep.groups is None:
         return None
     pq = rep.result.per_query.assign(group=rep.groups.reindex(rep.result.per_query["query_id"]).to_numpy())
@@ -185,7 +230,7 @@ def group_table(rep: RetrievalReport, level: float = 0.95) -> pd.DataFrame | Non
     for g, part in pq.groupby("group", sort=True):
         row = {"group": str(g), "queries": len(part)}
         for name, label in (("ndcg_at_10", "nDCG@10"), ("recall_at_10", "recall@10"), ("mrr", "MRR")):
-            lo, hi, _ = (mean_ci(part[name].to_numpy(), level, seed=0, units="queries") if len(part) > 1
+            lo, hi, _ = (mean_ci(part[name].to_numpy(), level, seed=seed, units="queries") if len(part) > 1
                          else (np.nan, np.nan, ""))
             row[label] = f"{part[name].mean():.3f}" + (f" ({lo:.3f}–{hi:.3f})" if np.isfinite([lo, hi]).all() else "")
         rows.append(row)
@@ -228,12 +273,13 @@ def show_distribution(rep: RetrievalReport) -> None:
 def show_worst(rep: RetrievalReport) -> None:
     show_table(worst_queries(rep),
                caption=f"The {WORST} worst queries: lowest nDCG@10, then latest first relevant document. ✓(g): a "
-                       f"retrieved document judged relevant with grade g; the relevant documents with their ranks.",
+                       f"retrieved document judged relevant with grade g; the relevant documents with their ranks"
+                       + ("; each id with the start of its text." if rep.texts else "."),
                label="tbl-retrieval-worst")
 
 
 def show_groups(rep: RetrievalReport) -> None:
-    t = group_table(rep, rep.result.protocol["level"])
+    t = rep.by_group
     if t is None:
         show_markdown("No breakdown: the queries have no group column (give `queries: {metadata: ...}` with a "
                       "`group`, `kind`, `type` or `label` column).")

@@ -16,7 +16,16 @@ from scipy import stats as sstats
 
 from ..metrics import semantic as sem
 from ..metrics.semantic import SemanticResult
-from ..present.display import callout, definitions_markdown, metrics_table, show_figure, show_markdown, show_table
+from ..present.display import (
+    callout,
+    definitions_markdown,
+    metrics_table,
+    show_definitions,
+    show_figure,
+    show_markdown,
+    show_table,
+    with_mark_note,
+)
 from ..present.format import ci_suffix, interval, percent
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import ChapterSpec
@@ -287,12 +296,12 @@ def show_summary(rep: SemanticReport) -> None:
 
 def show_metrics(rep: SemanticReport) -> None:
     r = rep.result
-    show_table(metrics_table(r.metrics).drop(columns=["verdict"]),
-               caption="Semantic-benchmark metrics. No seed gives threshold bands for them, so there is no verdict. "
-                       "CIs: paired bootstrap over pairs for the correlations, Wilson score interval for the "
-                       "accuracies; OOV counts are exact.",
-               label="tbl-semantic-metrics")
-    show_markdown("**Definitions.** $V$ is the vocabulary (the ids of the set), $\\hat x = x / \\lVert x \\rVert$; "
+    table = metrics_table(r.metrics).drop(columns=["verdict"])
+    show_table(table, caption=with_mark_note(
+        table, "Semantic-benchmark metrics. No seed gives threshold bands for them, so there is no verdict. CIs: "
+               "paired bootstrap over pairs for the correlations, Wilson score interval for the accuracies; OOV counts "
+               "are exact."), label="tbl-semantic-metrics")
+    show_definitions("**Definitions.** $V$ is the vocabulary (the ids of the set), $\\hat x = x / \\lVert x \\rVert$; "
                   "pairs and questions with a word outside $V$ are left out, as gensim does.\n\n"
                   + definitions_markdown(r.metrics))
 

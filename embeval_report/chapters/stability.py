@@ -14,13 +14,15 @@ import pandas as pd
 
 from ..errors import ChapterSkipped
 from ..metrics import stability as st
-from ..metrics.stability_subsets import Grouping, SubsetStability
+from ..metrics.stability_subsets import Grouping, SubsetStability, subset_correlations
+from ..metrics.thresholds import SEVERITY
 from ..present.display import callout, escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import BCA_MAX, MEAN_CI_RESAMPLES, HypothesisTest
 from .declaration import ChapterSpec, K
+from .findings import ChapterResults, Finding, test_text
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -65,6 +67,7 @@ def compute(ctx: ChapterContext) -> StabilityReport:
     result = st.measure_run_stability(inputs, k, level=ctx.level, seed=ctx.seed, device=ctx.device)
     groupings = st.stability_groupings(es, inputs.index, vocabularies=ctx.side.vocabularies or [])
     subsets = st.subset_stability(result, groupings, level=ctx.level, seed=ctx.seed)
+    correlations = subset_correlations(inputs.vectors, groupings, bands=BANDS, device=ctx.device)
     freq = st.frequency_association(result, es.metadata, inputs.index)
     ctx.rec.add(*result.metrics.values())
     ctx.rec.units(pd.DataFrame({"entity": np.asarray(es.ids, dtype=object)[inputs.index], "knn_overlap": result.overlap,
@@ -76,7 +79,10 @@ def compute(ctx: ChapterContext) -> StabilityReport:
                  bootstrap_blocks=result.n_blocks, bootstrap_resamples=result.n_boot,
                  spread_over_pairs=result.info["spread"], pairs=result.pairs.to_dict(orient="records"),
                  coverage=inputs.coverage.to_dict(orient="records"), excluded_entities=len(inputs.excluded),
+                 **({"dimension_mismatch": result.info["dimension_mismatch"]}
+                    if "dimension_mismatch" in result.info else {}),
                  subsets=subsets.table.to_dict(orient="records"), subset_tests=subsets.tests.to_dict(orient="records"),
+                 subset_correlations=correlations.to_dict(orient="records"),
                  frequency_association=freq)
     return StabilityReport(inputs, result, groupings, subsets, freq, k_requested, es.metadata)
 
@@ -170,8 +176,24 @@ def _correlation_text(r: st.RunStabilityResult) -> str:
                                          f"{sp['similarity correlation']['max']:.3f}." if P > 1 else ""))
 
 
+def dimension_text(r: st.RunStabilityResult) -> str:
+    """What a run of another dimension than the main set means here ("" when every run shares it)."""
+    other = r.info.get("dimension_mismatch")
+    if not other:
+        return ""
+    names = ", ".join(f"**{escape(m['name'])}** (d = {m['d']})" for m in other)
+    return (f"**Dimensions.** The main set has d = {r.info['dims'][0]}, but {names} "
+            f"{'has' if len(other) == 1 else 'have'} another dimension. No rotation aligns spaces of different "
+            "dimensions, so the aligned cosine and the Procrustes disparity are not defined and are recorded as null "
+            "with this reason (and the pairs that involve such a run have none in the pairs table); the k-NN overlap "
+            "and the pairwise similarity correlation compare neighbourhoods and similarities within each run and are "
+            "kept.")
+
+
 def _procrustes_text(r: st.RunStabilityResult) -> str:
     m, v = r.metrics, r.values
+    if r.info.get("dimension_mismatch"):
+        return dimension_text(r)
     if not math.isfinite(v["procrustes_disparity"]):
         return ("After mean-centring, every entity has the same vector in some run, so there is no spread to align: "
                 "the aligned cosine and the Procrustes disparity are undefined.")
@@ -223,7 +245,7 @@ def narrative(r: st.RunStabilityResult, inputs: st.RunInputs | None = None, subs
                      "more frequent entities are less stable" if freq["rho"] < -0.1 else
                      "stability hardly depends on frequency")
         parts.append(f"Across entities, k-NN overlap and `{escape(freq['column'])}` have Spearman ρ = {freq['rho']:.2f} "
-                     f"(p {_p(freq['p'])}, n = {freq['n']:,}): {direction}.")
+                     f"(raw p {_p(freq['p'])}, n = {freq['n']:,}): {direction}.")
     if subsets is not None and len(subsets.table):
         parts.append(subset_text(subsets))
         worst = subsets.table.loc[subsets.table["k-NN overlap"].idxmin()]
@@ -266,22 +288,15 @@ def subset_text(s: SubsetStability) -> str:
             text += f"; Kruskal–Wallis p {_p(kw['p'].iloc[0])}"
         if len(tests):
             text += (f"; {len(sig)} of {int(tests['comparison'].str.contains('Mann').sum())} pairwise comparisons "
-                     "differ after Holm correction." if len(sig) else "; no pairwise difference survives Holm "
-                     "correction.")
+                     "differ after Holm correction within the grouping." if len(sig) else "; no pairwise difference "
+                     "survives Holm correction within the grouping.")
         else:
             text += "."
         out.append(text)
+    if len(s.tests):
+        out.append("These p-values are raw or adjusted within the chapter; the report-wide adjustment over every "
+                   "test of the report is in the Statistical rigor chapter's tests table.")
     return " ".join(out)
-
-
-def verdict_callout(r: st.RunStabilityResult) -> dict:
-    """Arguments for :func:`~embeval_report.present.display.callout`: the verdict and the band it came from."""
-    m = r.metrics["pairwise_similarity_correlation"]
-    kind = {"healthy": "success", "concerning": "warning", "problematic": "danger"}.get(m.verdict, "note")
-    text = (f"Pairwise similarity correlation {_text(m, '.3f')}: **{m.verdict or 'no verdict'}** "
-            f"({BANDS.text}; {BANDS.table}). k-NN overlap {r.values['knn_overlap']:.3f} "
-            f"against {r.chance:.4f} by chance.")
-    return {"kind": kind, "title": "Stability verdict", "text": text}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,7 +348,7 @@ def distribution_figure(r: st.RunStabilityResult) -> plt.Figure:
                   label=f"mean {r.values['procrustes_aligned_cosine']:.3f}")
         b.legend(loc="upper left", fontsize=8.5)
     else:
-        b.text(0.5, 0.5, "undefined: no spread to align", ha="center", va="center", transform=b.transAxes)
+        b.text(0.5, 0.5, "undefined: no alignment (see the text)", ha="center", va="center", transform=b.transAxes)
     b.set(xlabel="Cosine with the same entity in the other run, after alignment", ylabel="Entities",
           title="Aligned cosine per entity")
     return fig
@@ -398,7 +413,6 @@ def smaller_k_note(k: int, requested: int, why: str) -> None:
 def show_summary(rep: StabilityReport) -> None:
     r = rep.result
     smaller_k_note(r.k, rep.k_requested, f"Only {r.n:,} entities are present in every run")
-    callout(**verdict_callout(r))
     show_markdown(narrative(r, rep.inputs, rep.subsets, rep.freq, rep.inputs.ids))
 
 
@@ -447,7 +461,8 @@ def show_subsets(rep: StabilityReport) -> None:
                       "and the metadata has no numeric `frequency` column and no `kind`, `type` or `group` column."
                       + (" " + notes_text(s) if s.notes else ""))
         return
-    show_markdown(subset_text(s) + ("\n\n" + notes_text(s) if s.notes else ""))
+    if s.notes:  # the comparison itself is in the narrative above ("What the numbers say")
+        show_markdown(notes_text(s))
     show_table(subset_display_table(s),
                caption=f"k-NN overlap within each subset (mean over entities of the per-entity overlap; CI: BCa "
                        f"bootstrap over entities ({MEAN_CI_RESAMPLES:,} resamples) up to {BCA_MAX:,} entities, "
@@ -462,8 +477,7 @@ def show_subsets(rep: StabilityReport) -> None:
                 label="fig-stability-subsets")
 
 
-def show_coverage(rep: StabilityReport) -> None:
-    show_markdown(coverage_text(rep.inputs))
+def show_coverage(rep: StabilityReport) -> None:  # coverage_text is in the narrative
     show_table(rep.inputs.coverage, caption="Each run's rows matched by id to the main set.",
                label="tbl-stability-coverage")
 
@@ -472,9 +486,54 @@ def show_coverage(rep: StabilityReport) -> None:
 # The chapter's declaration
 # ---------------------------------------------------------------------------------------------
 
+def findings(r: ChapterResults) -> list[Finding]:
+    """The worst group decides: in every grouping whose subsets differ (its test rejects after the report-wide
+    adjustment), a subset whose own pairwise similarity correlation has a worse verdict than the whole set's
+    is unstable. One finding: the least stable such subset leads, with its k-NN overlap beside the most stable
+    subset of its grouping; the others are named."""
+    whole = (r.metric("pairwise_similarity_correlation") or {}).get("verdict")
+    overlap = {(s["grouping"], s["subset"]): s for s in r.info.get("subsets", [])}
+    rows = r.info.get("subset_correlations", [])
+    unstable = []
+    for grouping in dict.fromkeys(c["grouping"] for c in rows):
+        tests = [t for t in r.tests if t["name"].startswith(f"{grouping}: ")]
+        if not any(r.significant(t["name"]) for t in tests):
+            continue
+        mine = [c for c in rows if c["grouping"] == grouping]
+        best = max(mine, key=lambda c: overlap.get((grouping, c["subset"]), {}).get("k-NN overlap", 0))
+        test = min(tests, key=lambda t: r.adjusted_p(t["name"]) or 1.0)
+        unstable += [(c, best, test) for c in mine if SEVERITY[c["verdict"]] > SEVERITY[whole]]
+    if not unstable:
+        return []
+    unstable.sort(key=lambda u: u[0]["similarity correlation"])
+    (lead, best, test), others = unstable[0], unstable[1:]
+    w, b = overlap.get((lead["grouping"], lead["subset"]), {}), overlap.get((best["grouping"], best["subset"]), {})
+    also = "; ".join(f"{c['subset']} ({c['grouping']}): {c['similarity correlation']:.3f}, {c['verdict']}"
+                     for c, _, _ in others)
+    return [Finding(
+        max((u[0]["verdict"] for u in unstable), key=SEVERITY.get), "model", r.name,
+        f"Vectors in “{lead['subset']}” ({lead['grouping']}) are unstable across retrains",
+        f"Do not rely on the neighbourhoods of the vectors in “{lead['subset']}” until training is "
+        f"made more stable for them: they keep {w.get('k-NN overlap', float('nan')):.0%} of their neighbours "
+        f"between runs ({b.get('k-NN overlap', float('nan')):.0%} for {best['subset']}; {test_text(test)}), and "
+        f"their pairwise similarity correlation is {lead['similarity correlation']:.3f}: {lead['verdict']} by the "
+        f"stability guidelines (seed 000 §217.2.2), while the whole set's is {whole or 'not rated'}"
+        + (f". Also unstable: {also}." if also else "."),
+        metrics=("pairwise_similarity_correlation", "knn_overlap"),
+        evidence={"group": lead["subset"], "grouping": lead["grouping"], "value": lead["similarity correlation"],
+                  "label": f"Pairwise similarity correlation of “{lead['subset']}”",
+                  "knn_overlap": w.get("k-NN overlap"), "knn_overlap_ci": [w.get("ci_low"), w.get("ci_high")],
+                  "compared_with": best["subset"], "compared_knn_overlap": b.get("k-NN overlap"),
+                  "test": test["name"], "p_adjusted": r.adjusted_p(test["name"]),
+                  "also": [{"group": c["subset"], "grouping": c["grouping"], "value": c["similarity correlation"],
+                            "verdict": c["verdict"]} for c, _, _ in others]},
+        rule="worst group", effect="stability by group")]
+
+
 CHAPTER = ChapterSpec(
     name="stability", title="Stability across training runs", order=70,
     description="Do retrains of the model agree? k-NN neighbourhood overlap per entity, Procrustes-aligned cosine and disparity, pairwise similarity correlation (verdict), the least stable entities, and stability by vocabulary, frequency bin and kind (seed 003; seed 000 §217.2).",
     requires=("runs",), optional=("vocabularies",),
     options=(K,), precheck=precheck, demo="stability",
+    findings=findings,
 )

@@ -1,4 +1,6 @@
-"""The Summary chapter: a scorecard of every verdict, and what was not run."""
+"""The Summary chapter: the decision first (the report's status and its top findings, grouped by who acts on
+them, each linked to its section), then whether this model is better than the last, what every chapter found,
+the scorecard of every thresholded metric and what was not run."""
 from __future__ import annotations
 
 import json
@@ -8,9 +10,10 @@ import pandas as pd
 
 from ..metrics.thresholds import SEVERITY
 from ..present.display import Link, escape, show_markdown, show_table
-from ..present.format import scorecard_value
+from ..present.format import number, scorecard_value
 from .declaration import ChapterSpec
-from .recorder import read_results
+from .findings import CATEGORIES, read_findings
+from .recorder import read_baseline, read_results
 
 STATUS_WORDS = {"ok": "ran", "failed": "failed", "skipped": "not run"}
 
@@ -18,6 +21,157 @@ STATUS_WORDS = {"ok": "ran", "failed": "failed", "skipped": "not run"}
 def load_run(results_dir="../results") -> tuple[dict, dict]:
     """The run description (``run.json`` beside ``results_dir``) and every chapter's recorded results."""
     return json.loads((Path(results_dir).parent / "run.json").read_text()), read_results(results_dir)
+
+
+def load_findings(results_dir="../results") -> dict:
+    """The report's ``status`` and ``findings`` (``results/findings.json``)."""
+    return read_findings(results_dir)
+
+
+#: findings shown on the first screen
+TOP = 7
+#: what the status tells a reader to do
+STATUS_LEAD = {
+    "problematic": "Do not ship this model as it is: {p} finding(s) must be fixed first{c}.",
+    "concerning": "Nothing blocks shipping, but {c0} finding(s) are worth a look before you do.",
+    "healthy": "Every check that ran passed: nothing in this report argues against shipping this model.",
+}
+
+
+def status_line(found: dict) -> str:
+    """The report's status as the first sentence a reader sees."""
+    status, findings = found.get("status"), found.get("findings", [])
+    if status is None:
+        return "No findings were derived for this report (it was made by a version without findings)."
+    p = sum(f["severity"] == "problematic" for f in findings)
+    c = sum(f["severity"] == "concerning" for f in findings)
+    lead = STATUS_LEAD[status].format(p=p, c0=c, c=f"; {c} more are worth a look" if c else "")
+    return f"**Status: {status}.** {lead}"
+
+
+def _finding_line(f: dict, titles: dict) -> str:
+    chapter = titles.get(f["chapter"], f["chapter"])
+    return (f"- **{escape(f['title'])}** ({f['severity']}). {escape(f['sentence'])} "
+            f"[{escape(chapter)} →](#{f['section']})")
+
+
+def first_screen(findings: list[dict], top: int = TOP) -> list[dict]:
+    """The ``top`` findings to show first: worst severity first and, within a severity, the categories in turn
+    (so that a problem of the training process or the evaluation data is not pushed off the screen by many of the
+    model), each category's findings in report order."""
+    out = []
+    for severity in ("problematic", "concerning"):
+        queues = [[f for f in findings if f["severity"] == severity and f["category"] == c] for c in CATEGORIES]
+        while any(queues) and len(out) < top:
+            for q in queues:
+                if q and len(out) < top:
+                    out.append(q.pop(0))
+    return out
+
+
+def top_findings(found: dict, titles: dict, top: int = TOP) -> str:
+    """The worst ``top`` findings (problematic and concerning), grouped by category in :data:`CATEGORIES` order,
+    one sentence each with its number and a link to its section; then how many more there are."""
+    bad = [f for f in found.get("findings", []) if f["severity"] != "healthy"]
+    shown = first_screen(bad, top)
+    parts = []
+    for cat in CATEGORIES:
+        mine = [f for f in shown if f["category"] == cat]
+        if mine:
+            parts.append(f"**{cat[:1].upper() + cat[1:]}**\n\n" + "\n".join(_finding_line(f, titles) for f in mine))
+    rest = len(bad) - len(shown)
+    if rest:
+        parts.append(f"{rest} more finding(s) below, in [All findings](#all-findings).")
+    return "\n\n".join(parts)
+
+
+def clean_chapters(run: dict, found: dict) -> str:
+    """One line per chapter that ran and found nothing wrong."""
+    flagged = {f["chapter"] for f in found.get("findings", []) if f["severity"] != "healthy"}
+    ok = [c for c in run["chapters"] if c["status"] == "ok" and c["name"] not in flagged
+          and c["name"] not in ("summary", "rigor")]
+    if not ok:
+        return ""
+    return "**Nothing wrong found by**\n\n" + "\n".join(
+        f"- [{escape(c['title'])}](#chapter-{c['name']}): no finding." for c in ok)
+
+
+VERDICT_WORDS = {"B better": "better", "A better": "worse", "no difference larger than E": "no difference > E",
+                 "underpowered": "underpowered", "inconclusive": "inconclusive"}
+
+
+def baseline_table(base: dict | None) -> pd.DataFrame:
+    """The metrics this report and the previous model's recorded per unit: previous, this, the paired change
+    with the interval the verdict uses, the effect that matters and the verdict (worse rows first)."""
+    rows = [{"chapter · metric": f"{c['chapter']} · {c['label']}", "previous": number(c["previous"], 4),
+             "this model": number(c["value"], 4),
+             "change [interval]": f"{c['difference']:+.4g} [{c['ci_low']:+.4g}, {c['ci_high']:+.4g}]",
+             "±E": number(c["effect"], 3), "verdict": VERDICT_WORDS.get(c["verdict"], c["verdict"]),
+             "_rank": ("A better", "B better").index(c["verdict"]) if c["verdict"] in ("A better", "B better") else 2}
+            for c in (base or {}).get("comparisons", [])]
+    df = pd.DataFrame(rows, columns=["chapter · metric", "previous", "this model", "change [interval]", "±E",
+                                     "verdict", "_rank"])
+    return df.sort_values("_rank", kind="stable").drop(columns="_rank").reset_index(drop=True)
+
+
+def baseline_line(run: dict, base: dict | None = None) -> str:
+    """Better than the last model? The comparison's headline, or how to get that frame without one."""
+    if run.get("baseline"):
+        if not base or not base.get("comparisons"):
+            return (f"**Better than the last model?** The baseline report ({escape(Path(run['baseline']).name)}) "
+                    "shares no per-unit metric with this one, so no change can be tested.")
+        verdicts = [c["verdict"] for c in base["comparisons"]]
+        return (f"**Better than the last model ({escape(base['name'])})?** Over the {len(verdicts)} metrics both "
+                f"reports measured on the same units: {verdicts.count('B better')} better, "
+                f"{verdicts.count('A better')} worse, {verdicts.count('no difference larger than E')} without a "
+                f"difference larger than the effect that matters, {verdicts.count('underpowered')} underpowered, "
+                f"{verdicts.count('inconclusive')} inconclusive ([Change since the previous model]"
+                "(#change-since-the-previous-model)).")
+    return ("**Better than the last model?** This report does not say: re-run it with `--baseline DIR` (an earlier "
+            "report on the same inputs) to see each metric's change beside its value, or compare two models unit by "
+            "unit with `embeval-report compare last.yaml this.yaml --out cmp/` (docs/compare.md).")
+
+
+def show_decision(run: dict, found: dict) -> None:
+    """The first screen: status, top findings by category, the frame of the last model, clean chapters."""
+    titles = {c["name"]: c["title"] for c in run["chapters"]}
+    parts = [status_line(found), top_findings(found, titles), baseline_line(run, load_baseline(run)),
+             clean_chapters(run, found)]
+    show_markdown("\n\n".join(p for p in parts if p))
+
+
+def load_baseline(run: dict, results_dir="../results") -> dict | None:
+    return read_baseline(results_dir) if run.get("baseline") else None
+
+
+def show_baseline(run: dict) -> None:
+    """The change since the previous model (``--baseline``), or nothing without one."""
+    base = load_baseline(run)
+    if not base:
+        return
+    show_markdown("## Change since the previous model")
+    show_table(baseline_table(base), caption=f"This model against {base['name']} (the --baseline report), paired over "
+               "the units both measured: B − A with the interval the verdict uses (simultaneous over every metric "
+               "when the correction is applied), the effect that matters (--mde) and the verdict.",
+               label="tbl-baseline")
+
+
+def findings_table(run: dict, found: dict) -> pd.DataFrame:
+    """Every finding, worst first: severity, category, chapter (linked), what was found."""
+    titles = {c["name"]: c["title"] for c in run["chapters"]}
+    rows = [{"severity": f["severity"], "category": f["category"],
+             "chapter": Link(titles.get(f["chapter"], f["chapter"]), f"#{f['section']}"), "finding": f["title"]}
+            for f in found.get("findings", [])]
+    return pd.DataFrame(rows, columns=["severity", "category", "chapter", "finding"])
+
+
+def show_findings(run: dict, found: dict) -> None:
+    table = findings_table(run, found)
+    if len(table):
+        show_table(table, caption="All findings of the report, worst first (the first screen shows the top "
+                                  f"{TOP} with their evidence).", label="tbl-findings")
+    else:
+        show_markdown("No finding: every check that ran passed.")
 
 
 #: note shown under the scorecard when some interval excludes its estimate (marked †)
@@ -109,16 +263,10 @@ def narrative(run: dict, card: pd.DataFrame) -> str:
         head += " " + model_sentence(run["model"])
     if not len(card):
         return head + " No metric with a threshold table was computed."
-    n_prob, n_conc, n_ok = (counts.get(k, 0) for k in ("problematic", "concerning", "healthy"))
-    if n_prob:
-        verdict = (f"**{n_prob} check(s) are problematic** and {n_conc} concerning out of {len(card)}; "
-                   "the problematic ones are listed first. Read their chapters before shipping this model.")
-    elif n_conc:
-        verdict = f"No check is problematic; **{n_conc} of {len(card)} are concerning** and worth a look."
-    else:
-        verdict = f"**All {n_ok} checks are healthy.**"
-    return head + "\n\n" + verdict + (" Verdicts follow the seed documents' threshold tables (cited per row); "
-                                      "the tables are guidance, not hard limits.")
+    n_prob, n_conc = (counts.get(k, 0) for k in ("problematic", "concerning"))
+    return head + (f" Of its {len(card)} thresholded metrics, {n_prob} are problematic and {n_conc} concerning "
+                   "(the scorecard below; related metrics of one effect make one finding above). Verdicts follow "
+                   "the source documents' threshold tables, cited per row; the tables are guidance, not hard limits.")
 
 
 def show_narrative(run: dict, card: pd.DataFrame) -> None:

@@ -21,6 +21,7 @@ from ..present.display import show_metrics as show_metric_table
 from ..present.plotting import PALETTE, WIDTH
 from .link_prediction import MIN_ENTITIES
 from .declaration import ChapterSpec
+from .findings import ChapterResults, Finding, metric_evidence, value_text
 from .link_prediction import LINK_OPTIONS
 
 if TYPE_CHECKING:
@@ -255,9 +256,53 @@ def show_leakage(rep: TemporalReport) -> None:
 # The chapter's declaration
 # ---------------------------------------------------------------------------------------------
 
+def findings(r: ChapterResults) -> list[Finding]:
+    """Performance falls with the horizon, and a random split overstates it (a protocol finding)."""
+    return [f for f in (_horizon_finding(r), _random_split_finding(r)) if f is not None]
+
+
+def _random_split_finding(r: ChapterResults) -> Finding | None:
+    """A random split reports a higher MRR than the temporal one (the gap's 95 % interval above 0): link
+    prediction judged on a random split is optimistic (seed 000 §218.2.2), concerning."""
+    m = r.metric("random_split_mrr_gap")
+    if not m or m.get("ci_low") is None or not m["ci_low"] > 0:
+        return None
+    rows = r.info.get("random_vs_temporal", [])
+    mrr = [row.get("MRR (embedding)") for row in rows[:2]]
+    values = (f" (MRR {mrr[1]:.3f} on a random split vs {mrr[0]:.3f} after the cut)"
+              if len(mrr) == 2 and all(isinstance(x, (int, float)) for x in mrr) else "")
+    return Finding(
+        "concerning", "protocol", r.name, "A random split overstates link prediction",
+        f"Judge link prediction on the temporal split, not a random one: a random split of the same edges puts "
+        f"future edges in training and reports MRR higher by {value_text(m)}{values}, optimism the deployed model "
+        "will not have (seed 000 §218.2.2). The link-prediction chapter's numbers use a random split.",
+        metrics=("random_split_mrr_gap",), evidence=metric_evidence(m, "random_split_mrr_gap"),
+        rule="event", effect="random split")
+
+
+def _horizon_finding(r: ChapterResults) -> Finding | None:
+    """The MRR change from the first to the last horizon below 0 (its 95 % interval); problematic when the last
+    horizon's MRR interval reaches chance."""
+    m = r.metric("mrr_change_over_horizon")
+    if not m or m.get("ci_high") is None or not m["ci_high"] < 0:
+        return None
+    rows = [h for h in r.info.get("by_horizon", []) if isinstance(h.get("mid"), (int, float))]
+    last = rows[-1] if rows else {}
+    at_chance = bool(last) and last.get("MRR low", 1.0) <= last.get("chance MRR", 0.0)
+    return Finding(
+        "problematic" if at_chance else "concerning", "model", r.name,
+        "Link prediction degrades the further ahead it predicts",
+        f"Retrain more often than the horizon over which it degrades: MRR changes by {value_text(m)} from the first "
+        f"to the last horizon" + (f" ({last.get('horizon')}: MRR {last.get('MRR', float('nan')):.3f}, chance "
+                                  f"{last.get('chance MRR', float('nan')):.3f})" if last else "") + ".",
+        metrics=("mrr_change_over_horizon", "temporal_mrr"), evidence=metric_evidence(m, "mrr_change_over_horizon"),
+        rule="event", effect="horizon")
+
+
 CHAPTER = ChapterSpec(
     name="temporal_link_prediction", title="Temporal link prediction", order=92,
     description="Train before a cut, test after it: MRR, Hits@10 and AUC by horizon, at several cuts, and against a random split to show its leakage (seed 000 §218.2). Needs timestamps on the edges.",
     requires=("edges",), optional=("score",),
     options=LINK_OPTIONS, precheck=precheck, demo="graph",
+    findings=findings,
 )

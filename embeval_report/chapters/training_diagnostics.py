@@ -13,21 +13,23 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from ..io.snapshots import snapshot_slug
 from ..io.training_log import TrainingLog
 from ..metrics import convergence as cv
 from ..metrics import training_runs as tr
-from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import callout, escape, show_figure, show_markdown, show_table, with_mark_note
 from ..present.display import show_metrics as show_metric_table
-from ..present.format import metric_text, number
+from ..present.format import interval, marked_value, metric_text, number
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
 from .declaration import INF, ChapterSpec, Option
+from .findings import ChapterResults, Finding
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
 
 __all__ = ["TrainingReport", "checks_table", "compute", "curves_figure", "events_table", "narrative", "precheck",
-           "runs_table", "schedule_figure", "show_checks", "show_curves", "show_events", "show_metrics",
+           "per_run_table", "runs_table", "schedule_figure", "show_checks", "show_curves", "show_events", "show_metrics",
            "show_runs", "show_schedule", "show_summary", "show_tail", "tail_table"]
 
 #: runs drawn in their own panel with every event (the rest only in the overlay)
@@ -45,6 +47,7 @@ class TrainingReport:
     settings: dict
     log_scale: bool
     n_vector_runs: int
+    replicates: bool = False   # the runs repeat one configuration (the replicate_runs option)
 
 
 def precheck(es, side, settings) -> str | None:
@@ -73,21 +76,20 @@ def _settings(ctx: ChapterContext, log: TrainingLog) -> dict:
 
 
 def compute(ctx: ChapterContext) -> TrainingReport:
-    """Diagnose every run of the log, and record the metrics, the runs and the hypothesis tests."""
+    """Diagnose every run of the log, and record the metrics, the runs and the hypothesis tests.
+
+    One run: its values under the metrics' names. Several runs: each run's values as ``<metric>__<run>`` with the
+    run's own intervals, and nothing pooled over them unless the ``replicate_runs`` option says they repeat one
+    configuration (then their mean and spread over runs, with intervals from at least 4 runs)."""
     log: TrainingLog = ctx.side.training_log
     s = _settings(ctx, log)
+    replicates = ctx.option("replicate_runs") == "yes"
     diags = [tr.diagnose_run(log.run(r), r, **s) for r in log.runs if int(log.run(r)["loss_logged"].sum()) >= 10]
-    values, cis = tr.summarize_runs(diags, ctx.level, ctx.seed)
-    several = len(diags) > 1
-    metrics = {}
-    for spec in cv.SPECS.values():
-        if spec.name in values:
-            lo, hi, how = cis.get(spec.name, (None, None, ""))
-            lo, hi = spec.clip(lo, hi)
-            note = "" if lo is not None else ("one run: give several runs for an interval" if not several else
-                                              "defined for one run only")
-            label = spec.label + (" (mean over runs)" if several and spec.name in tr.run_values(diags[0]) else "")
-            metrics[spec.name] = spec.record(values[spec.name], (lo, hi), ci_method=how, label=label, note=note)
+    values, cis = tr.summarize_runs(diags, ctx.level, ctx.seed, replicates=replicates)
+    metrics = _headline_metrics(diags, values, cis, replicates)
+    if len(diags) > 1:
+        for name, (v, c) in tr.per_run(diags, ctx.level, ctx.seed).items():
+            metrics.update(_run_metrics(name, v, c))
     ctx.rec.add(*metrics.values())
     for t in _tests(diags):
         ctx.rec.test(t)
@@ -95,12 +97,48 @@ def compute(ctx: ChapterContext) -> TrainingReport:
     ctx.rec.note(training_log=dict(source=log.source, format=log.format, x=log.x, runs=log.runs,
                                    metrics=list(log.metrics), rows=len(log.frame)),
                  settings=s, runs=runs_table(diags).to_dict(orient="records"),
-                 events=events_table(diags).to_dict(orient="records"),
+                 events=events_table(diags).to_dict(orient="records"), run_events=run_events(diags),
                  change_points={d.name: [int(d.steps[i]) for i in d.cps.indices] if d.cps else [] for d in diags},
+                 evaluated_run=None, replicate_runs=replicates,  # neither the manifest nor the log names it
                  **({"skipped_runs": skipped} if skipped else {}))
     log_scale = _log_scale(ctx.option("log_scale"), diags)
     n_vec = len(ctx.side.runs) if "runs" in ctx.side and ctx.side.runs is not None else 0
-    return TrainingReport(log, diags, metrics, s, log_scale, n_vec)
+    return TrainingReport(log, diags, metrics, s, log_scale, n_vec, replicates)
+
+
+def _headline_metrics(diags, values: dict, cis: dict, replicates: bool) -> dict:
+    """The metrics under their bare names: one run's values; with several, the share of runs that diverged, and
+    with replicates the means and spreads over runs."""
+    several = len(diags) > 1
+    metrics = {}
+    for spec in cv.SPECS.values():
+        if spec.name not in values:
+            continue
+        lo, hi, how = cis.get(spec.name, (None, None, ""))
+        lo, hi = spec.clip(lo, hi)
+        if lo is not None:
+            note = ""
+        elif not several:
+            note = "one run: give several runs for an interval"
+        elif not replicates:
+            note = "runs of possibly different configurations: a share, not an estimate"
+        else:
+            note = f"{len(diags)} runs: an interval needs at least {tr.MIN_INTERVAL_N}"
+        label = spec.label + (" (mean over runs)" if several and spec.name in tr.run_values(diags[0]) else "")
+        metrics[spec.name] = spec.record(values[spec.name], (lo, hi), ci_method=how, label=label, note=note)
+    return metrics
+
+
+def _run_metrics(run: str, values: dict, cis: dict) -> dict:
+    """One run's values as ``<metric>__<run>`` with their own intervals."""
+    out = {}
+    for name, v in values.items():
+        spec, key = cv.SPECS[name], f"{name}__{snapshot_slug(run)}"
+        lo, hi, how = cis.get(name, (None, None, ""))
+        lo, hi = spec.clip(lo, hi)
+        out[key] = spec.record(v, (lo, hi), ci_method=how, name=key, label=f"{spec.label} [{run}]",
+                               note="" if lo is not None else "a single value of this run: no interval")
+    return out
 
 
 def _log_scale(option: str, diags) -> bool:
@@ -171,6 +209,22 @@ def runs_table(diags) -> pd.DataFrame:
                      "best checkpoint": _step(d.step(d.early.best)) if d.early.best is not None else "—",
                      "λ per check": number(v["convergence_rate"], 3)})
     return pd.DataFrame(rows)
+
+
+def run_events(diags) -> list[dict]:
+    """Each run's events as data (steps; None where absent): divergence, the first non-finite loss, overfitting
+    onset and the gap it reaches, oscillation, the best checkpoint by the monitored value."""
+    out = []
+    for d in diags:
+        over = d.over is not None and d.over.overfitting
+        out.append({"run": d.name, "diverged": bool(d.div.diverged), "diverged_from": d.step(d.div.onset, False)
+                    if d.div.diverged else None, "first_nonfinite": d.step(d.div.first_nonfinite, False),
+                    "overfitting": bool(over), "overfitting_onset": int(d.over.steps[d.over.onset]) if over else None,
+                    "overfitting_rise": float(d.over.rise) if over else None,
+                    "overfitting_p": float(d.over.p_value) if d.over is not None else None,
+                    "oscillates": bool(d.osc is not None and d.osc.oscillating),
+                    "best_step": d.step(d.early.best)})
+    return out
 
 
 def events_table(diags) -> pd.DataFrame:
@@ -266,7 +320,7 @@ def narrative(rep: TrainingReport) -> str:
             bits.append(f"**overfits** from {x} {_step(int(d.over.steps[d.over.onset]))}: the validation loss ends "
                         f"{d.over.rise:.0%} above its minimum while the training loss keeps falling")
         if d.osc is not None and d.osc.oscillating:
-            bits.append(f"**oscillates** with a period of about {d.osc.period:.1f} checks (Fisher g p = "
+            bits.append(f"**oscillates** with a period of about {d.osc.period:.1f} checks (Fisher g raw p = "
                         f"{d.osc.fisher_p:.2g})")
         if d.stat is not None:
             bits.append("its tail has settled (stationary, no trend)" if d.stat.settled else
@@ -274,15 +328,24 @@ def narrative(rep: TrainingReport) -> str:
                                                         "not stationary") + ")")
         parts.append(f"- `{escape(d.name)}`: " + "; ".join(bits) + ".")
     if n > 1:
-        sp = rep.metrics.get("final_loss_spread")
-        parts.append(f"Across runs the final loss is {_m(rep, 'final_loss')} (mean over the runs that did not "
-                     f"diverge)" + (f", with a spread (sd) of {_m(rep, 'final_loss_spread')}" if sp else "")
-                     + f"; {_m(rep, 'diverged_runs', '.0%')} of the runs diverged.")
+        k = sum(d.div.diverged for d in diags)
+        parts.append(f"{k} of the {n} runs diverged. Neither the manifest nor the log says which run made the "
+                     f"evaluated vectors: the log's runs are shown side by side and none is assumed to be the "
+                     "evaluated one.")
+        if rep.replicates:
+            sp = rep.metrics.get("final_loss_spread")
+            parts.append(f"The runs repeat one configuration (`replicate_runs=yes`): across them the final loss is "
+                         f"{_m(rep, 'final_loss')} (mean over the runs that did not diverge)"
+                         + (f", with a spread (sd) of {_m(rep, 'final_loss_spread')}" if sp else "") + ".")
+        else:
+            parts.append("Nothing is averaged over the runs: they may differ in configuration (here a learning rate "
+                         "or a regulariser, say), and a mean or an interval over different configurations describes "
+                         "none of them. The per-run table is the headline; when the runs repeat one configuration "
+                         "with different seeds, `--set replicate_runs=yes` adds their mean and spread.")
     if rep.n_vector_runs:
         parts.append(f"The manifest also lists {rep.n_vector_runs} further training run(s) of the vectors: the Stability "
                      "chapter measures how much their embeddings disagree. Runs that reach the same loss but disagree "
-                     "there found different, equally good solutions; a large loss spread here explains disagreement "
-                     "there.")
+                     "there found different, equally good solutions.")
     return "\n\n".join(parts)
 
 
@@ -397,20 +460,46 @@ def schedule_figure(rep: TrainingReport) -> plt.Figure | None:
 def show_summary(rep: TrainingReport) -> None:
     show_markdown(narrative(rep))
     bad = [d.name for d in rep.runs if d.div.diverged]
-    if bad:
-        callout("warning", "Diverged: " + ", ".join(f"`{escape(b)}`" for b in bad) + ". Seed 000 §219.1's remedies: "
-                "reduce the learning rate (10× after NaN/Inf), add gradient clipping, check data normalization.",
-                title="Divergence")
+    if bad:  # the runs' divergence is in the narrative above: the callout adds what to do
+        callout("warning", "Seed 000 §219.1's remedies for a diverged run: reduce the learning rate (10× after "
+                "NaN/Inf), add gradient clipping, check data normalization.", title="Divergence: what to do")
+
+
+def per_run_table(rep: TrainingReport) -> pd.DataFrame:
+    """Several runs: one row per metric, one column per run, each cell the run's value with its own interval."""
+    runs = [d.name for d in rep.runs]
+    rows = []
+    for spec in cv.SPECS.values():
+        cells = {}
+        for run in runs:
+            m = rep.metrics.get(f"{spec.name}__{snapshot_slug(run)}")
+            cells[run] = "—" if m is None else marked_value(m.value, m.ci_low, m.ci_high, m.bias_corrected) + (
+                f" ({interval(m.ci_low, m.ci_high, sep=' – ')})" if m.has_ci else "")
+        if any(c != "—" for c in cells.values()):
+            rows.append({"metric": spec.label, "better": spec.direction or "", **cells})
+    return pd.DataFrame(rows, columns=["metric", "better", *runs])
 
 
 def show_metrics(rep: TrainingReport) -> None:
-    several = len(rep.runs) > 1
-    show_metric_table(rep.metrics, caption="Training diagnostics. " + (
-        "Per-run values are means over the runs where they are defined (diverged runs have no final loss), with t "
-        "intervals over runs; spreads are standard deviations over runs (chi-square intervals)." if several else
-        "One run: final losses and the gap average the last checks (bootstrap intervals over them; neighbouring "
-        "checks are correlated, so these intervals are optimistic); the rate has its regression interval.")
-        + " No verdicts: the seed gives no threshold table for these numbers.", label="tbl-training-metrics")
+    if len(rep.runs) == 1:
+        show_metric_table(rep.metrics, caption="Training diagnostics. One run: final losses and the gap average the "
+                          "last checks (bootstrap intervals over them; neighbouring checks are correlated, so these "
+                          "intervals are optimistic); the rate has its regression interval. No verdicts: the seed "
+                          "gives no threshold table for these numbers.", label="tbl-training-metrics")
+        return
+    table = per_run_table(rep)
+    show_table(table, caption=with_mark_note(
+        table, "Training diagnostics per run (recorded in metrics.json as metric__run): each run's value with its "
+               "own 95 % interval (final losses and the gap: bootstrap over the last checks, optimistic since "
+               "neighbouring checks are correlated; the rate: its regression interval; shares: Wilson). No verdicts: "
+               "the seed gives no threshold table for these numbers."), label="tbl-training-metrics")
+    headline = {k: m for k, m in rep.metrics.items() if "__" not in k}
+    show_metric_table(headline, caption="Over the runs. " + (
+        "The runs repeat one configuration: means over the runs where a value is defined (diverged runs have no "
+        "final loss), t intervals over runs, spreads as standard deviations with chi-square intervals; no interval "
+        f"from fewer than {tr.MIN_INTERVAL_N} runs." if rep.replicates else
+        "Only the share of runs that diverged: the runs may differ in configuration, so nothing is averaged over "
+        "them."), label="tbl-training-headline")
 
 
 def show_curves(rep: TrainingReport) -> None:
@@ -434,10 +523,17 @@ def show_schedule(rep: TrainingReport) -> None:
                 "exploding-gradient level (max > 1000).", label="fig-training-schedule")
 
 
+#: the per-run table's columns that the metrics table does not already show
+RUN_COLUMNS = ("run", "checks", "status", "best checkpoint")
+
+
 def show_runs(rep: TrainingReport) -> None:
-    show_table(runs_table(rep.runs), caption=f"Per run. 'converged at': the {rep.log.x} from which the smoothed "
-               f"loss stays within {rep.settings['tol']:.0%} of its total change of the final level; early stopping: "
-               "Lightning's rule on the monitored value; λ: the seed's exponential convergence rate per check.",
+    show_table(runs_table(rep.runs)[list(RUN_COLUMNS)],
+               caption=f"Per run: its checks, a one-word status and the checkpoint early stopping keeps (the best "
+                       f"monitored value before it fires); the losses, steps and rates are in the metrics table "
+                       f"above. Convergence step: the {rep.log.x} from which the smoothed loss stays within "
+                       f"{rep.settings['tol']:.0%} of its total change of the final level; early stopping: Lightning's "
+                       "rule on the monitored value; λ: the seed's exponential convergence rate per check.",
                label="tbl-training-runs")
 
 
@@ -486,12 +582,47 @@ CONVERGENCE_TOL = Option("convergence_tol", 0.01, "training diagnostics: converg
                          "the final level", bounds=(0, 1))
 CP_PENALTY = Option("cp_penalty", 3.0, "training diagnostics: PELT penalty of the change-point search (seed: 3)",
                     bounds=(0, INF))
+REPLICATE_RUNS = Option("replicate_runs", "no", "training diagnostics: the log's runs repeat one configuration with "
+                        "different seeds (yes: their mean and spread over runs are reported; no: each run on its own)",
+                        ("no", "yes"))
 LOG_SCALE = Option("log_scale", "auto", "training diagnostics: loss axis on a log scale (auto: when the loss spans a decade)",
                    ("auto", "true", "false"))
+
+def findings(r: ChapterResults) -> list[Finding]:
+    """Events of the training runs: a run that diverged (problematic) and a run that overfits (concerning:
+    stop at its best checkpoint), each naming the run and the step."""
+    events = r.info.get("run_events") or []
+    out = []
+    diverged = [e for e in events if e["diverged"]]
+    if diverged:
+        where = "; ".join(f"{e['run']} from step {e['diverged_from']:,}" + (
+            f", first NaN/Inf at {e['first_nonfinite']:,}" if e.get("first_nonfinite") is not None else "")
+            for e in diverged)
+        out.append(Finding(
+            "problematic", "training process", r.name,
+            f"{len(diverged)} of {len(events)} training runs diverged",
+            f"Lower the learning rate or clip gradients for these runs, and do not ship their checkpoints ({where}).",
+            metrics=("diverged_runs",), evidence={"value": len(diverged) / max(len(events), 1),
+                                                  "runs": [e["run"] for e in diverged]},
+            rule="event", effect="divergence"))
+    over = [e for e in events if e["overfitting"]]
+    if over:
+        where = "; ".join(f"{e['run']} from step {e['overfitting_onset']:,} (validation loss rises "
+                          f"{e['overfitting_rise']:.0%} above its minimum)" for e in over)
+        out.append(Finding(
+            "concerning", "training process", r.name,
+            f"{len(over)} of {len(events)} training runs overfit",
+            f"Stop these runs at their best validation checkpoint, or add regularisation ({where}).",
+            metrics=("overfitting_onset_step", "overfitting_gap"),
+            evidence={"runs": [e["run"] for e in over], "onsets": [e["overfitting_onset"] for e in over]},
+            rule="event", effect="overfitting"))
+    return out
+
 
 CHAPTER = ChapterSpec(
     name="training_diagnostics", title="Training diagnostics", order=76,
     description="Convergence, early stopping (Lightning's rule), divergence, oscillation, overfitting, change points and tail stationarity from the training log, with the seed's TrainingMonitor checks (seed 000 §219.1).",
     requires=("training_log",), optional=("runs",),
-    options=(MIN_DELTA, MIN_DELTA_MODE, PATIENCE, MONITOR, MONITOR_MODE, SMOOTHING, TAIL_WINDOW, CONVERGENCE_TOL, CP_PENALTY, LOG_SCALE), precheck=precheck, demo="training_log",
+    options=(MIN_DELTA, MIN_DELTA_MODE, PATIENCE, MONITOR, MONITOR_MODE, SMOOTHING, TAIL_WINDOW, CONVERGENCE_TOL, CP_PENALTY, REPLICATE_RUNS, LOG_SCALE), precheck=precheck, demo="training_log",
+    findings=findings,
 )

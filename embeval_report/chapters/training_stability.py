@@ -79,7 +79,8 @@ def compute(ctx: ChapterContext) -> TrainingReport:
     ctx.rec.note(k=k, **({"k_requested": k_requested} if k != k_requested else {}), runs=r.runs,
                  checkpoints=r.coverage.to_dict(orient="records"), transitions=r.transitions.to_dict(orient="records"),
                  to_final=r.to_final.to_dict(orient="records"), cross_run=r.cross_run.to_dict(orient="records"),
-                 cohorts=r.cohorts.to_dict(orient="records"))
+                 cohorts=r.cohorts.to_dict(orient="records"),
+                 **({"dimension_mismatch": r.info["dimension_mismatch"]} if "dimension_mismatch" in r.info else {}))
     return TrainingReport(r, k_requested)
 
 
@@ -136,6 +137,15 @@ def training_narrative(r: TrainingResult) -> str:
     n_runs = len(r.runs)
     parts = [f"{len(r.coverage)} checkpoints of {n_runs} run{'s' if n_runs > 1 else ''} "
              f"({', '.join(escape(x) for x in r.runs)}) are compared, with neighbourhoods of k = {r.k}."]
+    other = r.info.get("dimension_mismatch")
+    if other:
+        names = ", ".join(f"**{escape(m['name'])}** (d = {m['d']})" for m in other)
+        parts.append(f"**Dimensions.** The main set has d = {r.info['d_reference']}, but the checkpoint"
+                     f"{'s' if len(other) > 1 else ''} {names} {'have' if len(other) > 1 else 'has'} another "
+                     "dimension. Checkpoints of different dimensions share no space: the aligned cosine and the "
+                     "movement 1 − cos between them are not defined (recorded as null with this reason, — in the "
+                     "tables); their k-NN overlap and similarity correlation compare neighbourhoods within each "
+                     "space and are kept.")
     parts.append(_trajectory_text(r))
     if "tranche_knn_overlap_first_to_final" in r.values:
         parts.append(f"The first checkpoint shares {r.values['tranche_knn_overlap_first_to_final']:.1%} of each "

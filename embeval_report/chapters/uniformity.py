@@ -19,6 +19,7 @@ from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, metric_text, percent
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import ChapterSpec
+from .findings import Effect
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -377,4 +378,6 @@ CHAPTER = ChapterSpec(
     description="Are vectors spread over the sphere, and are positive pairs close? Wang & Isola uniformity (exact, all pairs) and alignment (seed 001 §21.1.2).",
     requires=("vectors",), optional=("positive_pairs",),
     precheck=precheck,
+    effects=(Effect("uniformity", ("uniformity",), "The vectors do not spread over the sphere",
+                    "Expect crowded neighbourhoods; a contrastive objective or a correction spreads them:"),),
 )

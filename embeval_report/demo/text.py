@@ -43,6 +43,15 @@ def lee_corpus() -> tuple[list[str], list[str], np.ndarray]:
     return documents("lee.cor"), documents("lee_background.cor"), ratings
 
 
+def grading_note(n_rated: int, n_background: int) -> str:
+    """How the demo's grades were made from the ratings (the manifest's ``qrels_note``, quoted by the report)."""
+    (hi, _), (lo, _) = GRADES
+    return (f"each of the {n_rated} rated documents is a query; its judgement of another rated document is the mean "
+            "similarity rating people gave the pair (Lee, Pincombe & Welsh 2005, 1–5 scale): grade 2 for a mean of "
+            f"at least {5 * hi:g} of 5, grade 1 from {5 * lo:g} up to {5 * hi:g}, grade 0 (judged, not relevant) "
+            f"below {5 * lo:g}; the {n_background} background documents were never rated, so they are unjudged")
+
+
 def rating_grade(rating: float) -> int:
     """Relevance grade of a mean human rating on the 0-1 scale (see :data:`GRADES`)."""
     return next((grade for low, grade in GRADES if rating >= low), 0)
@@ -60,8 +69,9 @@ def packaged_minilm() -> Path:
 
 
 def write_text_demo(folder, *, seed: int = 0) -> Path:
-    """Write the text demo (corpus.jsonl, queries.jsonl, qrels.txt, metadata.csv, a link to the packaged model,
-    manifest.yaml); return the manifest.
+    """Write the text demo (corpus.jsonl, queries.jsonl, qrels.txt, metadata.csv with each document's kind and
+    text, shown beside its id in the report's tables, a link to the packaged model, manifest.yaml with the
+    grading rule as ``qrels_note``); return the manifest.
 
     ``seed`` is accepted for symmetry with :func:`~embeval_report.demo.write_demo`; the data are fixed.
     """
@@ -74,8 +84,8 @@ def write_text_demo(folder, *, seed: int = 0) -> Path:
     corpus = pd.DataFrame({"id": rated_ids + background_ids, "text": rated + background})
     corpus.to_json(folder / "corpus.jsonl", orient="records", lines=True, force_ascii=False)
     corpus.iloc[:len(rated)].to_json(folder / "queries.jsonl", orient="records", lines=True, force_ascii=False)
-    pd.DataFrame({"id": corpus["id"], "kind": ["rated"] * len(rated) + ["background"] * len(background)}
-                 ).to_csv(folder / "metadata.csv", index=False)
+    pd.DataFrame({"id": corpus["id"], "kind": ["rated"] * len(rated) + ["background"] * len(background),
+                  "text": corpus["text"]}).to_csv(folder / "metadata.csv", index=False)
     lines = [f"{rated_ids[i]} 0 {rated_ids[j]} {rating_grade(ratings[i, j])}\n"
              for i in range(len(rated)) for j in range(len(rated)) if i != j]
     (folder / "qrels.txt").write_text("".join(lines))
@@ -92,6 +102,7 @@ def write_text_demo(folder, *, seed: int = 0) -> Path:
         "metadata": "metadata.csv",
         "queries": {"texts": "queries.jsonl"},
         "qrels": "qrels.txt",
+        "qrels_note": grading_note(len(rated), len(background)),
         "exclude_self": True,
     }
     path = folder / "manifest.yaml"

@@ -84,6 +84,14 @@ _QUERY_KEYS = {
     "metadata": ManifestField("path", "table with an 'id' column grouping the queries (e.g. a 'group' column)"),
 }
 
+_MLFLOW_KEYS = {
+    "tracking_uri": ManifestField("str", "where to log: a tracking server (http://host:5000), a database "
+                                  "(sqlite:///mlflow.db) or a file store (file:///path or a folder; relative to the "
+                                  "manifest); default: MLflow's own (MLFLOW_TRACKING_URI)"),
+    "experiment": ManifestField("str", "the MLflow experiment (default: embeval-report)"),
+    "run_name": ManifestField("str", "the MLflow run's name (default: the report's name)"),
+}
+
 MANIFEST_FIELDS: dict[str, ManifestField] = {
     "name": ManifestField("str", "display name of the embedding set (default: the manifest file name)"),
     "vectors": ManifestField("vectors_path", "file with the embedding matrix, a Zarr store or HDF5 file (or a mapping "
@@ -124,6 +132,7 @@ MANIFEST_FIELDS: dict[str, ManifestField] = {
                                  needs="`annotations` (human ratings: item, rater, label)"),
     "annotation_level": ManifestField("str", "level of measurement of the annotations: nominal, ordinal or interval"),
     "exclude_self": ManifestField("bool", "retrieval: a document whose id equals the query id is not ranked"),
+    "qrels_note": ManifestField("str", "retrieval: how the relevance grades were made, stated with the judgements"),
     "monitor_history": ManifestField("path", "JSONL history written by `embeval-report monitor --history`",
                                      needs="`monitor_history` (the JSONL file `embeval-report monitor --history` writes)"),
     "anomaly_scores": ManifestField("path", "anomaly: your detector's scores, a table id,score[,more score columns]",
@@ -143,6 +152,8 @@ MANIFEST_FIELDS: dict[str, ManifestField] = {
     "entity": ManifestField("str", "the entity type to read from a PyTorch-BigGraph checkpoint folder"),
     "model": ManifestField("model", "a sentence-transformers model folder (or mapping) that embeds `texts`"),
     "texts": ManifestField("path", "the corpus texts (.jsonl/.csv/.tsv/.parquet with id and text), embedded with `model`"),
+    "mlflow": ManifestField("mapping", "log the report to MLflow (one run per report; not side data, no chapter "
+                            "reads it)", keys=_MLFLOW_KEYS),
 }
 
 CORE_FIELDS = ("name", "vectors", "ids", "metadata", "entity", "model", "texts")

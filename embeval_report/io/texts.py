@@ -25,6 +25,8 @@ from .files import as_ids, check_unique, describe, existing_file, library_errors
 
 #: extensions :func:`read_texts` reads
 TEXT_FORMATS = (".jsonl", ".ndjson", ".csv", ".tsv", ".parquet")
+#: characters of a text shown beside its id in a table
+SNIPPET = 60
 _EXPECTED = "expected columns 'id' and 'text'"
 
 
@@ -142,3 +144,27 @@ def _read_table(path: Path, label: str, suffix: str) -> tuple[np.ndarray, list[s
 
 def _is_na(value) -> bool:
     return value is None or (isinstance(value, float) and np.isnan(value))
+
+
+# ---------------------------------------------------------------------------------------------
+# Texts beside ids in the report's tables
+# ---------------------------------------------------------------------------------------------
+
+def snippet(text: str, width: int = SNIPPET) -> str:
+    """The first ``width`` characters of ``text`` on one line (runs of whitespace as one space), with … when cut."""
+    one = " ".join(str(text).split())
+    return one if len(one) <= width else one[:max(width - 1, 1)].rstrip() + "…"
+
+
+def texts_by_id(fields: dict | None = None, metadata: pd.DataFrame | None = None) -> dict[str, str]:
+    """``id -> text`` of a set's documents, for showing beside ids: the manifest's ``texts`` file when its fields
+    name one (read with :func:`read_texts`), else a ``text`` column of its ``metadata`` (keyed by ``id``, or by
+    the index); ``{}`` when there is neither."""
+    path = (fields or {}).get("texts")
+    if path:
+        ids, texts = read_texts(path)
+        return dict(zip((str(i) for i in ids), texts))
+    if metadata is None or "text" not in metadata.columns:
+        return {}
+    keys = metadata["id"] if "id" in metadata.columns else metadata.index
+    return {str(k): str(t) for k, t in zip(keys, metadata["text"]) if isinstance(t, str) and t.strip()}

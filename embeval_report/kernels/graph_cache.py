@@ -22,7 +22,8 @@ from ..context import current
 #: bytes of graphs kept in memory per process (least recently used dropped first)
 MEMORY_BYTES = 512 * 2**20
 
-_memory: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+#: graphs held in this process, per cache (a run's folder, or none): one run never reads another's graphs as its own
+_memory: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
 
 def _settings():
@@ -64,7 +65,7 @@ def cached_products(X32: np.ndarray, wants: dict[str, int], exclude_self: bool,
     suffix = "others" if exclude_self else "all"
     found, missing = {}, {}
     for name, k in wants.items():
-        item = _memory.get(f"{space}-{name}-{suffix}") or _read(f"{space}-{name}-{suffix}")
+        item = _memory.get(_held(f"{space}-{name}-{suffix}")) or _read(f"{space}-{name}-{suffix}")
         if item is None or (k and item[0].shape[1] < k):
             missing[name] = min(max(k, _settings().min_k), len(X32) - int(exclude_self)) if k else 0
         else:
@@ -90,7 +91,7 @@ def cached_products(X32: np.ndarray, wants: dict[str, int], exclude_self: bool,
 def stored_product(X32: np.ndarray, name: str, exclude_self: bool = True) -> tuple | None:
     """A product of this space held in memory or the folder (e.g. the potential of a cosine sweep), or None."""
     key = f"{fingerprint(X32)}-{name}-{'others' if exclude_self else 'all'}"
-    item = _memory.get(key) or _read(key)
+    item = _memory.get(_held(key)) or _read(key)
     if item is not None:
         _remember(key, item)
     return item
@@ -103,9 +104,14 @@ def cached_graph(X32: np.ndarray, k: int, metric: str, exclude_self: bool,
     return cached_products(X32, {metric: k}, exclude_self, lambda missing: {metric: compute(missing[metric])})[metric]
 
 
+def _held(key: str) -> tuple:
+    """The memory key of a graph: the run's cache folder (None: memory only) and the graph's key."""
+    return (_settings().folder, key)
+
+
 def _remember(key: str, item) -> None:
-    _memory[key] = item
-    _memory.move_to_end(key)
+    _memory[_held(key)] = item
+    _memory.move_to_end(_held(key))
     limit = current().share("graphs") or MEMORY_BYTES
     while len(_memory) > 1 and sum(a.nbytes for it in _memory.values() for a in it) > limit:
         _memory.popitem(last=False)

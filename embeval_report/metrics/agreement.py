@@ -613,3 +613,19 @@ def embedding_agreement(similarity, human, *, data: RatingData | None = None, le
             raters = pd.DataFrame(rows)
     return EmbeddingAgreement(rho, ci, float(res.pvalue), n, pairs, raters,
                               f"{level:.0%} BCa bootstrap over the {n:,} pairs ({n_boot} resamples)")
+
+
+def alpha_without(ratings: pd.DataFrame, level_of_measurement: str, raters: list, *, level: float = DEFAULT_LEVEL,
+                  seed: int = 0) -> tuple | None:
+    """Krippendorff's α once the ratings of ``raters`` are removed, with its item-bootstrap percentile interval:
+    ``(alpha, low, high, raters kept)``; ``None`` without raters to remove or when fewer than two raters, or no
+    item rated twice, remain."""
+    if not raters:
+        return None
+    kept = ratings[~ratings["rater"].astype(str).isin([str(r) for r in raters])]
+    if kept["rater"].nunique() < 2 or not kept["item"].duplicated().any():
+        return None
+    d = RatingData.of(kept, level_of_measurement)
+    reps = weighted_bootstrap(lambda w: krippendorff_alpha(d, None, w), len(d.items), n_boot=N_BOOT, seed=seed)
+    lo, hi = percentile_interval(reps, level)
+    return float(krippendorff_alpha(d)), lo, hi, int(kept["rater"].nunique())

@@ -24,6 +24,7 @@ fraction, no feature scaling, no baseline, and ``multi_class="multinomial"``, wh
 """
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 
@@ -41,7 +42,7 @@ from ..kernels import as_numpy
 from ..stats import t_interval
 from .labels import (N_FOLDS, LabelSet, OnLabels, as_labelset, per_group, prepare_labels,  # noqa: F401
                      stratified_subsample, threads)
-from .spec import MetricSpec, specs
+from .spec import MIN_INTERVAL_N, MetricSpec, specs
 
 TRAIN_FRACTIONS = (0.1, 0.3, 0.5, 0.7, 0.9)
 N_REPEATS = 5
@@ -168,11 +169,13 @@ def evaluate_node_classification(X, labels, *, n_folds: int = N_FOLDS, train_fra
             key = name if model == "probe" else f"{model}_{name}"
             values[key] = float(t[name].mean())
             values[key + "_std"] = float(t[name].std(ddof=1))
-            values[key + "_ci_low"], values[key + "_ci_high"] = t_interval(t[name], level)
+            values[key + "_ci_low"], values[key + "_ci_high"] = (t_interval(t[name], level) if len(t) >= MIN_INTERVAL_N
+                                                                 else (math.nan, math.nan))
     p = ls.counts / ls.n
     values["chance_accuracy_expected"] = float((p ** 2).sum())
+    few = "" if n_folds >= MIN_INTERVAL_N else f"{n_folds} folds: an interval needs at least {MIN_INTERVAL_N}"
     metrics = {s.name: s.record(values[s.name], (values[s.name + "_ci_low"], values[s.name + "_ci_high"]),
-                                ci_method=ci_method) for s in SPECS.values()}
+                                ci_method=ci_method, note=few) for s in SPECS.values()}
     conf = confusion_matrix(y, oof, labels=np.arange(n_cls))
     return ClassificationResult(
         labels=ls, values=values, metrics=metrics, folds=folds, predictions=oof, confusion=conf,

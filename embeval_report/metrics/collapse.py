@@ -69,7 +69,7 @@ SPECS = specs(
     MetricSpec("effective_rank", "Effective rank", "higher",
                r"\exp(-\sum_k p_k \ln p_k),\ p_k = \sigma_k / \sum_j \sigma_j,\ \sigma = \mathrm{sv}(\tilde E)",
                f"Roy & Vetterli 2007; verdict: seed 001 §21.1.3 collapse rule (< {_percent(RANK_RULE.healthy)} of d)",
-               range=(1.0, math.inf), bands=RANK_RULE, per_d=True, unit="dimensions"),
+               range=(1.0, math.inf), bands=RANK_RULE, per_d=True, unit="dimensions", full_rank=True),
     MetricSpec("stable_rank", "Stable rank", "higher",
                r"\lVert \tilde E \rVert_F^2 / \lVert \tilde E \rVert_2^2 = \sum_k \sigma_k^2 / \sigma_1^2",
                "Rudelson & Vershynin 2007 (seed 001 §21.1.3 codes (Σσ)²/Σσ² instead)", range=(1.0, math.inf),
@@ -369,11 +369,11 @@ class CollapseResult(PlannedIntervals):
     @property
     def collapse_detected(self) -> bool:
         """Seed 001 §21.1.3's rule: dead ratio > 0.1 or effective rank < 0.3 d (a set without variance has
-        collapsed completely)."""
+        collapsed completely). The effective-rank part assumes n > d (not estimable on fewer vectors)."""
         if self.no_variance:
             return True
         return (self.values["dead_dimensions"] / self.d > DEAD_RULE.healthy
-                or self.values["effective_rank"] < RANK_RULE.healthy * self.d)
+                or (self.n > self.d and self.values["effective_rank"] < RANK_RULE.healthy * self.d))
 
 
 def _spectra(N: float, s: np.ndarray, G: np.ndarray, shift: np.ndarray, n: int
@@ -400,8 +400,8 @@ def resampling_plan(n: int, d: int, n_boot: int) -> ResamplingPlan:
 
 
 def measure_collapse(X, *, dead_threshold: float = DEAD_THRESHOLD, dead_reference: str = "mean", k: int = 20,
-                     sample_size: int | None = None, n_boot: int = 200, level: float = 0.95, seed: int = 0,
-                     device="auto") -> CollapseResult:
+                     sample_size: int | None = None, id_rows: int = ID_SAMPLE_SIZE, n_boot: int = 200,
+                     level: float = 0.95, seed: int = 0, device="auto") -> CollapseResult:
     r"""Dimension-collapse metrics and intrinsic dimension of an embedding set, with CIs.
 
     Parameters
@@ -410,8 +410,9 @@ def measure_collapse(X, *, dead_threshold: float = DEAD_THRESHOLD, dead_referenc
     dead_threshold, dead_reference : a coordinate is dead when its variance is below
         ``dead_threshold`` x the mean (or median) per-coordinate variance; see :func:`dead_dimensions`
     k : neighbours for the MLE intrinsic dimension
-    sample_size : rows sampled for the intrinsic-dimension k-NN (default 20 000); spectral metrics
-        are exact over all rows
+    sample_size : the row budget of sampled estimates (``--sample-size``); here it caps ``id_rows``; spectral
+        metrics are exact over all rows
+    id_rows : rows sampled for the intrinsic-dimension k-NN (default 20 000)
     n_boot : bootstrap resamples (0 disables CIs); seed, device as elsewhere
 
     Metrics (direction; reference, see :data:`SPECS`): ``effective_rank`` (higher; Roy & Vetterli
@@ -477,7 +478,7 @@ def measure_collapse(X, *, dead_threshold: float = DEAD_THRESHOLD, dead_referenc
                 corrected[name] = plan.bias_corrected(values[name], reps[:, i], bounds)
         pr_ci = plan.interval(pr, reps[:, -1], level, bounds)
     spec_method = plan.describe(level, percentile_for="the count")
-    ident, id_reason = _estimate(X, k=k, sample_size=sample_size or ID_SAMPLE_SIZE, discard_fraction=0.1,
+    ident, id_reason = _estimate(X, k=k, sample_size=min(id_rows, sample_size or id_rows), discard_fraction=0.1,
                                  n_boot=n_boot, level=level, seed=seed, device=dev)
     if ident is not None:
         values["intrinsic_dim_twonn"] = ident.twonn
@@ -493,7 +494,7 @@ def measure_collapse(X, *, dead_threshold: float = DEAD_THRESHOLD, dead_referenc
         intrinsic = name.startswith("intrinsic")
         metrics[name] = spec.record(values[name], cis.get(name), ci_method=ident.ci_method if intrinsic else spec_method,
                                     d=d, bias_corrected=corrected.get(name),
-                                    note="" if intrinsic or plan.active else plan.reason)
+                                    note="" if intrinsic or plan.active else plan.reason, n=n)
     info = dict(
         stable_rank_seed001=stable_rank_seed001(sv),
         rank=int((sv > 0).sum()),

@@ -38,7 +38,6 @@ import pandas as pd
 import torch
 
 from ..errors import UndefinedMetricWarning
-from ..io import GROUP_COLUMNS, category_column, iter_groups
 from ..io.snapshots import MIN_MATCHED, Snapshot
 from ..io.snapshots import load_snapshots as _read_snapshots
 from ..kernels import as_numpy, column_mean, resolve_device, unit_rows
@@ -48,24 +47,22 @@ from ..stats import HypothesisTest, ResamplingPlan, normal_ci, wilson_ci
 from .isotropy import cosine_moments, covariance_from_moments, no_variance, spectral_metrics
 from .procrustes import knn_overlap, procrustes_align, row_cosines
 from .spec import MetricSpec, specs
-from .thresholds import SEVERITY, THRESHOLDS, verdict, worst
+from .thresholds import THRESHOLDS, verdict, worst  # noqa: F401  (THRESHOLDS: the drift API)
 from .two_sample import ALPHA, DomainClassifier, KSDimensions, MMDTest, domain_classifier_auc, ks_dimensions, mmd_test
 from .two_sample import benjamini_hochberg  # noqa: F401  (the drift API: embeval_report.drift.benjamini_hochberg)
+from .drift_alerts import (ALERT_CHECKS, DRIFT_FLOOR, FLAT_RATIO, MIN_TREND_POINTS, SIGMA_FLOOR,  # noqa: F401
+                           TOO_FEW_POINTS, alert_level, alert_reference, drift_by_group, drift_pattern,
+                           group_columns, group_drift_series, sigma_above_trend)
+from .drift_alerts import alert_level as _level  # noqa: F401  (the chapter's name for it)
 
 #: neighbourhood size of the k-NN overlap (seed 003; seed 000's hubness default)
 K_OVERLAP = 10
 #: the anomaly rule d_i > mu + k sigma (seed 000 §217.2.3.2; its code uses k = 2)
 ANOMALY_K = 2.0
-#: per-entity cosine drift at or below this is numerical noise (an angle of about 0.08°)
-DRIFT_FLOOR = 1e-6
-#: a spread of earlier Procrustes distances below this is numerical noise
-SIGMA_FLOOR = 1e-6
 #: rows per side of the MMD sample (seed 000 §220.1 and Evidently use 1000); the chapter's ``mmd_sample`` option
 MMD_SAMPLE = 1000
 #: rows per side for the domain classifier
 CLASSIFIER_SAMPLE = 2500
-#: the snapshots before the first alert count as flat when their mean drift is within this multiple of the first's
-FLAT_RATIO = 1.25
 #: a variance of the pair cosines below this share of their mean square is rounding (every pair equally similar)
 NO_SPREAD = 1e-12
 #: an aligned vector this close to its baseline vector (relative to the baseline's RMS norm) is the baseline
@@ -126,15 +123,26 @@ SPECS = specs(
     MetricSpec("domain_classifier_auc", "Domain-classifier AUC", "lower",
                r"\mathrm{AUC}(\text{baseline vs snapshot; 5-fold CV logistic regression})",
                "domain classifier (Evidently, deepchecks); 0.5 = no drift", range=(0.0, 1.0), chance=0.5),
-    MetricSpec("matched_entities", "Entities in both", "higher", "", "entities matched by id"),
-    MetricSpec("new_entities", "New entities", "lower", "", "population drift (seed 000 §217.2.3.1)"),
-    MetricSpec("departed_entities", "Departed entities", "lower", "", "population drift (seed 000 §217.2.3.1)"),
+    MetricSpec("matched_entities", "Entities in both", None, "", "entities matched by id"),
+    MetricSpec("new_entities", "New entities", None, "", "population drift (seed 000 §217.2.3.1)"),
+    MetricSpec("departed_entities", "Departed entities", None, "", "population drift (seed 000 §217.2.3.1)"),
 )
 
-#: the Table 217.3 checks: metric -> its bands in :data:`embeval_report.metrics.thresholds.THRESHOLDS` (the
-#: mean drift is judged by its ratio to the first interval's, the Procrustes distance by σ above its trend)
-ALERT_CHECKS = {"mean_drift": "drift_mean_ratio", "pairwise_similarity_correlation": "drift_pairwise_correlation",
-                "anomalous_fraction": "drift_anomalous_fraction", "procrustes_distance": "drift_procrustes_sigma"}
+#: the metrics that compare positions in one shared space (alignment, per-entity cosine drift, per-dimension and
+#: two-sample tests): undefined (null, with :func:`dimension_note`) for a snapshot of another dimension; the
+#: neighbourhood metrics (k-NN overlap, pairwise similarity correlation) and the isotropy changes, each set
+#: measured in its own space, are kept
+SHARED_SPACE = ("mean_drift", "drift_std", "mean_l2_drift", "mean_drift_ratio", "step_drift", "anomalous_fraction",
+                "procrustes_distance", "procrustes_sigma_above_trend", "mean_shift", "mmd", "mmd_p_value",
+                "ks_rejected_fraction", "ks_max_statistic", "domain_classifier_auc")
+
+
+def dimension_note(name: str, d: int, d_baseline: int) -> str:
+    """Why a shared-space metric of a snapshot of another dimension is null."""
+    return (f"needs one shared space: snapshot {name} has d = {d}, the baseline d = {d_baseline} (positions, "
+            "rotations and coordinates cannot be compared across dimensions)")
+
+
 #: the moment statistics of :func:`_pair_statistics`, with block-bootstrap intervals
 PAIR_STATISTICS = ("procrustes_distance", "mean_shift", "isotropy_drift_pr_fraction",
                    "pairwise_similarity_correlation", "isotropy_drift_apcs")
@@ -224,10 +232,11 @@ class SnapshotDrift:
     ci_methods: dict
     bias_corrected: dict = field(default_factory=dict)  # metric name -> bootstrap bias-corrected estimate
     notes: dict = field(default_factory=dict)           # metric name -> why its value is undefined
+    d: int | None = None                                # the snapshot's dimension
 
 
-def _pair_statistics(A: np.ndarray, B: np.ndarray, *, n_boot: int, level: float, seed: int, dev
-                     ) -> tuple[dict, dict, dict, str]:
+def _pair_statistics(A: np.ndarray, B: np.ndarray, *, n_boot: int, level: float, seed: int, dev,
+                     dims: tuple[int, int] | None = None) -> tuple[dict, dict, dict, str]:
     """Moment-based statistics of the matched pair (A, B) and their intervals.
 
     From one chunked pass over ``[A | B]`` (covariance) and one over ``[A/|A| | B/|B|]`` (cosine
@@ -236,9 +245,13 @@ def _pair_statistics(A: np.ndarray, B: np.ndarray, *, n_boot: int, level: float,
     over random blocks of entities, or a delete-a-group jackknife when the per-block moments would not
     fit in memory (:class:`~embeval_report.stats.ResamplingPlan`). With a Dask engine on (a ``--dask`` run)
     the passes run on its cluster (:func:`~embeval_report.kernels.dask_engine.shared`), the same numbers to
-    rounding. Returns values, intervals, bias-corrected estimates and the interval method in words.
+    rounding. ``dims``: the two sets' own dimensions when one was zero-padded to the other's (then the
+    Procrustes distance and the mean shift, which need one shared space, are NaN, and each PR/d uses its set's
+    own d). Returns values, intervals, bias-corrected estimates and the interval method in words.
     """
     n, D = A.shape
+    d_a, d_b = dims or (D, D)
+    shared = d_a == d_b
     AB = np.hstack([A, B])
     plan = ResamplingPlan.choose(n, 2 * D, n_boot)
     halves = lambda x: torch.cat([unit_rows(x[:, :D]), unit_rows(x[:, D:])], 1)  # noqa: E731
@@ -258,11 +271,12 @@ def _pair_statistics(A: np.ndarray, B: np.ndarray, *, n_boot: int, level: float,
         # no spread (every vector the same up to rounding): these statistics are undefined
         spread_a, spread_b = not no_variance(eig_a, float(mu[:D] @ mu[:D])), not no_variance(eig_b, float(mu[D:] @ mu[D:]))
         both = spread_a and spread_b
-        out = {"procrustes_distance": math.sqrt(max(0.0, 2 - 2 * nuclear / math.sqrt(ta * tb))) if both
+        out = {"procrustes_distance": math.sqrt(max(0.0, 2 - 2 * nuclear / math.sqrt(ta * tb))) if both and shared
                else float("nan"),
-               "mean_shift": float(np.linalg.norm(mu[D:] - mu[:D]) / math.sqrt(ta)) if spread_a else float("nan"),
-               "isotropy_drift_pr_fraction": spectral_metrics(eig_b, D)["participation_ratio_fraction"]
-               - spectral_metrics(eig_a, D)["participation_ratio_fraction"] if both else float("nan")}
+               "mean_shift": float(np.linalg.norm(mu[D:] - mu[:D]) / math.sqrt(ta)) if spread_a and shared
+               else float("nan"),
+               "isotropy_drift_pr_fraction": spectral_metrics(eig_b, d_b)["participation_ratio_fraction"]
+               - spectral_metrics(eig_a, d_a)["participation_ratio_fraction"] if both else float("nan")}
         Nc, su, Gu = cos_m.total(w)
         same = float(cos_m.count @ (np.ones_like(cos_m.count) if w is None else w ** 2))
         denom = Nc * Nc - same
@@ -298,10 +312,10 @@ _UNDEFINED.update(mean_shift="the baseline has no spread over the entities in bo
                                                   "not vary (every pair equally similar)")
 
 
-def _undefined_pair_statistics(values: dict) -> dict:
-    """Why each moment statistic that is NaN is undefined (metric name -> reason)."""
+def _undefined_pair_statistics(values: dict, skip=()) -> dict:
+    """Why each moment statistic that is NaN is undefined (metric name -> reason; not those in ``skip``)."""
     return {k: f"{SPECS[k].label} is undefined: {_UNDEFINED[k]}" for k in PAIR_STATISTICS
-            if not math.isfinite(values[k])}
+            if not math.isfinite(values[k]) and k not in skip}
 
 
 def snapshot_drift(X, snapshot: Snapshot, **kw) -> SnapshotDrift:
@@ -336,10 +350,12 @@ def _snapshot_drift(X, snapshot: Snapshot, *, k: int = K_OVERLAP, anomaly_k: flo
     if len(index) < MIN_MATCHED:
         raise ValueError(f"snapshot {snapshot.name!r}: only {len(index)} entities in common with the baseline "
                          f"(at least {MIN_MATCHED} needed)")
-    D = max(X.shape[1], Y.shape[1])
-    A = _pad(X[index].astype(np.float64), D)
+    if X.shape[1] != Y.shape[1]:
+        return _mismatched_snapshot(X, snapshot, k=k, n_boot=n_boot, level=level, seed=seed, dev=dev), None
+    D = X.shape[1]
+    A = X[index].astype(np.float64)
     R = stable_core_rotation(A, Y)
-    B = _pad(Y.astype(np.float64), D) @ R
+    B = Y.astype(np.float64) @ R
     n = len(index)
     rms = math.sqrt(float((A * A).sum(1).mean()))
     same = np.linalg.norm(A - B, axis=1) <= ROUNDING * rms
@@ -390,7 +406,47 @@ def _snapshot_drift(X, snapshot: Snapshot, *, k: int = K_OVERLAP, anomaly_k: flo
                          drift=drift, l2=l2, overlap=overlap, anomalous=anomalous, values=values, cis=cis,
                          mmd=mmd, ks=ks, classifier=clf, new_ids=np.asarray(snapshot.new_ids, dtype=object),
                          departed_ids=np.asarray(snapshot.departed_ids, dtype=object), ci_methods=methods,
-                         bias_corrected=corrected, notes=notes), B
+                         bias_corrected=corrected, notes=notes, d=Y.shape[1]), B
+
+
+def _mismatched_snapshot(X: np.ndarray, snapshot: Snapshot, *, k: int, n_boot: int, level: float, seed: int,
+                         dev) -> SnapshotDrift:
+    """A snapshot of another dimension than the baseline: only what needs no shared space (each entity's k-NN
+    overlap, the pairwise similarity correlation, the APCS and PR/d changes, the population counts); every
+    :data:`SHARED_SPACE` metric is NaN with :func:`dimension_note`, and no distribution test is run."""
+    Y = as_numpy(snapshot.vectors)
+    index = np.asarray(snapshot.index, dtype=np.int64)
+    n, (d0, d1) = len(index), (X.shape[1], Y.shape[1])
+    D = max(d0, d1)
+    A, B = _pad(X[index].astype(np.float64), D), _pad(Y.astype(np.float64), D)  # zero columns change no cosine
+    overlap = knn_overlap(A, B, k=min(k, n - 1), device=dev)
+    nan = float("nan")
+    values = dict.fromkeys(SHARED_SPACE, nan)
+    values.update(knn_overlap_baseline=float(overlap.mean()), matched_entities=n,
+                  new_entities=len(snapshot.new_ids), departed_entities=len(snapshot.departed_ids))
+    cis = {"knn_overlap_baseline": SPECS["knn_overlap_baseline"].clip(
+        *normal_ci(float(overlap.mean()), float(overlap.std(ddof=1)) / math.sqrt(n), level))}
+    pair_values, pair_cis, corrected, pair_method = _pair_statistics(A, B, n_boot=n_boot, level=level, seed=seed,
+                                                                     dev=dev, dims=(d0, d1))
+    for name in ("pairwise_similarity_correlation", "isotropy_drift_apcs", "isotropy_drift_pr_fraction"):
+        values[name] = pair_values[name]
+        if name in pair_cis:
+            cis[name] = pair_cis[name]
+    notes = _undefined_pair_statistics(pair_values, skip=SHARED_SPACE)
+    notes.update(dict.fromkeys(SHARED_SPACE, dimension_note(snapshot.name, d1, d0)))
+    methods = {"knn_overlap_baseline": f"{level:.0%} normal approximation over the {n:,} entities"}
+    methods.update(dict.fromkeys(("pairwise_similarity_correlation", "isotropy_drift_apcs",
+                                  "isotropy_drift_pr_fraction"), pair_method))
+    empty = np.array([])
+    return SnapshotDrift(name=snapshot.name, slug=snapshot.slug, timestamp=snapshot.timestamp, index=index,
+                         drift=np.full(n, nan), l2=np.full(n, nan), overlap=overlap, anomalous=np.zeros(n, bool),
+                         values=values, cis=cis, mmd=MMDTest(nan, nan, nan, nan, nan, nan, nan, 0, 0, 0),
+                         ks=KSDimensions(empty, empty, empty, empty.astype(bool), ALPHA),
+                         classifier=DomainClassifier(nan, nan, nan, nan, 0, 0, 0),
+                         new_ids=np.asarray(snapshot.new_ids, dtype=object),
+                         departed_ids=np.asarray(snapshot.departed_ids, dtype=object), ci_methods=methods,
+                         bias_corrected={k_: v for k_, v in corrected.items() if k_ in cis}, notes=notes,
+                         d=d1)
 
 
 def drift_tests(result: "DriftResult") -> list[HypothesisTest]:
@@ -398,6 +454,8 @@ def drift_tests(result: "DriftResult") -> list[HypothesisTest]:
     permutation test and the per-dimension KS tests (one family per snapshot)."""
     out = []
     for s in result.snapshots:
+        if s.d is not None and s.d != result.d:  # no shared space: no distribution test was run
+            continue
         m = s.mmd
         out.append(HypothesisTest(name=f"MMD: {s.name}", test=f"kernel MMD² permutation test ({m.n_perm} permutations)",
                                   p_value=m.p_value, statistic=m.mmd2, n=f"{m.n_x:,} + {m.n_y:,} rows",
@@ -443,43 +501,8 @@ class DriftResult:
     info: dict = field(default_factory=dict)
 
 
-def sigma_above_trend(series, floor: float = SIGMA_FLOOR) -> list[float | None]:
-    """z of each value against the mean and sd (ddof 1) of all earlier values; None without two earlier values.
-
-    The seed's ``detect_drift_events`` rule (trailing mean and sd). An sd below ``floor`` is taken
-    as ``floor``: Procrustes distances that differ by less are numerical noise. A value (or an
-    earlier value) that is undefined gives None.
-    """
-    out = []
-    for t, x in enumerate(series):
-        prev = np.asarray(series[:t], float)
-        if len(prev) < 2 or not np.isfinite(x) or not np.isfinite(prev).all():
-            out.append(None)
-            continue
-        out.append(float((x - prev.mean()) / max(float(prev.std(ddof=1)), floor)))
-    return out
-
-
-def drift_pattern(levels: list[str | None], ratios: list[float]) -> str:
-    """The seed's response patterns (§217.2.3.4) from the per-snapshot alert levels and mean-drift ratios.
-
-    ``"stable"``: no alert. ``"isolated spike"``: an alert followed by a snapshot without one.
-    Alerts that persist to the latest snapshot are a ``"regime shift"`` when the snapshots before
-    the first alert were flat (mean drift within :data:`FLAT_RATIO` = 1.25x the first interval's)
-    and a ``"gradual trend"`` when the drift was already rising before it.
-    """
-    alert = [SEVERITY[v] > 0 for v in levels]
-    if not any(alert):
-        return "stable"
-    first = alert.index(True)
-    if not all(alert[first:]):
-        return "isolated spike"
-    before = [r for r in ratios[:first] if r is not None and np.isfinite(r)]
-    return "regime shift" if all(r < FLAT_RATIO for r in before) else "gradual trend"
-
-
-def _step_drift(prev: tuple[np.ndarray, np.ndarray] | None, cur: tuple[np.ndarray, np.ndarray]) -> float:
-    if prev is None:
+def _step_drift(prev: tuple[np.ndarray, np.ndarray | None] | None, cur: tuple[np.ndarray, np.ndarray | None]) -> float:
+    if prev is None or prev[1] is None or cur[1] is None:  # no aligned vectors: a snapshot of another dimension
         return float("nan")
     common, ia, ib = np.intersect1d(prev[0], cur[0], return_indices=True)
     if not len(common):
@@ -505,8 +528,8 @@ def measure_drift(X, snapshots: list[Snapshot], *, k: int = K_OVERLAP, anomaly_k
       :data:`DRIFT_FLOOR` counts as equal to it.
     * ``pairwise_similarity_correlation`` and ``anomalous_fraction``: their values;
     * ``procrustes_distance``: σ above the trend of the earlier snapshots (mean and sd of all earlier
-      values, the seed's ``detect_drift_events`` rule); needs two earlier snapshots, so it applies
-      from the third snapshot on.
+      values, the seed's ``detect_drift_events`` rule); needs :data:`MIN_TREND_POINTS` (3) earlier snapshots, so it
+      applies from the fourth snapshot on.
 
     A check whose value is undefined (NaN, see :func:`snapshot_drift`) raises no alert.
     """
@@ -524,14 +547,18 @@ def measure_drift(X, snapshots: list[Snapshot], *, k: int = K_OVERLAP, anomaly_k
         prev = cur
         results.append(r)
 
+    for r in results:
+        if r.d is not None and r.d != X.shape[1]:
+            _undefined(f"{dimension_note(r.name, r.d, X.shape[1])}: its shared-space metrics are null")
     for name in PAIR_STATISTICS:
-        where = [r.name for r in results if name in r.notes]
+        where = [r.name for r in results if name in r.notes and not (r.d is not None and r.d != X.shape[1])]
         if where:
-            _undefined(f"{next(r.notes[name] for r in results if name in r.notes)} (snapshot"
+            _undefined(f"{next(r.notes[name] for r in results if r.name in where)} (snapshot"
                        f"{'s' if len(where) > 1 else ''} {', '.join(where)})")
 
     ref = results[0].values["mean_drift"]
-    ratios = [max(r.values["mean_drift"], DRIFT_FLOOR) / max(ref, DRIFT_FLOOR) for r in results]
+    ratios = [max(r.values["mean_drift"], DRIFT_FLOOR) / max(ref, DRIFT_FLOOR)
+              if math.isfinite(r.values["mean_drift"]) and math.isfinite(ref) else float("nan") for r in results]
     sigmas = sigma_above_trend([r.values["procrustes_distance"] for r in results])
     rows, levels = [], []
     for i, r in enumerate(results):
@@ -558,11 +585,11 @@ def measure_drift(X, snapshots: list[Snapshot], *, k: int = K_OVERLAP, anomaly_k
                    procrustes_sigma_above_trend=sigmas[i])
         notes = dict(r.notes)
         if i == 0:
-            notes["mean_drift_ratio"] = "the first snapshot is the reference (Table 217.3's natural variation)"
+            notes.setdefault("mean_drift_ratio", "the first snapshot is the reference (Table 217.3's natural variation)")
         if sigmas[i] is None:
-            notes["procrustes_sigma_above_trend"] = (
-                "needs two earlier snapshots (applies from the third on)" if i < 2 else
-                "the Procrustes distance of this or an earlier snapshot is undefined")
+            notes.setdefault("procrustes_sigma_above_trend",
+                             TOO_FEW_POINTS if i < MIN_TREND_POINTS else
+                             "the Procrustes distance of this or an earlier snapshot is undefined")
         for spec in SPECS.values():
             name = spec.name
             v = per.get(name)
@@ -576,72 +603,23 @@ def measure_drift(X, snapshots: list[Snapshot], *, k: int = K_OVERLAP, anomaly_k
                 values[name] = v
                 m = spec.record(v, r.cis.get(name), label=f"{spec.label} (latest: {r.name})", verdict=False, **common)
                 if name in ALERT_CHECKS:
-                    m = replace(m, verdict=_level(alerts.loc[i, f"check_{name}"]),
-                                reference=_alert_reference(name, alerts.loc[i], len(results)))
+                    m = replace(m, verdict=alert_level(alerts.loc[i, f"check_{name}"]),
+                                reference=alert_reference(name, alerts.loc[i], len(results)))
                 metrics[name] = m
     return DriftResult(snapshots=results, values=values, metrics=metrics, alerts=alerts, reference_drift=ref,
                        pattern=pattern, n=len(X), d=X.shape[1],
                        info=dict(k=k, anomaly_k=anomaly_k, alpha=alpha, level=level, n_boot=n_boot, n_perm=n_perm,
-                                 mmd_sample=mmd_sample, classifier_sample=classifier_sample, device=str(dev)))
+                                 mmd_sample=mmd_sample, classifier_sample=classifier_sample, device=str(dev),
+                                 **_mismatch_info(results, X.shape[1])))
+
+
+def _mismatch_info(results: list[SnapshotDrift], d: int) -> dict:
+    """``{"dimension_mismatch": [{name, d}]}`` for the snapshots of another dimension than the baseline's ``d``
+    (an empty dict when there is none)."""
+    other = [{"name": r.name, "d": int(r.d)} for r in results if r.d is not None and r.d != d]
+    return {"dimension_mismatch": other} if other else {}
 
 
 def headline_metrics(result: DriftResult) -> dict:
     """The latest snapshot's metrics under their bare names (the ones the Summary scorecard reads)."""
     return {k: m for k, m in result.metrics.items() if "__" not in k}
-
-
-def _level(x) -> str | None:
-    """A verdict read back from a DataFrame cell (pandas may turn ``None`` into NaN)."""
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
-
-
-def _alert_reference(name: str, row: pd.Series, n_snapshots: int) -> str:
-    bands = THRESHOLDS[ALERT_CHECKS[name]]
-    text = f"{bands.table}: {bands.text}"
-    if name == "mean_drift":
-        if row["mean_drift_ratio"] is None or pd.isna(row["mean_drift_ratio"]):
-            return text + "; not applicable with one snapshot (the first interval is the baseline)"
-        return text + f"; here {row['mean_drift_ratio']:.2f}× the first interval's drift"
-    if name == "procrustes_distance":
-        if row["procrustes_sigma"] is None or pd.isna(row["procrustes_sigma"]):
-            if not math.isfinite(row["procrustes_distance"]) or n_snapshots >= 3:
-                return text + "; not applicable: the Procrustes distance is undefined for this snapshot or an " \
-                              "earlier one"
-            return text + f"; not applicable with {n_snapshots} snapshot(s) (needs ≥ 3)"
-        return text + f"; here {row['procrustes_sigma']:.1f}σ above the earlier snapshots"
-    return text
-
-
-# ---------------------------------------------------------------------------------------------
-# Who moved: drift by metadata group
-# ---------------------------------------------------------------------------------------------
-
-def group_columns(metadata: pd.DataFrame | None, max_groups: int = 12) -> list[str]:
-    """Metadata columns to break drift down by: those of ``GROUP_COLUMNS`` with 2..``max_groups`` values."""
-    return [c for c in GROUP_COLUMNS if category_column(metadata, (c,), max_groups)]
-
-
-def drift_by_group(result: DriftResult, metadata: pd.DataFrame | None, *, snapshot: int = -1) -> pd.DataFrame:
-    """Per value of each group column: entities, mean drift, anomalous share and k-NN overlap in one snapshot."""
-    r = result.snapshots[snapshot]
-    rows = []
-    for col in group_columns(metadata):
-        for name, m in iter_groups(metadata[col].to_numpy()[r.index]):
-            rows.append({"column": col, "group": name, "entities": len(m), "mean drift": float(r.drift[m].mean()),
-                         "anomalous %": 100 * float(r.anomalous[m].mean()),
-                         "share of anomalies %": 100 * float(r.anomalous[m].sum() / max(r.anomalous.sum(), 1)),
-                         "k-NN overlap": float(r.overlap[m].mean())})
-    return pd.DataFrame(rows, columns=["column", "group", "entities", "mean drift", "anomalous %",
-                                       "share of anomalies %", "k-NN overlap"])
-
-
-def group_drift_series(result: DriftResult, metadata: pd.DataFrame | None) -> tuple[str, pd.DataFrame] | None:
-    """Mean drift per group and snapshot for the group column whose groups differ most (None without one)."""
-    best = None
-    for col in group_columns(metadata):
-        g = metadata[col].astype(object).where(metadata[col].notna(), "(missing)").astype(str).to_numpy()
-        table = pd.DataFrame({r.name: pd.Series(r.drift).groupby(g[r.index]).mean() for r in result.snapshots})
-        spread = float((table.max(0) / table.mean(0).clip(lower=DRIFT_FLOOR)).max())
-        if best is None or spread > best[0]:
-            best = (spread, col, table)
-    return None if best is None else (best[1], best[2])

@@ -61,13 +61,13 @@ ABTT_PAIRS = 20_000
 SPECS = specs(
     MetricSpec("condition_number", "Condition number κ", "lower", r"\kappa = \lambda_1 / \lambda_d",
                "seed 000 §217.0.5.2.1; verdict Table 217.2", range=(1.0, math.inf),
-               bands=THRESHOLDS["condition_number"], chance=1.0),
+               bands=THRESHOLDS["condition_number"], chance=1.0, full_rank=True),
     MetricSpec("participation_ratio", "Participation ratio", "higher",
                r"\mathrm{PR} = (\sum_j \lambda_j)^2 / \sum_j \lambda_j^2", "seed 000 §217.0.5.2.2",
                range=(1.0, math.inf), unit="dimensions"),
     MetricSpec("participation_ratio_fraction", "Participation ratio / d", "higher", r"\mathrm{PR}/d",
                "seed 000 §217.0.5.2.2; verdict Table 217.2", range=(0.0, 1.0),
-               bands=THRESHOLDS["participation_ratio_fraction"], chance=1.0, unit="fraction of d"),
+               bands=THRESHOLDS["participation_ratio_fraction"], chance=1.0, unit="fraction of d", full_rank=True),
     MetricSpec("apcs", "Mean pairwise cosine (APCS)", "lower", r"\mathrm{APCS} = \mathbb{E}_{i \ne j}[\cos(e_i, e_j)]",
                "seed 000 §217.0.5.2.3; verdict Table 217.2", range=(-1.0, math.inf), bands=THRESHOLDS["apcs"],
                chance=0.0),
@@ -76,7 +76,7 @@ SPECS = specs(
     MetricSpec("dims_for_90pct_variance", "Dimensions for 90 % variance", "higher",
                r"\min\{k : \sum_{j \le k} \lambda_j \ge 0.9 \sum_j \lambda_j\}",
                "seed 000 §217.0.11; verdict Table 217.2 (as % of d)", range=(1, math.inf),
-               bands=THRESHOLDS["dims_for_90pct_variance_fraction"], per_d=True, unit="dimensions"),
+               bands=THRESHOLDS["dims_for_90pct_variance_fraction"], per_d=True, unit="dimensions", full_rank=True),
     MetricSpec("effective_dim_entropy", "Entropy effective dimension", "higher",
                r"\exp(-\sum_j p_j \ln p_j),\ p_j = \lambda_j / \sum_k \lambda_k",
                "seed 000 §217.0.11 (compute_isotropy_metrics)", range=(1.0, math.inf), unit="dimensions"),
@@ -240,7 +240,7 @@ def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, le
             corrected[k] = plan.bias_corrected(values[k], reps[:, i], SPECS[k].range)
     method = plan.describe(level)
     metrics = {k: SPECS[k].record(values[k], cis.get(k), ci_method=method, d=d, bias_corrected=corrected.get(k),
-                                  note="" if plan.active else plan.reason) for k in SPECS}
+                                  note="" if plan.active else plan.reason, n=n) for k in SPECS}
     i, j = random_pairs(n, sample_size or HISTOGRAM_PAIRS, seed=seed)
     mean_sq = float(mean @ mean)
     return IsotropyResult(

@@ -35,6 +35,13 @@ Each mean is over the evaluated queries; queries whose judgements hold no releva
 excluded and counted (``protocol["n_without_relevant"]``), as are queries without judgements.
 Each mean has a seeded bootstrap interval over queries (:func:`~embeval_report.stats.mean_ci`).
 
+**Unjudged documents** count as non-relevant wherever they are retrieved (trec_eval's convention).
+``ndcg_at_10_judged`` is nDCG@10 over *condensed* lists (Sakai 2007, "Alternatives to Bpref"; trec_eval
+``-J``, pytrec_eval's ``judged_docs_only_flag``): each query's ranking with every document it has no
+judgement for removed, so the judged documents close the gaps. It reads the model on the judged documents
+alone, the upper reading when the unjudged documents it ranks high may be relevant; it is recorded with the
+other metrics but is not a per-unit mean of the rigor chapter.
+
 **Exact ranks without a score matrix** (:func:`rank_relevant`). No (queries x corpus) matrix is
 built: query blocks are multiplied with corpus tiles in float32 (IEEE, TF32 off; GPU when present)
 and, per tile, each document is placed among the query's sorted relevant scores (a comparison
@@ -63,7 +70,7 @@ from ..errors import InputError
 from ..io.files import as_ids, check_unique
 from ..io.qrels import qrels_frame
 from ..kernels import as_numpy, resolve_device
-from ..kernels.ranking import METRICS_KIND, RelevantRanks, TOP_K, rank_relevant
+from ..kernels.ranking import METRICS_KIND, TOP_K, RelevantRanks, Space, pair_scores, rank_relevant, tie_keys
 from ..stats import DEFAULT_LEVEL, mean_ci
 from .spec import MetricSpec, record_metrics, specs
 
@@ -85,6 +92,10 @@ _NDCG = (r"%s \frac{\sum_{i \le 10} %s / \log_2(i + 1)}{\sum_{i \le 10} %s / \lo
 def _ref(section: str, trec: str) -> str:
     return f"seed 001 §{section}; trec_eval {trec} (pytrec_eval, ranx)"
 
+
+#: nDCG@10 over condensed lists (judged documents only): recorded, but not among :data:`METRICS` (the per-query
+#: means the report pairs and powers), so the trec_eval contract stays as it is
+JUDGED_NDCG = "ndcg_at_10_judged"
 
 SPECS = specs(
     *(MetricSpec(f"recall_at_{k}", f"Recall@{k}", "higher", rf"{_Q} \frac{{{_found(k)}}}{{R_q}}",
@@ -110,8 +121,11 @@ SPECS = specs(
     MetricSpec("ndcg_at_10_exp", "nDCG@10 (exponential gain)", "higher",
                _NDCG % (_Q, "(2^{g_{q,i}} - 1)", "(2^{g^*_{q,i}} - 1)"),
                "seed 001 §21.2.5 (its gain 2^rel - 1); Burges et al. 2005; ranx ndcg_burges@10", range=(0, 1)),
+    MetricSpec(JUDGED_NDCG, "nDCG@10, judged documents only", "higher", _NDCG % (_Q, "g^J_{q,i}", "g^*_{q,i}"),
+               "Sakai 2007 (condensed lists); trec_eval -J ndcg_cut_10 (pytrec_eval judged_docs_only_flag)",
+               range=(0, 1)),
 )
-METRICS = tuple(SPECS)
+METRICS = tuple(n for n in SPECS if n != JUDGED_NDCG)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,6 +183,40 @@ def per_query_metrics(judged: pd.DataFrame) -> pd.DataFrame:
         out[name] = per_q(gain(rg) * disc) / np.where(ideal > 0, ideal, 1.0)
     frame = pd.DataFrame(out)[keep].reset_index(drop=True)
     return frame[["query_id", "n_judged", "n_relevant", "first_relevant_rank", *METRICS]]
+
+
+def judged_only_ndcg(judged: pd.DataFrame, tie_key: np.ndarray, k: int = 10) -> pd.Series:
+    r"""nDCG@k over each query's condensed list (Sakai 2007; trec_eval ``-J``): the judged documents only.
+
+    ``judged``: one row per judgement with ``query_id``, ``relevance`` (int grade), ``score`` (the exact
+    score of the pair) and ``doc`` (the corpus row, to break ties by ``tie_key``, the ranking's tie
+    policy). The condensed rank of a judged document is 1 + the judged documents of its query ranked above
+    it; :math:`\mathrm{DCG}@k = \sum_{i \le k} g_i / \log_2(i + 1)` with linear gain over that list, over the
+    ideal DCG of all the query's grades (as ``ndcg_at_10``). Returns a Series indexed by query id.
+    """
+    codes, uniques = pd.factorize(judged["query_id"], sort=False)
+    g = judged["relevance"].to_numpy(np.int64).astype(float)
+    order = np.lexsort((tie_key[judged["doc"].to_numpy(np.int64)], -judged["score"].to_numpy(float), codes))
+    c = codes[order]
+    pos = np.arange(len(order)) - np.searchsorted(c, c) + 1
+    disc = np.where(pos <= k, 1.0 / np.log2(pos + 1.0), 0.0)
+    dcg = np.bincount(c, weights=g[order] * disc, minlength=len(uniques))
+    o = np.lexsort((-g, codes))
+    ci = codes[o]
+    ipos = np.arange(len(o)) - np.searchsorted(ci, ci) + 1
+    ideal = np.bincount(ci, weights=g[o] * np.where(ipos <= k, 1.0 / np.log2(ipos + 1.0), 0.0), minlength=len(uniques))
+    return pd.Series(dcg / np.where(ideal > 0, ideal, 1.0), index=pd.Index(uniques, dtype=object))
+
+
+def judged_coverage(judged: pd.DataFrame, top: pd.DataFrame, n_docs: int, k: int = 10) -> dict:
+    """How much of the corpus and of the top lists the judgements cover: ``docs_never_judged`` (documents
+    judged for no query), ``share_never_judged``, and ``unjudged_in_top`` (the mean count of unjudged documents
+    in a query's top ``k``) with ``top_k``."""
+    never = n_docs - judged["doc_id"].nunique()
+    head = top[top["rank"] <= k]
+    per_query = head["relevance"].isna().groupby(head["query_id"]).sum()
+    return {"docs_never_judged": int(never), "share_never_judged": never / n_docs if n_docs else float("nan"),
+            "unjudged_in_top": float(per_query.mean()) if len(per_query) else float("nan"), "top_k": k}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,8 +303,19 @@ def evaluate_retrieval(queries, corpus, qrels, *, query_ids, doc_ids, metric: st
     # queries in the order of their vectors
     ordered = judged.assign(_q=qrow).sort_values("_q", kind="stable")
     per_query = per_query_metrics(ordered[ordered["_q"].isin(evaluated)])
-    values = {name: float(per_query[name].mean()) for name in METRICS}
-    cis = {name: mean_ci(per_query[name].to_numpy(), level, seed=seed, units=UNIT) for name in METRICS}
+    # judged documents only: every judgement of an evaluated query, with its exact score
+    ev = ordered[ordered["_q"].isin(evaluated)]
+    ev_drow = drow[ev.index.to_numpy()]
+    scores = ev["score"].to_numpy(float).copy()
+    zero = ~np.isfinite(scores)  # grade-0 judgements have no rank: score them exactly here
+    if zero.any():
+        Qs, Cs = Space.of(Q[evaluated], metric), Space.of(C, metric)
+        scores[zero] = pair_scores(Qs, Cs, local[ev["_q"].to_numpy()[zero]], ev_drow[zero])
+    tk = tie_keys(np.arange(len(dids)) if ties == "index" else dids, ties)
+    condensed = judged_only_ndcg(ev.assign(score=scores, doc=ev_drow), tk)
+    per_query[JUDGED_NDCG] = condensed.reindex(per_query["query_id"].to_numpy()).to_numpy()
+    values = {name: float(per_query[name].mean()) for name in (*METRICS, JUDGED_NDCG)}
+    cis = {name: mean_ci(per_query[name].to_numpy(), level, seed=seed, units=UNIT) for name in (*METRICS, JUDGED_NDCG)}
     tag = protocol_tag(metric, len(dids), exclude_self, ties)
     metrics = record_metrics(SPECS, values, cis, metric)  # the label names the score; the protocol holds the rest
     relevant = judged[is_rel][["query_id", "doc_id", "relevance", "score", "rank"]].reset_index(drop=True)
@@ -267,7 +326,8 @@ def evaluate_retrieval(queries, corpus, qrels, *, query_ids, doc_ids, metric: st
                     n_evaluated=len(evaluated), n_without_relevant=len(excluded),
                     n_unjudged=int((~has_judgement).sum()), n_judgements=int(len(judged)),
                     n_relevant_judgements=int(is_rel.sum()), self_judgements_dropped=int(self_judged.sum()))
-    info = dict(device=str(resolve_device(device)), rescored_pairs=rk.n_rescored, top_list_scans=rk.n_top_scans)
+    info = dict(device=str(resolve_device(device)), rescored_pairs=rk.n_rescored, top_list_scans=rk.n_top_scans,
+                judgements=judged_coverage(judged, top, len(dids)))
     return RetrievalResult(values=values, metrics=metrics, per_query=per_query, relevant=relevant, top=top,
                            excluded_queries=excluded, protocol=protocol, tag=tag, info=info)
 

@@ -31,12 +31,12 @@ POWER = 0.8
 REFERENCE = "Holm (1979); Benjamini & Hochberg (1995); statsmodels multipletests"
 
 SPECS = specs(
-    MetricSpec("tests_total", "Hypothesis tests run in the report", "lower", r"m", REFERENCE, range=(0, math.inf),
+    MetricSpec("tests_total", "Hypothesis tests run in the report", None, r"m", REFERENCE, range=(0, math.inf),
                unit="tests"),
-    MetricSpec("tests_rejected_holm", "Tests rejected at α = 0.05 after Holm (family-wise, whole report)", "lower",
+    MetricSpec("tests_rejected_holm", "Tests rejected at α = 0.05 after Holm (family-wise, whole report)", None,
                r"\#\{i : p^{\mathrm{Holm}}_i \le \alpha\}", REFERENCE, range=(0, math.inf), unit="tests"),
     MetricSpec("tests_rejected_bh", "Tests rejected at α = 0.05 after Benjamini–Hochberg (FDR, whole report)",
-               "lower", r"\#\{i : p^{\mathrm{BH}}_i \le \alpha\}", REFERENCE, range=(0, math.inf), unit="tests"),
+               None, r"\#\{i : p^{\mathrm{BH}}_i \le \alpha\}", REFERENCE, range=(0, math.inf), unit="tests"),
 )
 
 TEST_COLUMNS = ("chapter", "name", "test", "statistic", "p_value", "n", "null", "family")

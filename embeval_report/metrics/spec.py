@@ -27,7 +27,16 @@ from .thresholds import VERDICTS, Bands
 
 #: the keys each metric has in metrics.json (a contract read by other tools)
 METRIC_KEYS = ("value", "ci_low", "ci_high", "verdict", "direction", "reference")
-DIRECTIONS = ("higher", "lower")
+#: fewest independent values (runs, folds, final checks) an interval over them is computed from: an interval from
+#: 3 or fewer says nothing (a t interval from 3 runs spans several times their range)
+MIN_INTERVAL_N = 4
+
+#: the note of a metric whose bands assume more vectors than dimensions, on a set with n <= d
+NOT_ESTIMABLE = "not estimable: n ≤ d"
+
+#: which way is better; ``None`` for a count that describes the input or the protocol (tests run, entities
+#: matched), where neither way is better
+DIRECTIONS = ("higher", "lower", None)
 
 
 def json_number(x):
@@ -42,7 +51,8 @@ def json_number(x):
 class Metric:
     """One reported number with its uncertainty, verdict and provenance.
 
-    ``direction`` is ``"higher"`` or ``"lower"`` (which way is better); ``reference`` names the
+    ``direction`` is ``"higher"`` or ``"lower"`` (which way is better), or ``None`` for a count with no better
+    way (:data:`DIRECTIONS`); ``reference`` names the
     formula's source or the threshold table the verdict came from; ``label`` and ``formula``
     (LaTeX) are shown next to the number; ``ci_method`` says how the interval was obtained.
     ``bias_corrected`` is the bootstrap bias-corrected estimate shown beside the plug-in value
@@ -52,7 +62,7 @@ class Metric:
 
     name: str
     value: float | None
-    direction: str
+    direction: str | None
     reference: str
     ci_low: float | None = None
     ci_high: float | None = None
@@ -65,7 +75,7 @@ class Metric:
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
-            raise ValueError(f"metric {self.name}: direction must be 'higher' or 'lower'")
+            raise ValueError(f"metric {self.name}: direction must be 'higher', 'lower' or None (a count)")
         if self.verdict not in (None, *VERDICTS):
             raise ValueError(f"metric {self.name}: unknown verdict {self.verdict!r}")
 
@@ -96,12 +106,14 @@ class MetricSpec:
     ``range`` clips interval ends; ``bands`` (from :mod:`.thresholds`) give the verdict, applied
     to ``value / d`` when ``per_d`` (bands stated as a fraction of the dimension); ``chance`` is the
     expected value under random ranking or random vectors where defined; ``unit`` is shown
-    after the value ("", "fraction of d", "dimensions", ...).
+    after the value ("", "fraction of d", "dimensions", ...). ``full_rank``: the bands assume a sample
+    covariance of full rank, n > d (a condition number, shares of d); on a set with n ≤ d the value is
+    still recorded but carries no verdict, its note says :data:`NOT_ESTIMABLE`.
     """
 
     name: str
     label: str
-    direction: str
+    direction: str | None
     formula: str = ""
     reference: str = ""
     range: tuple[float, float] = (-math.inf, math.inf)
@@ -109,10 +121,11 @@ class MetricSpec:
     per_d: bool = False
     chance: float | None = None
     unit: str = ""
+    full_rank: bool = False
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
-            raise ValueError(f"metric spec {self.name}: direction must be 'higher' or 'lower'")
+            raise ValueError(f"metric spec {self.name}: direction must be 'higher', 'lower' or None (a count)")
 
     def verdict(self, value: float | None, d: int | None = None) -> str | None:
         """The verdict for ``value`` (``None`` without bands or value)."""
@@ -129,15 +142,24 @@ class MetricSpec:
         a, b = self.range
         return (None if lo is None else min(max(lo, a), b), None if hi is None else min(max(hi, a), b))
 
+    def estimable(self, n: int | None, d: int | None) -> bool:
+        """Whether the bands apply to a set of ``n`` vectors in ``d`` dimensions (``full_rank`` specs: n > d)."""
+        return not (self.full_rank and n is not None and d is not None and n <= d)
+
     def record(self, value, ci=None, *, ci_method: str = "", d: int | None = None, name: str | None = None,
                label: str | None = None, reference: str | None = None, verdict: bool = True,
-               bias_corrected: float | None = None, note: str = "") -> Metric:
+               bias_corrected: float | None = None, note: str = "", n: int | None = None) -> Metric:
         """The :class:`Metric` for a computed ``value`` with interval ``ci = (low, high)``.
 
         ``name``/``label``/``reference`` override the spec's for a variant of the metric (a
         per-snapshot copy, a suffixed setting); ``verdict=False`` records no verdict (a what-if
-        number that the bands do not judge).
+        number that the bands do not judge). ``n`` (with ``d``): the set's size; a ``full_rank``
+        spec on n ≤ d gets no verdict and :data:`NOT_ESTIMABLE` in its note.
         """
+        if self.bands is not None and verdict and not self.estimable(n, d):
+            verdict = False
+            note = f"{NOT_ESTIMABLE} (n = {n:,}, d = {d:,}): the sample covariance has rank below d, so the " \
+                   "threshold does not apply" + (f"; {note}" if note else "")
         lo, hi = (None, None) if ci is None else ci
         lo, hi = _finite_or_none(lo), _finite_or_none(hi)
         return Metric(name=name or self.name, value=value, direction=self.direction,

@@ -53,7 +53,8 @@ from .thresholds import THRESHOLDS
 
 __all__ = ["SPECS", "METRICS", "K_DEFAULT", "MAIN_LABEL", "MIN_ENTITIES", "PairMoments", "similarity_correlation",
            "RunInputs", "RunStabilityResult", "chance_overlap", "usable_k", "common_rows", "load_runs", "match_runs",
-           "measure_run_stability", "least_stable", "Grouping", "SubsetStability", "vocabulary_grouping",
+           "measure_run_stability", "least_stable", "SHARED_SPACE", "dimension_mismatch", "dimension_note",
+           "Grouping", "SubsetStability", "vocabulary_grouping",
            "quantile_grouping", "category_grouping", "stability_groupings", "subset_stability",
            "frequency_association", "first_ids"]
 
@@ -87,6 +88,21 @@ SPECS = specs(
 
 #: the old name of :data:`SPECS` (iterating gives the metric names)
 METRICS = SPECS
+#: the metrics that compare positions in one shared space: null (with :func:`dimension_note`) when a run has
+#: another dimension than the main set; the k-NN overlap and the similarity correlation are kept
+SHARED_SPACE = ("procrustes_aligned_cosine", "procrustes_disparity")
+
+
+def dimension_mismatch(labels, dims) -> list[dict]:
+    """``[{name, d}]`` of the runs whose dimension differs from the first's (the main set's)."""
+    return [{"name": str(lab), "d": int(d)} for lab, d in zip(labels[1:], dims[1:]) if d != dims[0]]
+
+
+def dimension_note(mismatch: list[dict], d: int, what: str = "run") -> str:
+    """Why a shared-space metric is null when some runs have another dimension than the main set's ``d``."""
+    other = ", ".join(f"{m['name']} has d = {m['d']}" for m in mismatch)
+    return (f"needs one shared space: {what} {other}, the main set d = {d} (a rotation cannot align spaces of "
+            "different dimensions)")
 
 
 def chance_overlap(n: int, k: int) -> float:
@@ -247,9 +263,10 @@ def _interval(plan: ResamplingPlan, value: float, reps, level: float, bounds) ->
     return ci, corrected, "too few entities for the statistic to stay defined when they are resampled"
 
 
-def _warn_undefined(values: dict) -> None:
-    """Warn for each headline value that is undefined on this input (say why)."""
-    if not math.isfinite(values["procrustes_disparity"]):
+def _warn_undefined(values: dict, shared: bool = True) -> None:
+    """Warn for each headline value that is undefined on this input (say why; ``shared``: every run has the main
+    set's dimension, else the Procrustes metrics are undefined for that reason, said by the caller)."""
+    if shared and not math.isfinite(values["procrustes_disparity"]):
         warnings.warn("Procrustes disparity and aligned cosine are undefined: after mean-centring every entity "
                       "has the same vector in some run (no spread to align)", UndefinedMetricWarning, stacklevel=3)
     if not math.isfinite(values["pairwise_similarity_correlation"]):
@@ -305,20 +322,26 @@ def measure_run_stability(runs, k: int = K_DEFAULT, *, labels=None, n_boot: int 
     nbrs = [knn(r, k, device=dev, desc=f"k-NN ({lab})")[0] for r, lab in zip(runs, labels)]
     plan = _plan(n, [r.shape[1] for r in runs], n_boot)
     pair_index = list(combinations(range(R), 2))
+    dims = [int(r.shape[1]) for r in runs]
+    mismatch = dimension_mismatch(labels, dims)
     # the resampling weights (replicates x units), the same resamples / deleted groups for every pair
     weights = plan.replicates(lambda w: w, seed=seed) if plan.active else None
     overlaps, cosines, rows, reps = [], [], [], []
     for a, b in pair_index:
         ov = neighbour_sets_overlap(nbrs[a], nbrs[b])
-        fit = procrustes_align(runs[a], runs[b])
-        cs = row_cosines(fit.target, fit.aligned) if math.isfinite(fit.disparity) else np.full(n, np.nan)
+        if dims[a] == dims[b]:
+            fit = procrustes_align(runs[a], runs[b])
+            disparity = fit.disparity
+            cs = row_cosines(fit.target, fit.aligned) if math.isfinite(fit.disparity) else np.full(n, np.nan)
+        else:  # no shared space: no rotation aligns them
+            disparity, cs = float("nan"), np.full(n, np.nan)
         point, rep = pair_replicates(runs[a], runs[b], plan, weights, seed=seed, device=dev)
         corr = point.correlation()
         overlaps.append(ov)
         cosines.append(cs)
         rows.append({"run A": labels[a], "run B": labels[b], "k-NN overlap": float(ov.mean()),
-                     "aligned cosine": float(cs.mean()), "disparity": fit.disparity,
-                     "Procrustes distance": math.sqrt(max(fit.disparity, 0.0)),
+                     "aligned cosine": float(cs.mean()), "disparity": disparity,
+                     "Procrustes distance": math.sqrt(max(disparity, 0.0)) if math.isfinite(disparity) else disparity,
                      "similarity correlation": corr,
                      "verdict": SPECS["pairwise_similarity_correlation"].verdict(corr)})
         if rep is not None:
@@ -329,7 +352,12 @@ def measure_run_stability(runs, k: int = K_DEFAULT, *, labels=None, n_boot: int 
     values = {"knn_overlap": float(per_entity[:, 0].mean()), "procrustes_aligned_cosine": float(per_entity[:, 1].mean()),
               "procrustes_disparity": float(pairs["disparity"].mean()),
               "pairwise_similarity_correlation": float(pairs["similarity correlation"].mean())}
-    _warn_undefined(values)
+    if mismatch:  # means over the pairs that share a space would mix subsets of pairs: none
+        values.update(dict.fromkeys(SHARED_SPACE, float("nan")))
+    _warn_undefined(values, shared=not mismatch)
+    if mismatch:
+        warnings.warn(f"{dimension_note(mismatch, dims[0])}: aligned cosine and Procrustes disparity are null",
+                      UndefinedMetricWarning, stacklevel=2)
     replicates = {}
     if plan.active:
         ent = block_moments(per_entity, n_blocks=plan.units, seed=seed, device=dev)
@@ -344,7 +372,9 @@ def measure_run_stability(runs, k: int = K_DEFAULT, *, labels=None, n_boot: int 
         name = spec.name
         ci = corrected = None
         note = "" if plan.active else plan.reason
-        if not math.isfinite(values[name]):
+        if mismatch and name in SHARED_SPACE:
+            note = dimension_note(mismatch, dims[0])
+        elif not math.isfinite(values[name]):
             note = "undefined: no spread in some run"
         elif name in replicates:
             ci, corrected, note = _interval(plan, values[name], replicates[name], level, spec.range)
@@ -359,7 +389,8 @@ def measure_run_stability(runs, k: int = K_DEFAULT, *, labels=None, n_boot: int 
                               metrics=metrics, chance=chance_overlap(n, k),
                               n_blocks=plan.units if plan.active else 1, n_boot=plan.n_boot, ci_method=ci_method,
                               info=dict(level=level, device=str(dev), spread=spread,
-                                        dims=[int(r.shape[1]) for r in runs]), plan=plan)
+                                        dims=dims, **({"dimension_mismatch": mismatch} if mismatch else {})),
+                              plan=plan)
 
 
 def least_stable(result: RunStabilityResult, ids, metadata: pd.DataFrame | None = None, n: int = 10,

@@ -220,3 +220,30 @@ def frequency_association(result, metadata: pd.DataFrame | None, index, column: 
         return None
     res = sstats.spearmanr(f[ok], result.overlap[ok])
     return {"column": column, "rho": float(res.statistic), "p": float(res.pvalue), "n": int(ok.sum())}
+
+
+#: fewest entities of a subset whose pairwise similarity correlation is measured (a correlation over its pairs)
+MIN_CORRELATION_ENTITIES = 20
+
+
+def subset_correlations(runs: list, groupings: list[Grouping], *, bands, device="auto") -> pd.DataFrame:
+    """The pairwise similarity correlation within each subset of the disjoint groupings (seed 000 §217.2.1.3,
+    over the subset's pairs of entities only, averaged over the pairs of runs), with its verdict by ``bands``
+    (the stability guidelines, seed 000 §217.2.2): a subset can be unstable while the whole set is stable.
+    ``runs``: the matched vectors of every run (rows: the compared entities). Subsets with fewer than
+    :data:`MIN_CORRELATION_ENTITIES` entities are left out. No interval (a point estimate per subset)."""
+    from .pair_moments import similarity_correlation
+
+    rows = []
+    for g in groupings:
+        if not g.disjoint:
+            continue
+        for name, idx in g.subsets.items():
+            if len(idx) < MIN_CORRELATION_ENTITIES:
+                continue
+            values = [similarity_correlation(runs[a][idx], runs[b][idx], device=device)
+                      for a, b in combinations(range(len(runs)), 2)]
+            rho = float(np.mean(values))
+            rows.append({"grouping": g.name, "subset": name, "n": len(idx), "similarity correlation": rho,
+                         "verdict": bands.verdict(rho)})
+    return pd.DataFrame(rows, columns=["grouping", "subset", "n", "similarity correlation", "verdict"])

@@ -32,6 +32,7 @@ from .convergence import (
     stationarity,
     tail_size,
 )
+from .spec import MIN_INTERVAL_N
 from .training_checks import monitor_checks
 
 
@@ -153,52 +154,78 @@ def sd_interval(values, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
     return (s * math.sqrt((n - 1) / sps.chi2.ppf(1 - a, n - 1)), s * math.sqrt((n - 1) / sps.chi2.ppf(a, n - 1)))
 
 
-def summarize_runs(diags: list[RunDiagnosis], level: float = DEFAULT_LEVEL, seed: int = 0) -> tuple[dict, dict]:
+
+
+def run_intervals(d: RunDiagnosis, level: float = DEFAULT_LEVEL, seed: int = 0) -> dict:
+    """One run's own intervals ``name -> (low, high, method)`` of :func:`run_values`: the final losses and the
+    gap bootstrap over the final checks (validations), the rate the fit's t interval, the shares Wilson; none
+    from fewer than :data:`MIN_INTERVAL_N` values."""
+    from ..stats import mean_ci, wilson_ci
+
+    cis = {}
+    v = run_values(d)
+    if _defined(v["final_loss"]) and len(d.final_loss_values) >= MIN_INTERVAL_N:
+        cis["final_loss"] = mean_ci(d.final_loss_values, level, seed=seed, units="final checks")
+    for name in ("final_val_loss", "overfitting_gap"):
+        if _defined(v[name]) and d.over is not None:
+            _, tail = _tail_mean(d.over.val if name == "final_val_loss" else d.over.gap)
+            if len(tail) >= MIN_INTERVAL_N:
+                cis[name] = mean_ci(tail, level, seed=seed, units="final validations")
+    if _defined(v["convergence_rate"]) and d.fit is not None and d.fit.n >= MIN_INTERVAL_N:
+        cis["convergence_rate"] = (*d.fit.ci, f"{level:.0%} t interval of the fitted slope ({d.fit.n} checks)")
+    if _defined(v["oscillation_rate"]) and d.osc is not None and d.osc.n_pairs >= MIN_INTERVAL_N:
+        k = round(d.osc.sign_change_rate * d.osc.n_pairs)
+        cis["oscillation_rate"] = (*wilson_ci(k, d.osc.n_pairs, level), f"{level:.0%} Wilson interval over "
+                                   f"{d.osc.n_pairs} difference pairs")
+    n = len(d.loss)
+    if _defined(v["nonfinite_share"]) and n >= MIN_INTERVAL_N:
+        cis["nonfinite_share"] = (*wilson_ci(d.div.n_nonfinite, n, level), f"{level:.0%} Wilson interval over {n} "
+                                  "checks")
+    return cis
+
+
+def summarize_runs(diags: list[RunDiagnosis], level: float = DEFAULT_LEVEL, seed: int = 0, *,
+                   replicates: bool = False) -> tuple[dict, dict]:
     """Headline values and intervals ``(values, cis)`` with ``cis[name] = (low, high, method)``.
 
-    With one run, each value is that run's, with its own interval (the final losses and gap: bootstrap over
-    the final checks; the rate: the fit's t interval; shares: Wilson). With several, a per-run value is the
-    mean over the runs where it is defined (diverged runs have no final loss) with a t interval over those
-    runs; ``diverged_runs`` (Wilson over runs) and the two spreads (sd over runs, chi-square interval) join.
+    One run: each value is that run's, with its own interval (:func:`run_intervals`). Several runs: nothing is
+    pooled over runs of different configurations (a learning rate per run, say): the values are each run's
+    (:func:`per_run`), and the headline is only ``diverged_runs``, the share of runs that diverged, without an
+    interval. ``replicates=True`` (the runs repeat one configuration with different seeds): a per-run value is
+    also the mean over the runs where it is defined (diverged runs have no final loss), and the spreads (sd over
+    runs) join; intervals (t over runs, Wilson, chi-square) only from at least :data:`MIN_INTERVAL_N` runs.
     """
-    from ..stats import mean_ci, t_interval, wilson_ci
+    from ..stats import t_interval, wilson_ci
 
+    if len(diags) == 1:
+        values = {k: float(v) for k, v in run_values(diags[0]).items() if _defined(v)}
+        return values, run_intervals(diags[0], level, seed)
     per = [run_values(d) for d in diags]
     values, cis = {}, {}
-    for name in per[0]:
-        got = [(p[name], d) for p, d in zip(per, diags) if _defined(p[name])]
-        if not got:
-            continue
-        if len(got) >= 2:
-            v = np.array([float(x) for x, _ in got])
-            values[name] = float(v.mean())
-            lo, hi = t_interval(v, level, bounds=(-np.inf, np.inf))
-            cis[name] = (lo, hi, f"{level:.0%} t interval over {len(v)} runs")
-            continue
-        x, d = got[0]
-        values[name] = float(x)
-        if name == "final_loss" and len(d.final_loss_values) >= 2:
-            cis[name] = mean_ci(d.final_loss_values, level, seed=seed, units="final checks")
-        elif name in ("final_val_loss", "overfitting_gap") and d.over is not None:
-            _, tail = _tail_mean(d.over.val if name == "final_val_loss" else d.over.gap)
-            if len(tail) >= 2:
-                cis[name] = mean_ci(tail, level, seed=seed, units="final validations")
-        elif name == "convergence_rate" and d.fit is not None:
-            cis[name] = (*d.fit.ci, f"{level:.0%} t interval of the fitted slope ({d.fit.n} checks)")
-        elif name == "oscillation_rate" and d.osc is not None and d.osc.n_pairs:
-            k = round(d.osc.sign_change_rate * d.osc.n_pairs)
-            cis[name] = (*wilson_ci(k, d.osc.n_pairs, level), f"{level:.0%} Wilson interval over {d.osc.n_pairs} "
-                         "difference pairs")
-        elif name == "nonfinite_share":
-            n = len(d.loss)
-            cis[name] = (*wilson_ci(d.div.n_nonfinite, n, level), f"{level:.0%} Wilson interval over {n} checks")
-    if len(diags) >= 2:
-        k = sum(d.div.diverged for d in diags)
-        values["diverged_runs"] = k / len(diags)
+    k = sum(d.div.diverged for d in diags)
+    values["diverged_runs"] = k / len(diags)
+    if not replicates:
+        return values, cis
+    if len(diags) >= MIN_INTERVAL_N:
         cis["diverged_runs"] = (*wilson_ci(k, len(diags), level), f"{level:.0%} Wilson interval over {len(diags)} runs")
-        for name, src in (("final_loss_spread", "final_loss"), ("convergence_step_spread", "convergence_step")):
-            v = np.array([float(p[src]) for p in per if _defined(p[src])])
-            if len(v) >= 2:
-                values[name] = float(v.std(ddof=1))
+    for name in per[0]:
+        v = np.array([float(p[name]) for p in per if _defined(p[name])])
+        if not len(v):
+            continue
+        values[name] = float(v.mean())
+        if len(v) >= MIN_INTERVAL_N:
+            cis[name] = (*t_interval(v, level, bounds=(-np.inf, np.inf)), f"{level:.0%} t interval over {len(v)} runs")
+    for name, src in (("final_loss_spread", "final_loss"), ("convergence_step_spread", "convergence_step")):
+        v = np.array([float(p[src]) for p in per if _defined(p[src])])
+        if len(v) >= 2:
+            values[name] = float(v.std(ddof=1))
+            if len(v) >= MIN_INTERVAL_N:
                 cis[name] = (*sd_interval(v, level), f"{level:.0%} chi-square interval over {len(v)} runs")
     return values, cis
+
+
+def per_run(diags: list[RunDiagnosis], level: float = DEFAULT_LEVEL, seed: int = 0) -> dict:
+    """``run name -> (values, cis)``: each run's own values (:func:`run_values`, the defined ones) and intervals
+    (:func:`run_intervals`), the numbers a log of several runs records run by run."""
+    return {d.name: ({k: float(v) for k, v in run_values(d).items() if _defined(v)}, run_intervals(d, level, seed))
+            for d in diags}

@@ -24,7 +24,7 @@ from ..stats import DEFAULT_LEVEL, mean_ci
 from .pair_moments import similarity_correlation
 from .procrustes import procrustes_align, row_cosines
 from .spec import MetricSpec, specs
-from .stability import K_DEFAULT, MIN_ENTITIES, first_ids, measure_run_stability, usable_k
+from .stability import K_DEFAULT, MIN_ENTITIES, dimension_note, first_ids, measure_run_stability, usable_k
 
 __all__ = ["SPECS", "TRAINING_METRICS", "REF_TRANCHE", "REF_MOVEMENT", "Checkpoint", "TrainingResult", "load_tranches", "compare_spaces", "measure_training_stability",
            "cohort_table", "largest_comparison", "shared_tranche_names"]
@@ -84,9 +84,13 @@ def largest_comparison(runs: dict[str, list[Checkpoint]], n_ref: int) -> int:
 
 
 def compare_spaces(A, B, k: int = K_DEFAULT, *, device="auto") -> tuple[np.ndarray, np.ndarray, float]:
-    """Per-entity k-NN overlap and aligned cosine of ``B`` rotated onto ``A``, and their similarity correlation."""
+    """Per-entity k-NN overlap and aligned cosine of ``B`` rotated onto ``A``, and their similarity correlation.
+    Checkpoints of different dimensions share no space: their aligned cosine is NaN (the overlap and the
+    correlation, within each space, are kept)."""
     dev = resolve_device(device)
     ov = neighbour_sets_overlap(knn(A, k, device=dev, desc=None)[0], knn(B, k, device=dev, desc=None)[0])
+    if A.shape[1] != B.shape[1]:
+        return ov, np.full(len(ov), np.nan), similarity_correlation(A, B, device=dev)
     fit = procrustes_align(A, B)
     if math.isfinite(fit.disparity):
         cs = row_cosines(fit.target, fit.aligned)
@@ -194,12 +198,16 @@ def measure_training_stability(es: EmbeddingSet, runs: dict[str, list[Checkpoint
     movement = (pd.concat(moves, ignore_index=True) if moves else pd.DataFrame(columns=MOVEMENT_COLUMNS))
     cohorts = cohort_table(movement, level=level, seed=seed)
     cross = pd.DataFrame(cross_rows)
-    values, metrics = _training_metrics(movement, cross, level, seed)
+    mismatch = [{"name": cp.name if len(runs) == 1 else f"{run}: {cp.name}", "d": int(cp.matched.vectors.shape[1])}
+                for run, cps in runs.items() for cp in cps if cp.matched.vectors.shape[1] != es.d]
+    values, metrics = _training_metrics(movement, cross, level, seed,
+                                        dimension_note(mismatch, es.d, "tranche") if mismatch else "")
     return TrainingResult(k=k, runs=list(runs), coverage=pd.DataFrame(cov_rows), transitions=pd.DataFrame(trans_rows),
                           to_final=pd.DataFrame(final_rows),
                           cross_run=cross.drop(columns=["_metric"], errors="ignore"), movement=movement,
                           cohorts=cohorts, values=values, metrics=metrics,
-                          info=dict(level=level, device=str(dev), n_reference=n_ref))
+                          info=dict(level=level, device=str(dev), n_reference=n_ref,
+                                    **({"dimension_mismatch": mismatch, "d_reference": es.d} if mismatch else {})))
 
 
 COHORT_COLUMNS = ["cohort", "cohort_step", "tranche", "step", "n", "mean movement", "ci_low", "ci_high",
@@ -232,11 +240,18 @@ def _mean_ci(x: np.ndarray, level: float, seed: int, what: str) -> tuple[float, 
     return (float(np.mean(x)), *mean_ci(x, level, seed=seed, units="entities"))
 
 
-def _training_metrics(movement: pd.DataFrame, cross: pd.DataFrame, level: float, seed: int):
+def _training_metrics(movement: pd.DataFrame, cross: pd.DataFrame, level: float, seed: int, mismatch: str = ""):
+    """The headline metrics; ``mismatch`` says why the movement (aligned, so in one shared space) is null when some
+    tranche has another dimension than the main set."""
     values, metrics = {}, {}
 
     def add(name, x):
-        mean, lo, hi, how = _mean_ci(np.asarray(x, float), level, seed, SPECS[name].label)
+        x = np.asarray(x, float)
+        if name == "tranche_movement_last" and mismatch and np.isnan(x).any():  # some movement across dimensions
+            metrics[name] = SPECS[name].record(None, note=mismatch)
+            values[name] = float("nan")
+            return
+        mean, lo, hi, how = _mean_ci(x, level, seed, SPECS[name].label)
         metrics[name] = SPECS[name].record(mean, (lo, hi), ci_method=how,
                                            note="" if math.isfinite(mean) else "undefined for this input")
         values[name] = mean

@@ -521,7 +521,7 @@ def _specs():
         MetricSpec("anomalous_fraction", "Anomalous fraction (k-NN distance)", "lower",
                    r"\frac1{n_b}\sum_i \mathbf 1[d_k(y_i) > \mu_{d} + 2\sigma_{d}]",
                    f"{TABLE_217_3}; seed 000 §217.2.3.2 (k = 2); Ramaswamy et al. 2000", range=(0.0, 1.0)),
-        MetricSpec("batches", "Batches in the history", "higher", "", "monitor --history"),
+        MetricSpec("batches", "Batches in the history", None, "", "monitor --history"),
         MetricSpec("batches_alerting", "Batches at warning or above", "lower", "", "monitor --history"),
         MetricSpec("batches_critical", "Batches at critical", "lower", "", "monitor --history"),
     )

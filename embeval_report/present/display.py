@@ -11,7 +11,9 @@ Narrative passed to :func:`show_markdown` or :func:`callout` is markdown (LaTeX 
 and is *not* escaped -- wrap user strings inside it with :func:`escape`.
 
 Output metadata under the ``"embeval"`` key tells the report renderer what an output is
-(``role``: ``"table"``, ``"figure"``, ``"figure-caption"``, ``"callout"``).
+(``role``: ``"table"``, ``"figure"``, ``"figure-caption"``, ``"callout"``, ``"definitions"``). An output whose
+metadata names ``"appendix"`` (the heading it goes under) is reference material: the report moves it to the
+chapter's appendix (:data:`APPENDIX_TAG` marks whole cells the same way).
 """
 from __future__ import annotations
 
@@ -25,11 +27,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .format import interval, is_missing, number, p_value
+from .format import MARK, MARK_NOTE, interval, is_missing, marked_value, number, p_value
 
 __all__ = ["escape", "Badge", "Link", "Table", "show_table", "show_figure", "show_markdown", "callout", "metrics_table",
-           "definitions_markdown", "show_metrics", "show_tests", "hypothesis_table", "TESTS_CAPTION", "VERDICT_COLORS",
-           "CALLOUT_KINDS"]
+           "definitions_markdown", "show_definitions", "show_metrics", "show_tests", "hypothesis_table", "TESTS_CAPTION",
+           "VERDICT_COLORS", "CALLOUT_KINDS", "APPENDIX_TAG"]
+
+#: the cell tag of a chapter notebook's reference material (Method, Protocol, Hypothesis tests): the report puts
+#: tagged cells in the chapter's appendix (PDF) or its collapsed part (HTML), after every chapter
+APPENDIX_TAG = "appendix"
 
 # Characters with a meaning in (pandoc / CommonMark) markdown that a plain string must not trigger.
 # ``<>&"'`` are handled by HTML escaping; ``-+.:=`` only matter at the start of a line.
@@ -409,30 +415,56 @@ def callout(kind: str, text: str, title: str | None = None) -> None:
 
 
 def metrics_table(metrics):
-    """The table a chapter shows for its :class:`~embeval_report.metrics.spec.Metric` records:
-    value, 95 % CI, which way is better, verdict and reference (``metrics``: name -> Metric)."""
+    """The headline table a chapter shows for its :class:`~embeval_report.metrics.spec.Metric` records:
+    value, 95 % CI, which way is better and verdict (``metrics``: name -> Metric). Formulas and references are
+    reference material: :func:`definitions_markdown`, shown in the chapter's appendix."""
     import pandas as pd
 
     def value(v):  # counts read with thousands separated
         whole = v is not None and not is_missing(v) and float(v).is_integer() and abs(v) >= 1000
         return f"{int(v):,}" if whole else number(v)
 
-    rows = [{"metric": m.label or m.name, "value": value(m.value),
+    rows = [{"metric": m.label or m.name,
+             "value": marked_value(m.value, m.ci_low, m.ci_high, m.bias_corrected, value(m.value)),
              "95 % CI": interval(m.ci_low, m.ci_high, sep=" – ") if m.has_ci else (
                  f"— ({m.note})" if m.note else "—"),
-             "better": m.direction, "verdict": m.verdict, "reference": m.reference} for m in metrics.values()]
-    return pd.DataFrame(rows, columns=["metric", "value", "95 % CI", "better", "verdict", "reference"])
+             "better": m.direction or "", "verdict": m.verdict} for m in metrics.values()]
+    return pd.DataFrame(rows, columns=["metric", "value", "95 % CI", "better", "verdict"])
+
+
+def with_mark_note(table, caption: str) -> str:
+    """``caption``, followed by what :data:`~.format.MARK` means when a cell of ``table`` is marked with it."""
+    marked = bool(table.astype(str).apply(lambda c: c.str.contains(MARK, regex=False)).any().any()) if len(table) \
+        else False
+    if not marked:
+        return caption
+    caption = caption.rstrip()
+    return f"{caption}{'' if caption.endswith(('.', ')')) else '.'} {MARK_NOTE}"
 
 
 def definitions_markdown(metrics) -> str:
-    """A bullet list giving each metric's formula, direction and reference."""
-    return "\n".join(f"- **{m.label or m.name}** (`{m.name}`): ${m.formula}$ — {m.direction} is better; "
-                     f"{m.reference}." for m in metrics.values() if m.formula)
+    """A bullet list giving each metric's formula (where it has one), direction and reference."""
+    def item(m):
+        formula = f"${m.formula}$ — " if m.formula else ""
+        direction = f"{m.direction} is better" if m.direction else "a count: neither way is better"
+        reference = f"; {m.reference}" if m.reference else ""
+        return f"- **{m.label or m.name}** (`{m.name}`): {formula}{direction}{reference}."
+    return "\n".join(item(m) for m in metrics.values() if m.formula or m.reference)
+
+
+def show_definitions(text: str) -> None:
+    """Display a chapter's definitions (markdown): reference material, which the report moves to the chapter's
+    appendix under "Definitions"."""
+    from IPython.display import display
+
+    if text:
+        display({"text/markdown": text, "text/plain": text}, raw=True,
+                metadata={"embeval": {"role": "definitions", "appendix": "Definitions"}})
 
 
 def show_metrics(metrics, caption: str, label: str, definitions: str | None = None) -> None:
-    """Show the metrics table, then the definitions (``definitions``: markdown put before the list)."""
-    show_table(metrics_table(metrics), caption=caption, label=label)
-    defs = definitions_markdown(metrics)
-    if definitions or defs:
-        show_markdown("\n\n".join(x for x in (definitions, defs) if x))
+    """Show the headline metrics table, then the definitions (``definitions``: markdown put before the list),
+    which the report moves to the chapter's appendix."""
+    table = metrics_table(metrics)
+    show_table(table, caption=with_mark_note(table, caption), label=label)
+    show_definitions("\n\n".join(x for x in (definitions, definitions_markdown(metrics)) if x))

@@ -8,7 +8,11 @@ function here, so a value reads the same way in every chapter:
 * :func:`value_with_ci` — ``value (95 % CI lo–hi)`` in narrative;
 * :func:`percent` — a share as a percentage (``< 0.01 %`` for tiny non-zero shares);
 * :func:`scorecard_value` — ``value [lo, hi]`` with the bias-corrected estimate where the
-  interval is a basic one that excludes the plug-in value.
+  interval is a basic one that excludes the plug-in value;
+* :func:`marked_value` — a table's value cell, marked :data:`MARK` where its interval excludes it.
+
+A value outside its own interval is always marked: † in tables and the scorecard (a caption carries
+:data:`MARK_NOTE`, the Summary its own note), the bias-corrected estimate beside it in narrative.
 """
 from __future__ import annotations
 
@@ -17,6 +21,12 @@ import numbers
 from typing import Any
 
 MISSING = "—"
+#: marks a value that its interval does not contain (see :data:`MARK_NOTE`)
+MARK = "†"
+#: what :data:`MARK` means, for the caption of a table that uses it
+MARK_NOTE = (f"{MARK} The interval does not contain the value: it is a bootstrap interval that corrects the "
+             "estimate's finite-sample bias, so the bias-corrected estimate (2 × value − mean of the bootstrap "
+             "replicates), shown beside the value where it was recorded, and the interval are the better guide.")
 
 
 def is_missing(v: Any) -> bool:
@@ -79,17 +89,37 @@ def interval(lo, hi, fmt: str | None = None, *, sep: str = "–", digits: int = 
     return f"{_fmt(lo, fmt, digits)}{sep}{_fmt(hi, fmt, digits)}"
 
 
+def outside(value, lo, hi) -> bool:
+    """Whether ``value`` lies outside its interval ``[lo, hi]`` (False when any of them is missing)."""
+    return _finite(value, lo, hi) and not float(lo) <= float(value) <= float(hi)
+
+
 def value_with_ci(value, lo, hi, fmt: str, what: str = "95 % CI", bias_corrected=None) -> str:
     """``value (95 % CI lo–hi)`` formatted with ``fmt``; just the value when the interval is missing.
 
-    When the interval excludes the value and a ``bias_corrected`` estimate is given (a basic
-    bootstrap interval is centred on it), it is named first: ``156.5 (bias-corrected 124.1; 95 % CI 100.7–140.0)``.
+    When the interval excludes the value, the ``bias_corrected`` estimate (a basic bootstrap interval is
+    centred on it) is named first: ``156.5 (bias-corrected 124.1; 95 % CI 100.7–140.0)``; without one, the
+    interval says that it excludes the value: ``0.119 (95 % CI 0.12–0.129, which excludes the value)``.
     """
     if not _finite(lo, hi):
         return format(value, fmt)
-    if _finite(bias_corrected, value) and not lo <= value <= hi:
-        return f"{format(value, fmt)} (bias-corrected {format(bias_corrected, fmt)}; {what} {interval(lo, hi, fmt)})"
+    if outside(value, lo, hi):
+        if _finite(bias_corrected):
+            return (f"{format(value, fmt)} (bias-corrected {format(bias_corrected, fmt)}; {what} "
+                    f"{interval(lo, hi, fmt)})")
+        return f"{format(value, fmt)} ({what} {interval(lo, hi, fmt)}, which excludes the value)"
     return f"{format(value, fmt)} ({what} {interval(lo, hi, fmt)})"
+
+
+def marked_value(value, lo=None, hi=None, bias_corrected=None, text: str | None = None) -> str:
+    """A table's value cell: ``text`` (default :func:`number` of ``value``), followed where the interval excludes
+    the value by the bias-corrected estimate and :data:`MARK`: ``0.119, bias-corrected 0.1246 †``."""
+    text = number(value) if text is None else text
+    if not outside(value, lo, hi):
+        return text
+    if _finite(bias_corrected):
+        text += f", bias-corrected {number(bias_corrected)}"
+    return f"{text} {MARK}"
 
 
 def ci_suffix(lo, hi, fmt: str, what: str = "95 % CI") -> str:
@@ -130,11 +160,11 @@ def scorecard_value(m: dict) -> str:
     text = _short(v)
     lo, hi = m.get("ci_low"), m.get("ci_high")
     if lo is not None and hi is not None:
-        outside = not lo <= v <= hi
+        out = outside(v, lo, hi)
         bc = m.get("bias_corrected")
-        if outside and bc is not None:
+        if out and bc is not None:
             text += f", bias-corrected {_short(bc)}"
-        text += f" [{_short(lo)}, {_short(hi)}]" + (" †" if outside else "")
+        text += f" [{_short(lo)}, {_short(hi)}]" + (f" {MARK}" if out else "")
     elif m.get("note"):
         text += f" (no interval: {m['note']})"
     return text

@@ -41,7 +41,7 @@ from ..errors import ExitCode, InputError, OutputError, notice
 #: the top-level entries a report folder may hold (everything the runner and renderers write)
 REPORT_ENTRIES = frozenset({"report.html", "report.pdf", "metrics.json", "run.json", "chapters", "results",
                             "demo-data", "embeddings", "report.typ.failed", "models", "comparison.json",
-                            "comparison.csv"})
+                            "comparison.csv", "explore.ipynb"})
 
 
 def _listing(folder: Path) -> list[str]:

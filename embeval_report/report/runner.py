@@ -17,16 +17,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..chapters.declaration import ChapterSpec
+from ..chapters.recorder import json_text
 from ..chapters.registry import discover, resolve_settings, select
 from ..io import load_source, save_prepared
 from ..io.model_source import embedded_source
 from ..io.side_data import load_side_data
-from ..metrics.thresholds import SEVERITY
 from ..progress import RunProgress
+from ..resources import EXPLORE_NOTEBOOK, explore_template
 from ..settings import ChapterSettings
 from ..version import __version__
+from .baseline import check_baseline, compare_with_baseline
 from .execution import ChapterOutcome, error_text, execute
 from .kernel_forks import KernelForks
+from .findings import derive_findings
 from .metrics_file import metrics_document
 from .outdir import OutputFolder, raise_write_fault
 from .render import render_report
@@ -45,15 +48,10 @@ class RunResult:
     def failed(self) -> list[ChapterOutcome]:
         return [o for o in self.outcomes if o.status == "failed"]
 
-    def worst_verdict(self) -> str | None:
-        """The most severe verdict recorded anywhere in the report."""
-        metrics = json.loads((self.out / "metrics.json").read_text())
-        best = None
-        for ch in metrics["chapters"].values():
-            for m in ch["metrics"].values():
-                if SEVERITY[m["verdict"]] > SEVERITY[best]:
-                    best = m["verdict"]
-        return best
+    def findings(self) -> tuple[str | None, list[dict]]:
+        """The report's status (its worst finding's severity) and its findings, from ``metrics.json``."""
+        doc = json.loads((self.out / "metrics.json").read_text())
+        return doc.get("status"), doc.get("findings", [])
 
 
 @dataclass
@@ -73,6 +71,7 @@ class Run:
     skipped: dict[str, ChapterOutcome] = field(default_factory=dict)
     done: dict[str, ChapterOutcome] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    baseline: Path | None = None     # an earlier report of the previous model (--baseline)
 
     @property
     def cache(self) -> Path:
@@ -125,15 +124,15 @@ def select_chapters(run: Run) -> None:
 
 def describe_run(run: Run, out: Path, *, title, jobs, engine_info, graph) -> None:
     """The run's description (``run.json`` without the chapters): settings, set, engine, shared graph, model."""
-    final_source = run.source.resolve()
-    if final_source.is_relative_to(run.staging):  # input created inside the report (the demo)
-        final_source = out / final_source.relative_to(run.staging)
     s, es = run.settings, run.es
-    run.info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name, source=str(final_source),
+    model = dict(run.model_run, folder=_final_path(run.model_run["folder"], run.staging, out)) if run.model_run else None
+    run.info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name,
+                    source=_final_path(run.source.resolve(), run.staging, out),
                     seed=s.seed, device=s.device, sample_size=s.sample_size, options=s.set_options,
                     precision=s.precision, version=__version__, n=es.n, d=es.d, jobs=jobs, engine=engine_info,
                     memory_budget=s.compute().budget, **({"neighbour_graph": graph} if graph else {}),
-                    **({"model": run.model_run} if run.model_run else {}),
+                    **({"model": model} if model else {}),
+                    **({"baseline": str(run.baseline)} if run.baseline else {}),
                     generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
 
 
@@ -145,12 +144,23 @@ def execute_chapters(run: Run, params: dict, *, timeout, jobs: int, forks: Kerne
         write_run(run)
         if ch is run.final[0]:
             adjust_report(run.staging, [c.name for c in run.content])
+            if run.baseline is not None:  # the previous model beside this one, unit by unit
+                compare_with_baseline(run.staging, run.baseline, mde=run.settings.option("mde"),
+                                      level=run.settings.level, seed=run.settings.seed)
+        if ch is run.final[-1]:  # the summary reads the findings of every chapter before it
+            derive_report_findings(run)
 
     with RunProgress(len(run.content) + len(run.final), run.staging / ".progress") as shown:
         for o in run.skipped.values():
             shown.end(o.chapter.name, o.status, 0.0, o.reason)
         run.done = execute(run.ready, run.staging, params, timeout, shown, jobs, run.final,
                            before_final if run.final else None, forks=forks)
+
+
+def derive_report_findings(run: Run) -> None:
+    """The findings of every chapter that ran (``results/findings.json``; see :mod:`.findings`)."""
+    outcomes = {o.chapter.name: (o.status, o.reason) for o in run.outcomes()}
+    derive_findings(run.staging / "results", [c for c in run.chosen if c.stage != 2], outcomes)
 
 
 def write_run(run: Run) -> None:
@@ -160,7 +170,7 @@ def write_run(run: Run) -> None:
                 for o in sorted(run.outcomes(), key=lambda o: o.chapter.order)]
     files = sorted(p.name for p in run.staging.iterdir() if not p.name.startswith(".")) + ["run.json"]
     doc = dict(run.info, chapters=chapters, files=sorted(set(files)))
-    (run.staging / "run.json").write_text(json.dumps(doc, indent=2))
+    (run.staging / "run.json").write_text(json_text(doc, indent=2))
 
 
 def write_metrics(run: Run) -> None:
@@ -169,7 +179,7 @@ def write_metrics(run: Run) -> None:
                 for o in sorted(run.outcomes(), key=lambda o: o.chapter.order)]
     doc = metrics_document(run.staging / "results", chapters, version=__version__, source=run.info["source"],
                            seed=run.info["seed"], device=run.info["device"])
-    (run.staging / "metrics.json").write_text(json.dumps(doc, indent=2))
+    (run.staging / "metrics.json").write_text(json_text(doc, indent=2))
 
 
 def render(run: Run, *, formats, renderer, pdf_engine) -> tuple[dict, dict]:
@@ -187,6 +197,13 @@ def render(run: Run, *, formats, renderer, pdf_engine) -> tuple[dict, dict]:
     return files, errors
 
 
+def _final_path(path, staging: Path, out: Path) -> str:
+    """A path as it will be once the staged report is moved to ``out`` (input created inside the report: the
+    demo's data, a model run's embeddings, a model linked there)."""
+    path = Path(os.path.abspath(path))
+    return str(out / path.relative_to(staging)) if path.is_relative_to(staging) else str(path)
+
+
 def _notebook_path(path: Path, staging: Path) -> str:
     """A path as the chapter notebooks (cwd ``chapters/``) should see it."""
     path = Path(path).resolve()
@@ -199,14 +216,16 @@ def _notebook_path(path: Path, staging: Path) -> str:
 def run_report(source, out, *, settings: ChapterSettings | None = None, chapters: list[str] | None = None,
                renderer: str = "auto", pdf_engine: str = "typst", formats=("html", "pdf"), title: str | None = None,
                timeout: int | None = None, prepare=None, force: bool = False, jobs: int = 1,
-               embedding_cache=None, engine: str = "local", scheduler: str | None = None, workers: int = 2) -> RunResult:
+               embedding_cache=None, engine: str = "local", scheduler: str | None = None, workers: int = 2,
+               baseline=None) -> RunResult:
     """Build a complete report for ``source`` (a manifest or a vectors file) at ``out``.
 
     ``jobs`` chapters execute at once, each in its own process (statistical rigor and the summary last,
     alone, after the report-wide adjustment of every recorded test); the numbers do not depend on it.
     ``prepare(staging) -> source`` may create the input inside the staging folder (the demo does, so its
     data travels with the report). A manifest that names a model is embedded first (through
-    ``embedding_cache``). ``engine="dask"`` (or a ``scheduler`` address) runs the shared graph and the
+    ``embedding_cache``). ``baseline``: an earlier report folder of the previous model on the same inputs,
+    compared with this one (:mod:`.baseline`). ``engine="dask"`` (or a ``scheduler`` address) runs the shared graph and the
     chapters' decomposable passes on a Dask cluster (a ``LocalCluster`` of ``workers`` processes, or the
     scheduler at ``tcp://HOST:PORT``), closed before this returns. Raises
     :class:`~embeval_report.errors.InputError` for bad input or a folder that may not be written, before any
@@ -219,26 +238,32 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
 
         _require()  # one line naming the extra to install, before anything is written
     settings = settings or resolve_settings()
+    baseline = check_baseline(baseline) if baseline is not None else None
     target = OutputFolder.check(out, force=force)
     everything = discover()
     chosen = select(everything, chapters)
     run = Run(target, target.staging(), settings, chosen,
-              [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in everything if c not in chosen])
+              [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in everything if c not in chosen],
+              baseline=baseline)
     client = None
     forks = KernelForks()  # the chapter kernels' template: its imports overlap the preparation of the input
     try:
         prepare_input(run, source, prepare=prepare, embedding_cache=embedding_cache)
         select_chapters(run)
         client, engine_info = dask_client(engine, scheduler, workers)
-        params = dict(source=_notebook_path(run.source, run.staging), prepared=str(run.cache),
+        # both relative to chapters/ when inside the report: an executed notebook re-runs where the report ends up
+        params = dict(source=_notebook_path(run.source, run.staging), prepared=_notebook_path(run.cache, run.staging),
                       results_dir="../results", settings=settings.to_params())
         if client is not None:  # every chapter sends its passes to this cluster, open until the last has run
             params["settings"] = replace(settings, scheduler=client.scheduler.address).to_params()
         graph = shared_graph(run.es, settings, run.cache, run.ready, client=client)
         describe_run(run, target.path, title=title, jobs=jobs, engine_info=engine_info, graph=graph)
         execute_chapters(run, params, timeout=timeout, jobs=jobs, forks=forks)
+        if not run.final:
+            derive_report_findings(run)
         write_run(run)
         write_metrics(run)
+        shutil.copyfile(explore_template(), run.staging / EXPLORE_NOTEBOOK)  # explore.ipynb: docs/explore.md
         files, errors = render(run, formats=formats, renderer=renderer, pdf_engine=pdf_engine)
         write_run(run)
         target.commit(run.staging)

@@ -12,8 +12,15 @@ Typst, or LaTeX on request).
 
 Notebook metadata read: ``nb.metadata["embeval"]`` = ``{"name", "title", "status": "ok" |
 "failed" | "skipped", "error"}`` (``reason`` is accepted for ``error``). Header information
-comes from ``OUT/metrics.json`` (``title``, ``source``, ``seed``, ``device``, ``version``,
-``generated``), completed from ``OUT/run.json`` when present.
+comes from ``OUT/metrics.json`` (``title``, ``source`` (shown by its file name), ``seed``, ``device``,
+``version``, ``generated``), completed from ``OUT/run.json`` when present; the status and the top
+findings of the cover, and each chapter's worst severity in the contents, from
+``OUT/results/findings.json``.
+
+Reading order, the same in every renderer and format: cover, one-page contents, the chapters' bodies,
+then each chapter's reference material (cells tagged ``appendix``, outputs marked
+``{"embeval": {"appendix": heading}}``) as Appendix A, B, ... (a closed ``<details>`` in HTML), then the
+References (:mod:`.references`: citations name their document).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ import copy
 import datetime as _dt
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -12,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...chapters.recorder import read_adjusted
+from ...present.display import APPENDIX_TAG
 from ..rigor import with_adjusted_tests
+from .references import cite_html, cite_markdown, cite_text, references_markdown
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +81,29 @@ class ChapterDoc:
     nb: object | None               # nbformat.NotebookNode, cells already filtered
     sections: list = field(default_factory=list)
     body: str = ""
+    appendix: object | None = None  # nbformat.NotebookNode of the reference material (APPENDIX_TAG), or None
+    letter: str | None = None       # its appendix letter
+    severity: str | None = None     # the worst severity of its findings (None: the report has no findings)
+    appendix_body: str = ""
+    source_text: str = ""           # its text before citations were named (what the References list)
 
     @property
     def anchor(self) -> str:
         return "chapter-" + _slug(self.name)
+
+    @property
+    def appendix_anchor(self) -> str:
+        return "appendix-" + _slug(self.name)
+
+    @property
+    def appendix_title(self) -> str:
+        return f"Appendix {self.letter}: {self.title}"
+
+
+#: the References appendix (always the last one)
+REFERENCES_ANCHOR = "appendix-references"
+#: severities, mildest first (as in results/findings.json)
+SEVERITIES = ("healthy", "concerning", "problematic")
 
 
 def _slug(s: str) -> str:
@@ -177,8 +199,132 @@ def _load_chapter(path: Path, statuses: dict) -> ChapterDoc:
     return ChapterDoc(path, name, title, status, error, nb)
 
 
+def _appendix_heading(out) -> str | None:
+    """The appendix heading an output is marked for (``{"embeval": {"appendix": heading}}``), else None."""
+    emb = (out.get("metadata") or {}).get("embeval") if isinstance(out.get("metadata"), dict) else None
+    heading = emb.get("appendix") if isinstance(emb, dict) else None
+    return str(heading) if heading else None
+
+
+def _split_appendix(nb):
+    """Move the reference material of a chapter notebook out of its body: cells tagged
+    :data:`~embeval_report.present.display.APPENDIX_TAG`, and outputs marked for the appendix (each under its
+    heading, e.g. the definitions under the metrics table). Returns the appendix notebook, or None."""
+    import nbformat
+
+    body, extra = [], []
+    for cell in nb.cells:
+        if APPENDIX_TAG in _cell_tags(cell):
+            extra.append(cell)
+            continue
+        if cell.cell_type == "code":
+            kept, moved = [], []
+            for out in cell.get("outputs", []) or []:
+                heading = _appendix_heading(out)
+                if heading is None:
+                    kept.append(out)
+                elif moved and moved[-1][0] == heading:
+                    moved[-1][1].append(out)
+                else:
+                    moved.append((heading, [out]))
+            for heading, outs in moved:
+                extra.append(nbformat.v4.new_markdown_cell(f"## {heading}"))
+                for out in outs:  # "**Definitions.** λ are ..." under the heading "Definitions": said once
+                    data = out.get("data") or {}
+                    lead = f"**{heading}.** "
+                    if str(data.get("text/markdown", "")).startswith(lead):
+                        text = data["text/markdown"][len(lead):]
+                        data["text/markdown"] = text[:1].upper() + text[1:]
+                part = copy.deepcopy(cell)
+                part.outputs = outs
+                extra.append(part)
+            if moved:
+                if not kept:
+                    continue
+                cell.outputs = kept
+        body.append(cell)
+    nb.cells = body
+    if not extra:
+        return None
+    return nbformat.v4.new_notebook(cells=extra, metadata=copy.deepcopy(nb.metadata))
+
+
+_APPENDIX_PARTS = (("method", "Method"), ("definitions", "definitions"), ("protocol", "protocol"),
+                   ("tests", "tests"))
+
+
+def appendix_pointer(ch: ChapterDoc) -> str:
+    """The line in a chapter's body naming what its appendix holds: ``Method, definitions and tests: Appendix C``."""
+    heads = " ".join(c.source.lower() for c in ch.appendix.cells if c.cell_type == "markdown")
+    found = [label for key, label in _APPENDIX_PARTS
+             if re.search(rf"^#+ .*{'hypothesis tests' if key == 'tests' else key}", heads, re.M)]
+    found = [found[0][:1].upper() + found[0][1:]] + found[1:] if found else ["Reference material"]
+    what = found[0] if len(found) == 1 else ", ".join(found[:-1]) + " and " + found[-1]
+    return f"*{what}: [Appendix {ch.letter}](#{ch.appendix_anchor}).*"
+
+
+def _map_texts(nb, fn) -> None:
+    """Replace every text of ``nb`` a reader sees by ``fn(kind, text)``: kind ``markdown`` (cells, markdown
+    outputs), ``html`` (HTML outputs) or ``text`` (figure captions)."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = fn("markdown", cell.source)
+        for out in cell.get("outputs", []) or []:
+            data = out.get("data") or {}
+            for mime, kind in (("text/markdown", "markdown"), ("text/html", "html")):
+                if mime in data:
+                    data[mime] = fn(kind, data[mime])
+            emb = (out.get("metadata") or {}).get("embeval")
+            if isinstance(emb, dict) and emb.get("caption"):
+                emb["caption"] = fn("text", emb["caption"])
+
+
+_CITE = {"markdown": cite_markdown, "html": cite_html, "text": cite_text}
+
+
+def _cite_notebook(nb) -> None:
+    """Name the cited source documents in every text of ``nb`` (:mod:`.references`)."""
+    _map_texts(nb, lambda kind, text: _CITE[kind](str(text)))
+
+
+def _notebook_text(nb) -> str:
+    """Every text of ``nb`` a reader sees, joined."""
+    parts = []
+    _map_texts(nb, lambda kind, text: parts.append(str(text)) or text)
+    return "\n".join(parts)
+
+
+def read_findings(out_dir: Path) -> dict | None:
+    """``{"status", "findings"}`` of a report folder: ``results/findings.json``, else the same fields of
+    ``metrics.json``; None for a report made before findings (or whose file is unreadable)."""
+    doc = _read_json(Path(out_dir) / "results" / "findings.json")
+    if not doc:
+        doc = _read_json(Path(out_dir) / "metrics.json")
+    status, findings = doc.get("status"), doc.get("findings")
+    if status not in SEVERITIES or not isinstance(findings, list):
+        return None
+    return {"status": status, "findings": [f for f in findings if isinstance(f, dict)]}
+
+
+def _severities(chapters: list[ChapterDoc], findings: dict | None) -> None:
+    """Each chapter's worst severity: its worst finding's, healthy when it ran without one, failed / skipped
+    when it did not run; the Summary carries the report's status. Nothing without findings."""
+    if findings is None:
+        return
+    rank = {s: i for i, s in enumerate(SEVERITIES)}
+    for ch in chapters:
+        if ch.name == "summary":
+            ch.severity = findings["status"]
+        elif ch.status != "ok":
+            ch.severity = ch.status
+        else:
+            mine = [f.get("severity") for f in findings["findings"] if f.get("chapter") == ch.name]
+            ch.severity = max((s for s in mine if s in rank), key=rank.get, default="healthy")
+
+
 def load_chapters(out_dir: Path) -> list[ChapterDoc]:
-    """The chapters of a report folder, in filename order (summary first)."""
+    """The chapters of a report folder, in filename order (summary first), each split into its body and its
+    appendix (lettered in report order), with citations named and its worst severity."""
     chapters_dir = Path(out_dir) / "chapters"
     paths = sorted(p for p in chapters_dir.glob("*.ipynb") if not p.name.startswith("."))
     paths.sort(key=lambda p: (re.sub(r"^\d+[_-]", "", p.stem) != "summary",))  # stable: summary first
@@ -189,10 +335,37 @@ def load_chapters(out_dir: Path) -> list[ChapterDoc]:
         pass
     chapters = [_load_chapter(p, statuses if isinstance(statuses, dict) else {}) for p in paths]
     adjusted = read_adjusted(Path(out_dir) / "results")
+    letters = _letters()
     for ch in chapters:
-        if ch.nb is not None:
-            with_adjusted_tests(ch.nb, adjusted)
+        if ch.nb is None:
+            continue
+        with_adjusted_tests(ch.nb, adjusted)
+        ch.source_text = _notebook_text(ch.nb)
+        _cite_notebook(ch.nb)
+        ch.appendix = _split_appendix(ch.nb)
+        if ch.appendix is not None:
+            import nbformat
+
+            ch.letter = next(letters)
+            ch.nb.cells.insert(1 if ch.nb.cells and ch.nb.cells[0].cell_type == "markdown" else 0,
+                               nbformat.v4.new_markdown_cell(appendix_pointer(ch)))
+    _severities(chapters, read_findings(out_dir))
     return chapters
+
+
+def references(chapters: list[ChapterDoc]) -> str:
+    """The References appendix (markdown) of ``chapters``: the documents and papers their text cites."""
+    return references_markdown("\n".join(ch.source_text for ch in chapters))
+
+
+def _letters():
+    """A, B, ..., Z, AA, AB, ...: appendix letters."""
+    import itertools
+    import string
+
+    for n in itertools.count(1):
+        for t in itertools.product(string.ascii_uppercase, repeat=n):
+            yield "".join(t)
 
 
 def _read_json(path: Path) -> dict:
@@ -248,6 +421,8 @@ def read_header(out_dir: Path, title: str | None = None) -> tuple[str, list[tupl
         model = run["model"]
         meta["model"] = f"{model['name']} (digest {model['digest']}), {model['n']:,} texts embedded in this run"
     meta.update(_run_conditions(run))
+    if "source" in meta:  # the file, not the path on the machine that built the report
+        meta["source"] = Path(str(meta["source"])).name or str(meta["source"])
     if "generated" in meta:
         meta["generated"] = _format_generated(meta["generated"])
     if "version" in meta:
@@ -255,7 +430,46 @@ def read_header(out_dir: Path, title: str | None = None) -> tuple[str, list[tupl
     final_title = title or meta.get("title") or DEFAULT_TITLE
     items = [(label, str(meta[key])) for key, label in HEADER_FIELDS if key in meta]
     items = [(lab, f"embeval-report {val}" if lab == "Version" else val) for lab, val in items]
+    findings = read_findings(out_dir)
+    if findings is not None:
+        meta["status"] = findings["status"]
+        meta["top_findings"] = [_cover_finding(f, out_dir) for f in findings["findings"]
+                                if f.get("severity") in ("problematic", "concerning")][:TOP_FINDINGS]
     return str(final_title), items, meta
+
+
+#: findings the cover shows
+TOP_FINDINGS = 3
+
+
+def _cover_finding(f: dict, out_dir: Path) -> dict:
+    """A finding as the cover shows it: severity, title, its number and the section it links to."""
+    return {"severity": f.get("severity"), "title": str(f.get("title") or ""),
+            "number": finding_number(f, out_dir), "section": str(f.get("section") or f"chapter-{f.get('chapter')}")}
+
+
+def finding_number(f: dict, out_dir: Path | None = None) -> str:
+    """The number a finding rests on, named: ``Mean pairwise cosine (APCS) 0.5843 [0.5705, 0.5946]``, with the
+    baseline's value when it is compared with one (``… vs a most-popular list 0.4649``); empty when the evidence
+    does not say what its value is."""
+    from ...present.format import scorecard_value
+
+    ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
+    v = ev.get("value")
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        return ""
+    label = ev.get("label")
+    if not label and f.get("metrics") and out_dir is not None:  # the recorded metric of that value
+        m = (_read_json(Path(out_dir) / "results" / f"{f.get('chapter')}.json").get("metrics") or {}).get(
+            f["metrics"][0]) or {}
+        if isinstance(m.get("value"), (int, float)) and math.isclose(m["value"], v, rel_tol=1e-9, abs_tol=1e-12):
+            label = m.get("label") or f["metrics"][0]
+    bv = ev.get("baseline_value")
+    versus = (f" vs {ev.get('baseline') or 'the baseline'} {scorecard_value({'value': bv})}"
+              if isinstance(bv, (int, float)) and not isinstance(bv, bool) and math.isfinite(bv) else "")
+    if not label and not versus:
+        return ""
+    return f"{label + ' ' if label else ''}{scorecard_value(ev)}{versus}"
 
 
 def _atomic_write(target: Path, data: bytes) -> None:

@@ -5,7 +5,16 @@ import logging
 import re
 from pathlib import Path
 
-from .common import _CHUNK_BREAK, ChapterDoc, _atomic_write, _pandoc, _slug, templates_dir
+from .common import (
+    _CHUNK_BREAK,
+    REFERENCES_ANCHOR,
+    ChapterDoc,
+    _atomic_write,
+    _pandoc,
+    _slug,
+    references,
+    templates_dir,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +77,13 @@ def _html_text(fragment: str) -> str:
     return re.sub(r"\s+", " ", _html.unescape(_TAG.sub("", fragment))).strip()
 
 
-def _chapter_html(ch: ChapterDoc, tdir: Path) -> None:
+def _notebook_html(nb, id_prefix: str, tdir: Path, chapter: str) -> str:
+    """Executed cells as HTML (nbconvert with the report's template; markdown through pandoc)."""
     from nbconvert import HTMLExporter
     from traitlets.config import Config
 
-    md = _MarkdownHTML(_slug(ch.name) + "-", tdir / "embeval.lua")
-    md.prime(_markdown_texts(ch.nb))
+    md = _MarkdownHTML(id_prefix, tdir / "embeval.lua")
+    md.prime(_markdown_texts(nb))
     c = Config()
     c.HTMLExporter.exclude_input = True
     c.HTMLExporter.exclude_input_prompt = True
@@ -81,11 +91,34 @@ def _chapter_html(ch: ChapterDoc, tdir: Path) -> None:
     exporter = HTMLExporter(config=c, template_name="embeval_html",
                             extra_template_basedirs=[str(tdir / "nbconvert")],
                             filters={"md2html": md})
-    body, _ = exporter.from_notebook_node(ch.nb, resources={"embeval": {"chapter": ch.name}})
-    body = _sanitize(body)
+    body, _ = exporter.from_notebook_node(nb, resources={"embeval": {"chapter": chapter}})
+    return _sanitize(body).strip()
+
+
+def _chapter_html(ch: ChapterDoc, tdir: Path) -> None:
+    body = _notebook_html(ch.nb, _slug(ch.name) + "-", tdir, ch.name)
     ch.sections = [{"id": _html.unescape(m.group(2)), "title": _html_text(m.group(3))}
                    for m in _H2_TAG.finditer(body)]
-    ch.body = body.strip()
+    ch.body = body
+    if ch.appendix is not None:
+        ch.appendix_body = _notebook_html(ch.appendix, ch.appendix_anchor + "-", tdir, ch.name)
+
+
+_CAPTION = re.compile(r"<caption\b([^>]*)>(?:Table:)?\s*|<figcaption\b([^>]*)>(?:\s*<span class=\"figure-label\">Figure:</span>)?\s*")
+
+
+def number_captions(page: str) -> str:
+    """Number the captioned tables and figures of the page in document order, "Table 3:", "Figure 5:", as the
+    PDF numbers them (Typst counts each kind of captioned figure in document order)."""
+    counts = {"table": 0, "figure": 0}
+
+    def one(m: re.Match) -> str:
+        kind = "table" if m.group(0).startswith("<caption") else "figure"
+        counts[kind] += 1
+        attrs = m.group(1) if kind == "table" else m.group(2)
+        tag = "caption" if kind == "table" else "figcaption"
+        return (f'<{tag}{attrs or ""}><span class="caption-label">{kind.capitalize()} {counts[kind]}:</span> ')
+    return _CAPTION.sub(one, page)
 
 
 _UNSAFE = re.compile(r"<script\b.*?</script\s*>|<script\b[^>]*/?>|<iframe\b.*?</iframe\s*>|<link\b[^>]*>|"
@@ -110,13 +143,32 @@ def render_html(out_dir: Path, chapters: list[ChapterDoc], title: str, header_it
         except Exception as exc:  # one broken chapter must not lose the report
             log.warning("chapter %s could not be rendered to HTML: %s", ch.name, exc)
             ch.status, ch.error = "failed", f"The chapter could not be rendered: {type(exc).__name__}: {exc}"
+            ch.appendix, ch.appendix_body = None, ""
+    refs = references(chapters)
+    refs_html = _MarkdownHTML(REFERENCES_ANCHOR + "-", tdir / "embeval.lua")(refs) if refs else ""
+    appendices = [ch for ch in chapters if ch.appendix is not None and ch.appendix_body]
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(tdir)), autoescape=True,
                              trim_blocks=False, lstrip_blocks=False)
     page = env.get_template("report.html.j2").render(
         title=title, header_items=header_items, meta=meta,
         css=Markup((tdir / "report.css").read_text(encoding="utf-8")),
         chapters=[{"name": ch.name, "title": ch.title, "status": ch.status, "anchor": ch.anchor,
-                   "error": ch.error, "sections": ch.sections, "body": Markup(ch.body)} for ch in chapters])
+                   "error": ch.error, "sections": ch.sections, "body": Markup(ch.body), "severity": ch.severity}
+                  for ch in chapters],
+        appendices=[{"anchor": ch.appendix_anchor, "letter": ch.letter, "title": ch.title,
+                     "body": Markup(ch.appendix_body)} for ch in appendices],
+        references={"anchor": REFERENCES_ANCHOR, "letter": _next_letter(appendices), "body": Markup(refs_html)}
+        if refs_html else None)
     target = Path(out_dir) / "report.html"
-    _atomic_write(target, page.encode("utf-8"))
+    _atomic_write(target, number_captions(page).encode("utf-8"))
     return target
+
+
+def _next_letter(appendices) -> str:
+    """The letter after the last chapter appendix's (the References'), as Typst counts them."""
+    from .common import _letters
+
+    letters = _letters()
+    for _ in range(len(appendices) + 1):
+        letter = next(letters)
+    return letter

@@ -6,41 +6,82 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 from .common import (
     _CHAPTER_BREAK,
     PDF_MIME_PRIORITY,
+    REFERENCES_ANCHOR,
     ChapterDoc,
     _atomic_write,
     _md_codeblock,
     _pandoc,
     _slug,
     _status_box_md,
+    references,
     templates_dir,
 )
 
 log = logging.getLogger(__name__)
 
-def _chapter_markdown(ch: ChapterDoc, tdir: Path, media: Path, key: str) -> str:
-    """The chapter as pandoc markdown; its images are written to ``media``."""
+def _notebook_markdown(nb, tdir: Path, media: Path, key: str) -> str:
+    """Executed cells as pandoc markdown; their images are written to ``media``."""
     from nbconvert import MarkdownExporter
     from traitlets.config import Config
 
     from ...present.display import escape
 
-    heading = f"# {escape(ch.title)} {{#{ch.anchor}}}\n\n"
-    if ch.status != "ok" or ch.nb is None:
-        return heading + _status_box_md(ch)
     c = Config()
     c.MarkdownExporter.exclude_input = True
     c.NbConvertBase.display_data_priority = PDF_MIME_PRIORITY
     exporter = MarkdownExporter(config=c, template_name="embeval_markdown",
                                 extra_template_basedirs=[str(tdir / "nbconvert")],
                                 filters={"md_escape": escape, "md_codeblock": _md_codeblock})
-    body, resources = exporter.from_notebook_node(copy.deepcopy(ch.nb), resources={"unique_key": key})
+    body, resources = exporter.from_notebook_node(copy.deepcopy(nb), resources={"unique_key": key})
     for name, data in (resources.get("outputs") or {}).items():
         (media / name).write_bytes(data)
-    return heading + re.sub(r"\n{3,}", "\n\n", body).strip() + "\n"
+    return re.sub(r"\n{3,}", "\n\n", body).strip() + "\n"
+
+
+def _chapter_markdown(ch: ChapterDoc, tdir: Path, media: Path, key: str) -> str:
+    """The chapter's body as pandoc markdown; its images are written to ``media``."""
+    from ...present.display import escape
+
+    heading = f"# {escape(ch.title)} {{#{ch.anchor}}}\n\n"
+    if ch.status != "ok" or ch.nb is None:
+        return heading + _status_box_md(ch)
+    return heading + _notebook_markdown(ch.nb, tdir, media, key)
+
+
+def _appendix_markdown(ch: ChapterDoc, tdir: Path, media: Path, key: str) -> str:
+    """The chapter's reference material (its appendix) as pandoc markdown."""
+    from ...present.display import escape
+
+    return f"# {escape(ch.title)} {{#{ch.appendix_anchor}}}\n\n" + _notebook_markdown(ch.appendix, tdir, media,
+                                                                                       key + "_appendix")
+
+
+def report_parts(chapters: list[ChapterDoc], tdir: Path, media: Path) -> tuple[list, list]:
+    """The report as markdown units: ``(body, appendix)``, each a list of ``(unit, markdown)`` where unit has the
+    ``title`` and ``anchor`` a stub needs; the appendix is every chapter's reference material, then the
+    References. A chapter that cannot be converted becomes a failed chapter (the rest is unaffected)."""
+    body, appendix = [], []
+    for i, ch in enumerate(chapters):
+        key = f"{i:02d}_{_slug(ch.name)}"
+        try:
+            body.append((ch, _chapter_markdown(ch, tdir, media, key)))
+            if ch.appendix is not None:
+                appendix.append((SimpleNamespace(title=ch.title, anchor=ch.appendix_anchor),
+                                 _appendix_markdown(ch, tdir, media, key)))
+        except Exception as exc:
+            log.warning("chapter %s could not be converted to markdown: %s", ch.name, exc)
+            ch.status, ch.error = "failed", f"The chapter could not be rendered: {type(exc).__name__}: {exc}"
+            body.append((ch, _chapter_markdown(ch, tdir, media, key)))
+    refs = references(chapters)
+    if refs:
+        appendix.append((SimpleNamespace(title="References", anchor=REFERENCES_ANCHOR),
+                         f"# References {{#{REFERENCES_ANCHOR}}}\n\n{refs}\n"))
+    return body, appendix
 
 
 def _typst_str(s) -> str:
@@ -48,13 +89,26 @@ def _typst_str(s) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _typst_preamble(title: str, header_items) -> str:
-    meta = ", ".join(f"({_typst_str(k)}, {_typst_str(v)})" for k, v in header_items)
-    return ('#import "report.typ": *\n'
-            f"#show: report.with(title: {_typst_str(title)}, meta: ({meta}{',' if header_items else ''}))\n\n")
+def _typst_preamble(title: str, header_items, meta: dict | None = None, chapters=()) -> str:
+    """``report.with(...)``: the title, the header information, and (with findings) the status, the top
+    findings and each chapter's worst severity."""
+    meta = meta or {}
+    items = ", ".join(f"({_typst_str(k)}, {_typst_str(v)})" for k, v in header_items)
+    args = [f"title: {_typst_str(title)}", f"meta: ({items}{',' if header_items else ''})"]
+    if meta.get("status"):
+        anchors = {ch.anchor for ch in chapters}
+        rows = []
+        for f in meta.get("top_findings", []):
+            target = f["section"] if f["section"] in anchors else None
+            rows.append(f"({_typst_str(f['severity'])}, {_typst_str(f['title'])}, {_typst_str(f['number'])}, "
+                        f"{_typst_str(target) if target else 'none'})")
+        severity = ", ".join(f"{_typst_str(ch.anchor)}: {_typst_str(ch.severity)}" for ch in chapters if ch.severity)
+        args += [f"status: {_typst_str(meta['status'])}", f"findings: ({', '.join(rows)}{',' if rows else ''})",
+                 f"severity: ({severity or ':'})"]
+    return '#import "report.typ": *\n' f"#show: report.with({', '.join(args)})\n\n"
 
 
-def _typst_stub(ch: ChapterDoc, message: str) -> str:
+def _typst_stub(ch, message: str) -> str:
     return (f"#heading(level: 1, {_typst_str(ch.title)}) <{ch.anchor}>\n\n"
             f'#callout(kind: "danger")[*This chapter could not be typeset* \\\n'
             f"The rest of the report is unaffected. The error:\n"
@@ -66,59 +120,59 @@ def _compile(main: Path, root: Path, pdf: Path) -> None:
     typst.compile(str(main), output=str(pdf), root=str(root))
 
 
+def _typst_document(preamble: str, bodies: list[str], n_body: int) -> str:
+    """The Typst source: the chapters, then (after ``#show: appendix``) the appendices."""
+    return preamble + "\n".join(bodies[:n_body]) + "\n\n#show: appendix\n\n" + "\n".join(bodies[n_body:])
+
+
 def render_pdf(out_dir: Path, chapters: list[ChapterDoc], title: str, header_items, meta: dict) -> Path:
     tdir = templates_dir()
     lua = tdir / "embeval.lua"
     with tempfile.TemporaryDirectory(prefix="embeval-pdf-") as tmp:
         tmp = Path(tmp)
         shutil.copy(tdir / "report.typ", tmp / "report.typ")
-        parts = []
-        for i, ch in enumerate(chapters):
-            key = f"{i:02d}_{_slug(ch.name)}"
-            try:
-                parts.append(_chapter_markdown(ch, tdir, tmp, key))
-            except Exception as exc:
-                log.warning("chapter %s could not be converted to markdown: %s", ch.name, exc)
-                ch.status, ch.error = "failed", f"The chapter could not be rendered: {type(exc).__name__}: {exc}"
-                parts.append(_chapter_markdown(ch, tdir, tmp, key))
+        body, appendix = report_parts(chapters, tdir, tmp)
+        units = body + appendix
+        parts = [md for _, md in units]
         brk = f"\n\n```{{=typst}}\n{_CHAPTER_BREAK}\n```\n\n"
-        ids = ",".join(ch.anchor for ch in chapters)
+        ids = ",".join(u.anchor for u, _ in units)
         # a huge --columns keeps pandoc from fixing relative column widths (from the dashes of
         # long pipe-table lines): Typst then sizes the columns to their content and page width
         typst_args = [f"--lua-filter={lua}", "--columns=100000"]
         try:
             bodies = _pandoc(brk.join(parts), "typst", typst_args).split(_CHAPTER_BREAK)
-            if len(bodies) != len(chapters):
+            if len(bodies) != len(units):
                 raise RuntimeError("chapter markers lost in conversion")
         except Exception as exc:  # isolate the chapter pandoc cannot convert
             log.debug("pandoc (whole report) failed: %s; converting chapter by chapter", exc)
             bodies = []
-            for ch, part in zip(chapters, parts):
+            for (unit, _), part in zip(units, parts):
                 try:
                     bodies.append(_pandoc(part, "typst", [*typst_args, f"--metadata=embeval-ids={ids}"]))
                 except Exception as exc2:
-                    bodies.append(_typst_stub(ch, str(exc2)))
-        preamble = _typst_preamble(title, header_items)
+                    bodies.append(_typst_stub(unit, str(exc2)))
+        preamble = _typst_preamble(title, header_items, meta, chapters)
         main, pdf = tmp / "main.typ", tmp / "report.pdf"
-        main.write_text(preamble + "\n".join(bodies), encoding="utf-8")
+        n_body = len(body)
+        main.write_text(_typst_document(preamble, bodies, n_body), encoding="utf-8")
         try:
             _compile(main, tmp, pdf)
         except Exception as exc:
             # find the chapters Typst rejects: compile each with the others reduced to stubs
             log.warning("typst failed on the whole report (%s); isolating the failing chapter(s)", exc)
-            stubs = [_typst_stub(ch, "") for ch in chapters]
+            stubs = [_typst_stub(unit, "") for unit, _ in units]
             bad = {}
-            for i in range(len(chapters)):
+            for i in range(len(units)):
                 trial = stubs[:i] + [bodies[i]] + stubs[i + 1:]
-                main.write_text(preamble + "\n".join(trial), encoding="utf-8")
+                main.write_text(_typst_document(preamble, trial, n_body), encoding="utf-8")
                 try:
                     _compile(main, tmp, pdf)
                 except Exception as exc_i:
                     bad[i] = str(exc_i)
             if not bad:
-                bad = {i: str(exc) for i in range(len(chapters))}
-            final = [_typst_stub(ch, bad[i]) if i in bad else bodies[i] for i, ch in enumerate(chapters)]
-            main.write_text(preamble + "\n".join(final), encoding="utf-8")
+                bad = {i: str(exc) for i in range(len(units))}
+            final = [_typst_stub(unit, bad[i]) if i in bad else bodies[i] for i, (unit, _) in enumerate(units)]
+            main.write_text(_typst_document(preamble, final, n_body), encoding="utf-8")
             try:
                 _compile(main, tmp, pdf)
             except Exception as exc_final:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from .common import _atomic_write, _quarto_template, _slug, load_chapters, strip_ansi, templates_dir
-from .pdf import _chapter_markdown, _typst_str
+from .common import _atomic_write, _quarto_template, load_chapters, read_header, strip_ansi, templates_dir
+from .pdf import _typst_str, report_parts
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +75,15 @@ def _render_quarto(out_dir: Path, title: str, formats, header_items, pdf_engine:
         raise RuntimeError("quarto is not on PATH: install Quarto (https://quarto.org) or use renderer='builtin'")
     out_dir = Path(out_dir)
     files, errors = {}, {}
+    meta = read_header(out_dir, title)[2]
     with tempfile.TemporaryDirectory(prefix="embeval-quarto-") as tmp:
         stage = Path(tmp)
-        parts = _stage(stage, out_dir)
+        body, appendix = _stage(stage, out_dir)
         front = _front_matter(title, header_items)
         for fmt in formats:
             to = _QUARTO_TO["html" if fmt == "html" else pdf_engine]
             try:
-                files[fmt] = _render_one(exe, stage, out_dir, to, front + _document(parts, to))
+                files[fmt] = _render_one(exe, stage, out_dir, to, front + _document(body, to, appendix, meta))
             except Exception as exc:  # the other formats still render
                 errors[fmt] = _one_line(str(exc))
     if errors:
@@ -90,20 +91,60 @@ def _render_quarto(out_dir: Path, title: str, formats, header_items, pdf_engine:
     return files
 
 
-def _stage(stage: Path, out_dir: Path) -> list[str]:
-    """Write the Typst template and the figures into ``stage``; return each chapter's markdown."""
+def _stage(stage: Path, out_dir: Path) -> tuple[list[str], list[str]]:
+    """Write the Typst template and the figures into ``stage``; return the markdown of each chapter's body (its
+    heading with its worst severity's badge) and of each appendix (the chapters' reference material, then
+    the References)."""
     tdir = templates_dir()
     shutil.copy(tdir / "report.typ", stage / "embeval.typ")
-    parts = []
-    for i, ch in enumerate(load_chapters(out_dir)):
-        key = f"{i:02d}_{_slug(ch.name)}"
-        try:
-            parts.append(_chapter_markdown(ch, tdir, stage, key))
-        except Exception as exc:  # one broken chapter must not lose the report
-            log.warning("chapter %s could not be converted to markdown: %s", ch.name, exc)
-            ch.status, ch.error = "failed", f"The chapter could not be rendered: {type(exc).__name__}: {exc}"
-            parts.append(_chapter_markdown(ch, tdir, stage, key))
-    return parts
+    body, appendix = report_parts(load_chapters(out_dir), tdir, stage)
+    return [_with_badge(ch, md) for ch, md in body], [md for _, md in appendix]
+
+
+def _letters():
+    from .common import _letters as letters
+    return letters()
+
+
+def _with_badge(ch, markdown: str) -> str:
+    """The chapter heading with its worst severity as a badge: Quarto's contents (sidebar, Typst outline)
+    repeat the heading."""
+    severity = getattr(ch, "severity", None)
+    if not severity:
+        return markdown
+    badge = f"[{'not run' if severity == 'skipped' else severity}]{{.verdict .verdict-{severity}}}"
+    return markdown.replace(f" {{#{ch.anchor}}}", f" {badge} {{#{ch.anchor}}}", 1)
+
+
+_HEADING = re.compile(r"^(#{1,5}) (.*?)(?: \{([^}\n]*)\})?[ \t]*$", re.M)
+
+
+def _appendix_part(markdown: str, letter: str) -> str:
+    """One appendix of the HTML: its heading "Appendix A: Title", every heading in it unnumbered and one level
+    down under the part's heading (``# Appendices``)."""
+    def one(m: re.Match) -> str:
+        level, text, attrs = m.group(1), m.group(2), (m.group(3) or "").strip()
+        if level == "#":
+            text = f"Appendix {letter}: {text}"
+        return f"{level}# {text} {{{(attrs + ' ') if attrs else ''}.unnumbered}}"
+    return _HEADING.sub(one, markdown)
+
+
+def _status_block(meta: dict, anchors: set) -> str:
+    """The report's status and top findings, before the first chapter (the built-in cover's content)."""
+    from ...present.display import escape
+
+    if not meta.get("status"):
+        return ""
+    lines = [f"**Status** [{meta['status']}]{{.verdict .verdict-{meta['status']}}}", ""]
+    if meta.get("top_findings"):
+        lines += ["**Top findings**", ""]
+        for i, f in enumerate(meta["top_findings"], 1):
+            title = escape(f["title"])
+            title = f"[{title}](#{f['section']})" if f["section"] in anchors else title
+            number = f" — {escape(f['number'])}" if f["number"] else ""
+            lines.append(f"{i}. [{f['severity']}]{{.verdict .verdict-{f['severity']}}} **{title}**{number}")
+    return "::: {.report-status}\n" + "\n".join(lines) + "\n:::\n\n"
 
 
 def _front_matter(title: str, header_items) -> str:
@@ -119,9 +160,15 @@ def _front_matter(title: str, header_items) -> str:
     return "---\n" + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=10**6) + "---\n\n"
 
 
-def _document(parts: list[str], to: str) -> str:
-    """The chapters' markdown for Quarto's ``--to`` format: callouts, badges, only existing link targets."""
-    text = "\n\n".join(parts)
+def _document(parts: list[str], to: str, appendix: list[str] = (), meta: dict | None = None) -> str:
+    """The report's markdown for Quarto's ``--to`` format: the status and top findings, the chapters, the
+    appendices (collapsed in HTML); callouts, badges, only existing link targets."""
+    anchors = set(_ID.findall("\n".join(parts)))
+    text = _status_block(meta or {}, anchors) + "\n\n".join(parts)
+    if appendix:
+        text += "\n\n" + _APPENDIX_START[to] + "\n\n".join(
+            _collapsed(_appendix_part(part, letter)) if to == "html" else part
+            for letter, part in zip(_letters(), appendix))
     text = _MARKER_CALLOUT.sub(lambda m: _callout(to, m.group(1), *_quoted_callout(m.group(2))), text)
     text = _DIV_CALLOUT.sub(lambda m: _callout(to, m.group(1), m.group(2), m.group(3).strip("\n")), text)
     if to == "pdf":
@@ -131,6 +178,28 @@ def _document(parts: list[str], to: str) -> str:
                                     "{=typst}", text)
     ids = set(_ID.findall(text))
     return _LINK.sub(lambda m: m.group(0) if m.group(2) in ids else m.group(1), text)
+
+
+#: what starts the appendices: in HTML a part heading (each appendix a collapsed callout, as the built-in
+#: HTML's closed <details>); in the PDFs the chapter numbering turns to letters, as in the built-in PDF (Typst:
+#: one line in the contents for all of them, every level bookmarked)
+_APPENDIX_START = {
+    "html": "# Appendices {#appendix .unnumbered}\n\n",
+    "typst": "```{=typst}\n#heading(level: 1, numbering: none)[Appendices: method, definitions and tests of each "
+             "chapter]\n#counter(heading).update(0)\n#set heading(outlined: false, bookmarked: true, numbering: (..n) => "
+             "if n.pos().len() == 1 { \"Appendix \" + numbering(\"A\", ..n) } else { numbering(\"A.1\", ..n) })\n"
+             "```\n\n",
+    "latex": "```{=latex}\n\\appendix\n```\n\n",
+}
+_APPENDIX_START["pdf"] = _APPENDIX_START["latex"]
+
+
+def _collapsed(part: str) -> str:
+    """An appendix as a collapsed callout: its heading the callout's title (Quarto HTML)."""
+    m = re.match(r"## (.*?) \{#([^\s}]+)[^}]*\}\n", part)
+    if not m:
+        return part
+    return f"::: {{#{m.group(2)} .callout-note collapse=\"true\"}}\n## {m.group(1)}\n\n{part[m.end():]}\n:::\n"
 
 
 def _quoted_callout(quote: str) -> tuple[str, str]:
