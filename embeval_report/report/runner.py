@@ -28,6 +28,7 @@ from ..settings import ChapterSettings
 from ..version import __version__
 from .baseline import check_baseline, compare_with_baseline
 from .execution import ChapterOutcome, error_text, execute
+from .kernel_forks import KernelForks
 from .findings import derive_findings
 from .metrics_file import metrics_document
 from .outdir import OutputFolder, raise_write_fault
@@ -135,7 +136,7 @@ def describe_run(run: Run, out: Path, *, title, jobs, engine_info, graph) -> Non
                     generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
 
 
-def execute_chapters(run: Run, params: dict, *, timeout, jobs: int) -> None:
+def execute_chapters(run: Run, params: dict, *, timeout, jobs: int, forks: KernelForks | None = None) -> None:
     """Execute the ready content chapters, then the final ones; before the first final chapter every recorded
     test is adjusted over the report (:func:`~.rigor.adjust_report`); before each, ``run.json`` says what ran."""
     def before_final(ch: ChapterSpec, done: dict) -> None:
@@ -153,7 +154,7 @@ def execute_chapters(run: Run, params: dict, *, timeout, jobs: int) -> None:
         for o in run.skipped.values():
             shown.end(o.chapter.name, o.status, 0.0, o.reason)
         run.done = execute(run.ready, run.staging, params, timeout, shown, jobs, run.final,
-                           before_final if run.final else None)
+                           before_final if run.final else None, forks=forks)
 
 
 def derive_report_findings(run: Run) -> None:
@@ -245,6 +246,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
               [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in everything if c not in chosen],
               baseline=baseline)
     client = None
+    forks = KernelForks()  # the chapter kernels' template: its imports overlap the preparation of the input
     try:
         prepare_input(run, source, prepare=prepare, embedding_cache=embedding_cache)
         select_chapters(run)
@@ -256,7 +258,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
             params["settings"] = replace(settings, scheduler=client.scheduler.address).to_params()
         graph = shared_graph(run.es, settings, run.cache, run.ready, client=client)
         describe_run(run, target.path, title=title, jobs=jobs, engine_info=engine_info, graph=graph)
-        execute_chapters(run, params, timeout=timeout, jobs=jobs)
+        execute_chapters(run, params, timeout=timeout, jobs=jobs, forks=forks)
         if not run.final:
             derive_report_findings(run)
         write_run(run)
@@ -269,6 +271,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         target.abandon(run.staging, exc)  # removes staging; a write fault becomes one line (OutputError)
         raise
     finally:
+        forks.close()
         if client is not None:  # a LocalCluster closes with its client
             client.close()
     return RunResult(target.path, run.outcomes(), {k: target.path / Path(v).name for k, v in files.items()}, errors)

@@ -1,0 +1,258 @@
+"""Chapter kernels forked from one process that has already imported the chapters' libraries.
+
+Starting a chapter kernel the usual way costs about 3 s of CPU on the 2-core machine (a new Python, then torch,
+pandas, SciPy, matplotlib, seaborn and the package imported again), and a chapter's own imports (scikit-learn,
+statsmodels) 1 to 2 s more: with 21 chapters, a third of the demo's CPU time. :class:`KernelForks` starts one
+template process per run (``python -m embeval_report.report.kernel_forks``) that imports those libraries once and
+then computes nothing; each chapter kernel is a ``fork()`` of it that starts ipykernel with the connection file
+jupyter_client wrote (:class:`ForkProvisioner`). Every chapter still gets a fresh process of its own: the fork
+holds only imported modules, no state of another chapter, and the same libraries compute the same numbers.
+
+The template never runs a parallel region (no OpenMP or BLAS thread pool is used before the fork; the pools that
+libraries create at import are fork-safe through their ``pthread_atfork`` handlers, as with ``multiprocessing``'s
+fork start). Where ``os.fork`` is missing, the template cannot start, or ``EMBEVAL_FORK_KERNELS=0`` is set, kernels
+start the usual way.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from jupyter_client.provisioning import LocalProvisioner
+
+#: the environment switch that turns forked kernels off ("0")
+SWITCH = "EMBEVAL_FORK_KERNELS"
+#: the kernel command jupyter_client's python3 kernel spec runs, after the interpreter
+LAUNCHER = ["-m", "ipykernel_launcher"]
+#: what the template imports before it forks (the chapters' common imports, then every chapter module)
+PRELOAD = ("embeval_report.chapters.setup", "matplotlib.pyplot", "seaborn", "ipykernel.kernelapp")
+#: seconds the runner waits for the template to answer a fork (its imports included)
+START_TIMEOUT = 120
+
+
+def enabled() -> bool:
+    """Whether chapter kernels may be forked on this platform (and the user did not turn it off)."""
+    return hasattr(os, "fork") and sys.platform != "win32" and os.environ.get(SWITCH, "1") != "0"
+
+
+class _Forked:
+    """The runner's handle on a forked kernel (not its child: its parent is the template, which reaps it).
+
+    The kernel leads a session of its own (``setsid`` before the template answers), so its process group id
+    is its pid, as for a kernel jupyter_client starts itself."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                self.returncode = 0  # gone (the template reaps it; its status is not ours to read)
+            except PermissionError:  # pragma: no cover - the pid was reused by another user's process
+                self.returncode = 0
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        import time
+
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+class KernelForks:
+    """The template process of one run; :meth:`provisioner` gives a kernel manager a provisioner that forks it.
+
+    Use as a context manager (the template ends with the block; kernels it forked end with their own
+    managers, or by themselves once the template is gone: ipykernel polls its parent)."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self._replies = None
+        if not enabled():
+            return
+        read, write = os.pipe()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(write)], stdin=subprocess.PIPE,
+                                         pass_fds=(write,), text=True)
+        except OSError:
+            os.close(read)
+            self.proc = None
+            return
+        finally:
+            os.close(write)
+        self._replies = os.fdopen(read, "r")
+
+    def __enter__(self) -> KernelForks:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def provisioner(self, km) -> ForkProvisioner | None:
+        """A provisioner for kernel manager ``km`` (before its ``start_kernel``) that forks this template, or None
+        (template not running: the manager starts its kernel the usual way)."""
+        if not self.alive:
+            return None
+        import uuid
+
+        km.kernel_id = km.kernel_id or str(uuid.uuid4())
+        return ForkProvisioner(kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km, forks=self)
+
+    def fork(self, argv: list[str], env: dict, cwd: str) -> _Forked | None:
+        """Fork a kernel running ``ipykernel_launcher argv`` in ``cwd`` with environment ``env``; None when the
+        template cannot (it ended: the caller starts the kernel the usual way)."""
+        with self._lock:
+            if not self.alive:
+                return None
+            try:
+                self.proc.stdin.write(json.dumps({"argv": argv, "env": env, "cwd": str(cwd)}) + "\n")
+                self.proc.stdin.flush()
+                line = _read_line(self._replies, START_TIMEOUT)
+            except (OSError, TimeoutError):
+                line = ""
+            if not line:
+                self.close()
+                return None
+            return _Forked(int(json.loads(line)["pid"]))
+
+    def close(self) -> None:
+        """End the template (at once: it computes nothing; a kernel it forked that still runs ends within a second,
+        ipykernel seeing its parent gone)."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+            proc.stdin.close()
+        if self._replies is not None:
+            self._replies.close()
+            self._replies = None
+
+
+def _read_line(stream, timeout: float) -> str:
+    """One line from ``stream`` (a pipe), or TimeoutError after ``timeout`` seconds."""
+    import select
+
+    ready, _, _ = select.select([stream], [], [], timeout)
+    if not ready:
+        raise TimeoutError
+    return stream.readline()
+
+
+class ForkProvisioner(LocalProvisioner):
+    """jupyter_client's local provisioner, except that the kernel process is forked from a :class:`KernelForks`
+    template instead of started from scratch (any other kernel command starts the usual way)."""
+
+    def __init__(self, *args, forks: KernelForks, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.forks = forks
+
+    async def launch_kernel(self, cmd: list[str], **kwargs):
+        if cmd[1:3] != LAUNCHER:
+            return await super().launch_kernel(cmd, **kwargs)
+        cwd = kwargs.get("cwd") or os.getcwd()
+        process = self.forks.fork(cmd[3:], dict(kwargs.get("env") or os.environ), cwd)
+        if process is None:
+            return await super().launch_kernel(cmd, **kwargs)
+        self.process = process
+        self.pid = self.pgid = process.pid
+        self.cwd = cwd
+        return self.connection_info
+
+
+# --------------------------------------------------------------------------- the template process
+
+def serve(reply_fd: int) -> None:
+    """The template: import :data:`PRELOAD` and every chapter module, then fork one kernel per request line on
+    stdin (``{"argv", "env", "cwd"}``), answering ``{"pid"}`` on ``reply_fd``; ends at the end of stdin."""
+    if sys.path and sys.path[0] in ("", os.getcwd()):  # as ipykernel_launcher: the caller's folder is not a path
+        del sys.path[0]
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")  # as ipykernel sets it
+    import importlib
+    import pkgutil
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    chapters = importlib.import_module("embeval_report.chapters")
+    for info in pkgutil.iter_modules(chapters.__path__):
+        try:
+            importlib.import_module(f"{chapters.__name__}.{info.name}")
+        except Exception:  # a chapter whose optional library is missing imports (and fails) in its own kernel
+            pass
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked kernels are reaped as they end
+    replies = os.fdopen(reply_fd, "w")
+    for line in sys.stdin:
+        request = json.loads(line)
+        started, ready = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(started)
+            _kernel(request, ready, reply_fd)
+        os.close(ready)
+        os.read(started, 1)  # the kernel leads its own session now
+        os.close(started)
+        replies.write(json.dumps({"pid": pid}) + "\n")
+        replies.flush()
+
+
+def _kernel(request: dict, ready: int, reply_fd: int) -> None:
+    """In the forked child: a session of its own, the request's folder and environment, then ipykernel."""
+    code = 1
+    try:
+        os.setsid()
+        os.write(ready, b"1")
+        os.close(ready)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.close(reply_fd)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        sys.stdin = open(0, closefd=False)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.environ["JPY_PARENT_PID"] = str(os.getppid())  # the kernel ends when the template does
+        sys.argv = [sys.executable, *request["argv"]]
+        from ipykernel import kernelapp
+
+        kernelapp.launch_new_instance(argv=request["argv"])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]))
