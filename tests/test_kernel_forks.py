@@ -1,0 +1,48 @@
+"""Chapter kernels forked from a template process (report/kernel_forks.py): the same numbers as kernels started
+the usual way, and the usual way whenever the template cannot serve."""
+import json
+
+import pytest
+
+from embeval_report.cli import main
+from embeval_report.report import kernel_forks
+from embeval_report.report.kernel_forks import KernelForks
+from tests.test_end_to_end import write_set
+
+CHAPTERS = "isotropy,uniformity,hubness"
+
+
+def _run(tmp_path, name):
+    out = tmp_path / name
+    assert main(["run", str(tmp_path / "m.yaml"), "--out", str(out), "--seed", "5", "--formats", "html",
+                 "--chapters", CHAPTERS, "--jobs", "1"]) == 0
+    doc = json.loads((out / "metrics.json").read_text())
+    return {c: doc["chapters"][c]["metrics"] for c in CHAPTERS.split(",")}
+
+
+@pytest.mark.skipif(not kernel_forks.enabled(), reason="no os.fork on this platform")
+def test_forked_kernels_compute_the_numbers_of_fresh_ones(tmp_path, monkeypatch):
+    write_set(tmp_path)
+    forked = []
+    real = KernelForks.fork
+    monkeypatch.setattr(KernelForks, "fork", lambda self, *a: forked.append(real(self, *a)) or forked[-1])
+    with_forks = _run(tmp_path, "forked")
+    assert len(forked) >= len(CHAPTERS.split(",")) and all(p is not None for p in forked)
+    monkeypatch.setenv(kernel_forks.SWITCH, "0")
+    forked.clear()
+    fresh = _run(tmp_path, "fresh")
+    assert forked == [] and with_forks == fresh
+
+
+def test_switch_and_a_dead_template_fall_back_to_the_usual_start(monkeypatch):
+    monkeypatch.setenv(kernel_forks.SWITCH, "0")
+    assert not kernel_forks.enabled() and KernelForks().proc is None
+    monkeypatch.delenv(kernel_forks.SWITCH)
+    if not kernel_forks.enabled():
+        pytest.skip("no os.fork on this platform")
+    with KernelForks() as forks:
+        assert forks.alive
+        forks.proc.kill()
+        forks.proc.wait()
+        assert forks.provisioner(object()) is None  # the kernel manager starts its kernel itself
+        assert forks.fork(["-f", "x.json"], {}, ".") is None
