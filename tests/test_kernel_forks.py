@@ -1,6 +1,7 @@
 """Chapter kernels forked from a template process (report/kernel_forks.py): the same numbers as kernels started
 the usual way, and the usual way whenever the template cannot serve."""
 import json
+import os
 
 import pytest
 
@@ -32,6 +33,19 @@ def test_forked_kernels_compute_the_numbers_of_fresh_ones(tmp_path, monkeypatch)
     forked.clear()
     fresh = _run(tmp_path, "fresh")
     assert forked == [] and with_forks == fresh
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc")
+def test_runs_in_one_process_hold_no_more_files_each_time(tmp_path):
+    """A report run releases its kernels' channels (nbclient leaves them open on a kernel it did not start): the
+    Python API evaluating many models in one notebook does not run out of file descriptors."""
+    write_set(tmp_path)
+    held = []
+    for name in ("a", "b", "c"):
+        assert main(["run", str(tmp_path / "m.yaml"), "--out", str(tmp_path / name), "--formats", "html",
+                     "--chapters", "isotropy", "--jobs", "1"]) == 0
+        held.append(len(os.listdir("/proc/self/fd")))
+    assert held[2] <= held[1] <= held[0] + 2, held
 
 
 def test_switch_and_a_dead_template_fall_back_to_the_usual_start(monkeypatch):

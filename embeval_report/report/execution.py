@@ -101,7 +101,29 @@ def _papermill_engine() -> str:
         def autosave_cell(self, *args, **kwargs):
             return self._quiet(super().autosave_cell, *args, **kwargs)
 
+    from papermill.clientwrap import PapermillNotebookClient
+    from papermill.log import logger
+    from papermill.utils import merge_kwargs, remove_args
+
+    class Client(PapermillNotebookClient):
+        def execute(self, **kwargs):
+            try:
+                return super().execute(**kwargs)
+            finally:  # nbclient stops its client's channels only on a kernel it started: a run leaked ~12 fds
+                if getattr(self, "kc", None) is not None and not self.owns_km:  # (a heartbeat thread) per chapter
+                    self.kc.stop_channels()
+
     class Engine(NBClientEngine):
+        @classmethod
+        def execute_managed_notebook(cls, nb_man, kernel_name, log_output=False, stdout_file=None, stderr_file=None,
+                                     start_timeout=60, execution_timeout=None, **kwargs):  # papermill's, with Client
+            kwargs = remove_args(["input_path"], **kwargs)
+            final = merge_kwargs(remove_args(["timeout", "startup_timeout"], **kwargs),
+                                 timeout=execution_timeout if execution_timeout else kwargs.get("timeout"),
+                                 startup_timeout=start_timeout, kernel_name=kernel_name, log=logger,
+                                 log_output=log_output, stdout_file=stdout_file, stderr_file=stderr_file)
+            return Client(nb_man, **final).execute()
+
         @classmethod
         def execute_notebook(cls, nb, kernel_name, output_path=None, progress_bar=True, log_output=False,
                              autosave_cell_every=30, **kwargs):  # papermill's Engine.execute_notebook, with Manager

@@ -157,12 +157,14 @@ class KernelForks:
 
 
 def _read_line(stream, timeout: float) -> str:
-    """One line from ``stream`` (a pipe), or TimeoutError after ``timeout`` seconds."""
-    import select
+    """One line from ``stream`` (a pipe), or TimeoutError after ``timeout`` seconds (a selector, not
+    ``select.select``, which refuses descriptors above 1023 in a process holding many files)."""
+    import selectors
 
-    ready, _, _ = select.select([stream], [], [], timeout)
-    if not ready:
-        raise TimeoutError
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        if not selector.select(timeout):
+            raise TimeoutError
     return stream.readline()
 
 
