@@ -266,7 +266,8 @@ def narrative(run: dict, card: pd.DataFrame) -> str:
     n_prob, n_conc = (counts.get(k, 0) for k in ("problematic", "concerning"))
     return head + (f" Of its {len(card)} thresholded metrics, {n_prob} are problematic and {n_conc} concerning "
                    "(the scorecard below; related metrics of one effect make one finding above). Verdicts follow "
-                   "the source documents' threshold tables, cited per row; the tables are guidance, not hard limits.")
+                   "the source documents' threshold tables, cited in each chapter; the tables are guidance, not hard "
+                   "limits.")
 
 
 def show_narrative(run: dict, card: pd.DataFrame) -> None:
@@ -274,7 +275,11 @@ def show_narrative(run: dict, card: pd.DataFrame) -> None:
 
 
 def show_scorecard(card: pd.DataFrame) -> None:
-    show_table(card, caption="Scorecard: verdicts of all chapters (healthy / concerning / problematic).",
+    """The scorecard without its reference column: each threshold's source is cited in its chapter's definitions
+    (the chapter's appendix) and in metrics.json, and a column of citations tripled the table's length."""
+    show_table(card.drop(columns="reference"),
+               caption="Scorecard: verdicts of all chapters (healthy / concerning / problematic); each threshold's "
+                       "source is cited in its chapter and in the chapter's definitions.",
                label="tbl-scorecard")
     if needs_bias_note(card):
         show_markdown(BIAS_NOTE)
