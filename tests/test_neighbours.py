@@ -364,6 +364,35 @@ def test_more_exact_ties_than_the_candidate_pool(product, potential, device, mon
 
 
 @pytest.mark.parametrize("product", PRODUCTS, indirect=True)
+def test_csls_is_a_bounded_search_with_the_float64_lists(product, device, monkeypatch):
+    """CSLS (2 cos - r(y), linear in the cosine) runs as a kept-entry search of the augmented rows [u, 1] and
+    [2u, -r] on every product: its lists are numpy's float64 top-k of 2 cos - r(y) with the lower index first,
+    also with 50 exact copies (more ties than any pool) and rows one float32 ulp apart."""
+    from embeval_report.metrics.hubness_reduction import reduced_knn
+
+    rng = np.random.default_rng(25)
+    X = (rng.standard_normal((900, 14)) + 0.6 * rng.standard_normal(14)).astype(np.float32)
+    X[np.r_[7, 300:349]] = X[7]  # 50 exact copies
+    X[400:440] = X[399] + rng.integers(-1, 2, (40, 14)).astype(np.float32) * np.spacing(np.abs(X[399]))
+    monkeypatch.setattr(nb, "CPU_COLLECT_TILE", (64, 224))
+    S = _strict_reference(X, X, "cosine", True)
+    r = rng.uniform(0.2, 0.9, len(X))  # any column works; CSLS's r is the mean of the k best cosines
+    stats = {}
+    monkeypatch.setattr(nb, "_search", lambda *a, _real=nb._search, **kw: _real(*a, **{**kw, "stats": stats}))
+    for k in (1, 10, 60):
+        graph_cache.clear_memory()
+        idx, val = reduced_knn(X, k, ("csls",), r=r, device=device)["csls"]
+        assert stats["sweep"] == "collect" and stats["product"] == product
+        csls = 2 * S - r[None, :] - r[:, None]
+        order = np.argsort(-csls, axis=1, kind="stable")[:, :k]
+        got, want = np.take_along_axis(csls, idx, 1), np.take_along_axis(csls, order, 1)
+        differ = idx != order
+        assert np.all(np.abs(got - want)[differ] <= 1e-13 * np.abs(csls[np.isfinite(csls)]).max())
+        assert np.array_equal(idx[300:349], order[300:349])  # the copies: index order among exact ties
+        np.testing.assert_allclose(val, want, rtol=0, atol=5e-7)  # float32 of the float64 scores
+
+
+@pytest.mark.parametrize("product", PRODUCTS, indirect=True)
 def test_zero_and_tiny_norms(product, device):
     """Zero rows (cosine 0 to every row: ties broken by index), rows of norm 1e-30 and subnormal rows
     (unit rows in float64): the float64 lists, for every metric the kernel supports."""

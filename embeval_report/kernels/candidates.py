@@ -56,7 +56,8 @@ class _Rows64:
             yield self[s:s + self.step]
 
     def inputs(self, rows, sq64, product: Product | None) -> tuple[torch.Tensor, tuple[float, float, float]]:
-        """The candidate-product inputs of corpus rows ``rows`` (euclidean: ``[2x, -|x|^2]``), float32 (rounded
+        """The candidate-product inputs of corpus rows ``rows`` (euclidean: ``[2x, -|x|^2]``; a linear re-scoring
+        with column c: ``[2x, -c]``), float32 (rounded
         by ``product``; None: the bfloat16 of fast mode), and the maxima over these rows of the float64 rows'
         norms, the inputs' rounding residuals and the inputs' norms (see :func:`~.device.product_bound`)."""
         r64 = self[rows]
@@ -121,7 +122,8 @@ def _top_k(cand: torch.Tensor, exact: torch.Tensor, k: int) -> tuple[torch.Tenso
 
 
 def _exact_scores(corpus64: _Rows64, sq64, q64: torch.Tensor, cand: torch.Tensor, metric: str) -> torch.Tensor:
-    """The float64 scores (higher = closer; euclidean: :math:`-\\lVert q - x\\rVert^2`) of candidates ``cand``
+    """The float64 scores (higher = closer; euclidean: :math:`-\\lVert q - x\\rVert^2`; linear: :math:`2\\cos - c_x`
+    for the column c in ``sq64``) of candidates ``cand``
     (m, c) of query rows ``q64`` (m, d): one batched product per call shape, so that the scores of one row's
     candidates come from one computation (exact duplicates tie exactly). Rows go in pieces of about
     :data:`SCORE_BYTES` of gathered candidates on the CPU, which stay in cache for the product (3x faster than
@@ -134,6 +136,8 @@ def _exact_scores(corpus64: _Rows64, sq64, q64: torch.Tensor, cand: torch.Tensor
                            for s in range(0, len(cand), step)])
     if metric == "euclidean":
         exact = 2 * exact - sq64[cand] - (q64 * q64).sum(1, keepdim=True)  # -|q - x|^2
+    elif metric == "linear":  # a re-scoring 2 cos - c_j (``sq64`` holds the column c: CSLS's r(y))
+        exact = 2 * exact - sq64[cand]
     return exact
 
 

@@ -315,6 +315,11 @@ def self_sweep(X, graphs: dict, *, device, desc: str | None, potential: bool | N
             out[name] = found[0]
             out[f"{name}-recall"] = (np.array(_recall(X, found[0][0], dev)),)
         names = [name for name in missing if name not in plain]
+        for name in [name for name in names if linear_column(graphs[name][1]) is not None]:
+            names.remove(name)  # a linear re-scoring (CSLS): a bounded search of its own on the fastest product
+            found, _ = _search(X, X, [(missing[name], graphs[name][1])], "cosine", True, dev, desc,
+                               product=exact_product(dev), stats=stats)
+            out[name] = found[0]
         if names:
             rescored = any(graphs[name][1] is not None for name in names)
             pot = potential_key(SWEEP_POTENTIAL_T)
@@ -357,6 +362,14 @@ def query_lists(X, rows: np.ndarray, k: int, *, device, desc: str | None = None)
     return idx[keep].reshape(len(idx), k)
 
 
+def linear_column(rescore) -> torch.Tensor | None:
+    """The column c of a re-scoring that ranks row x's columns by :math:`2\\cos(x, y) - c_y` (CSLS: c = r), read
+    from its ``column`` attribute (float64, one value per corpus row), else None. Such a re-scoring is a product
+    of the augmented rows :math:`[u_x, 1]\\cdot[2u_y, -c_y]`, so its exact search takes the kept-entry pass of a
+    plain search (candidates from the fastest product, bounded, every entry that can enter scored in float64)."""
+    return getattr(rescore, "column", None) if rescore is not None else None
+
+
 def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: bool, dev: torch.device,
             desc: str | None, potential_t: float | None = None, product: Product | None = FP32,
             stats: dict | None = None) -> tuple[list, np.ndarray | None]:
@@ -374,11 +387,16 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
     if potential_t is not None and product is not FP32:
         raise ValueError("the swept potential needs float32 products")
     corpus64 = _Rows64(to_tensor(X, dtype=torch.float32, device=dev), metric == "cosine")
-    sq64 = corpus64.squared_norms() if metric == "euclidean" else None
+    column = linear_column(plans[0][1]) if len(plans) == 1 and metric == "cosine" else None
+    collect = (product is not None and potential_t is None and len(plans) == 1
+               and (plans[0][1] is None or column is not None))
+    if not collect:
+        column = None
+    scored = "linear" if column is not None else metric  # how the float64 scores are made (see _exact_scores)
+    sq64 = corpus64.squared_norms() if metric == "euclidean" else column
     width = X.shape[1] + int(sq64 is not None)
     dtype = torch.bfloat16 if product is None else product.dtype
     extra = FAST_RERANK if product is None else RERANK if product is FP32 else BOUND_POOL
-    collect = product is not None and potential_t is None and len(plans) == 1 and plans[0][1] is None
     workers = torch.get_num_threads() if collect and dev.type == "cpu" else 1
     if current().fits(n * width * dtype.itemsize):
         corpus_t, corpus_stats = corpus64.transposed(sq64, product)
@@ -411,7 +429,7 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
             q64 = unit_rows(q64)
         q = q64.float()
         qa64 = q64
-        if metric == "euclidean":
+        if sq64 is not None:  # the augmented rows [q, 1] against [2x, -|x|^2] or [2x, -c]
             q = torch.cat([q, torch.ones((len(q), 1), dtype=q.dtype, device=dev)], 1)
             qa64 = torch.cat([q64, torch.ones((len(q), 1), dtype=q64.dtype, device=dev)], 1)
         q = q.to(dtype) if product is None or product.bits == 24 else product.rounded(q).to(dtype)
@@ -423,7 +441,7 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
             blk = _Block(s, q64, q, bound, offset, drop_self)
         again = 0
         if collect:  # one plain plan: kept entries instead of a fixed pool
-            found = [_collected_lists(plans[0][0], blk, corpus64, sq64, corpus_t, metric, cols, buffer)]
+            found = [_collected_lists(plans[0][0], blk, corpus64, sq64, corpus_t, scored, cols, buffer)]
         else:
             tops = [RunningTopK(len(q), min(k + extra, n_avail), dev, rescore, dtype) for k, rescore in plans]
             potential = RowPotential(len(q), potential_t, dev) if potential_t is not None else None

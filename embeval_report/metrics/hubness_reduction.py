@@ -131,6 +131,7 @@ class _Csls:
     def __init__(self, r: np.ndarray, device):
         self.r32 = torch.as_tensor(r, dtype=torch.float32, device=device)
         self.r64 = torch.as_tensor(r, dtype=torch.float64, device=device)
+        self.column = self.r64  # 2 cos - r(y) is linear in the cosine: searched exactly on bounded products
 
     def tile_scores(self, tile, col0: int, out):
         """The scores of a whole tile of cosines (corpus columns from ``col0``), pruned like products."""
