@@ -55,8 +55,14 @@ def report(tmp_path_factory):
     return out
 
 
-def test_numbers_do_not_depend_on_jobs(report, tmp_path):
-    """Chapters executed side by side (the fixture: --jobs 2) give the numbers of one at a time."""
+def test_numbers_do_not_depend_on_jobs(report, tmp_path, monkeypatch):
+    """Chapters executed side by side (the fixture: --jobs 2, fresh kernels in worker processes) give the numbers
+    of one at a time (kernels forked from the run's template where the platform can fork)."""
+    from embeval_report.report import kernel_forks
+
+    forked = []
+    real = kernel_forks.KernelForks.fork
+    monkeypatch.setattr(kernel_forks.KernelForks, "fork", lambda self, *a: forked.append(real(self, *a)) or forked[-1])
     out = tmp_path / "one"
     assert main(["run", str(report.parent / "m.yaml"), "--out", str(out), "--seed", "3", "--formats", "html",
                  "--chapters", "isotropy,uniformity,hubness,correction", "--jobs", "1"]) == 0
@@ -64,6 +70,7 @@ def test_numbers_do_not_depend_on_jobs(report, tmp_path):
     two = json.loads((report / "metrics.json").read_text())["chapters"]
     for name in ("isotropy", "hubness", "correction"):
         assert one[name]["metrics"] == two[name]["metrics"], name
+    assert (len(forked) >= 4 and None not in forked) or not kernel_forks.enabled()
     # one pass per run: uniformity reads the isotropy chapter's covariance moments and mean from the moments cache
     passes = {name: json.loads((out / "results" / f"{name}.json").read_text())["info"]["moment_passes"]
               for name in ("isotropy", "uniformity")}
