@@ -110,8 +110,9 @@ def _held(key: str) -> tuple:
 
 
 def _remember(key: str, item) -> None:
-    _memory[_held(key)] = item
-    _memory.move_to_end(_held(key))
+    held = _held(key)
+    _memory[held] = item
+    _memory.move_to_end(held)
     limit = current().share("graphs") or MEMORY_BYTES
     while len(_memory) > 1 and sum(a.nbytes for it in _memory.values() for a in it) > limit:
         _memory.popitem(last=False)
