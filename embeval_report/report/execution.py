@@ -255,11 +255,23 @@ def _parallel(ready: list[ChapterSpec], staging: Path, params: dict, timeout: in
 
 
 def _stop_workers(pool) -> None:
-    """Kill a pool's worker processes and the chapter kernels they started (an interrupted run)."""
+    """Kill a pool's worker processes and the chapter kernels they started (an interrupted run). Each worker is
+    stopped first, so that it cannot start a kernel after its children are listed: such a kernel outlived the run
+    and, finding its folder removed with the staging, printed a traceback under the run's last line."""
     for proc in list(getattr(pool, "_processes", {}).values()):
+        _suspend(proc.pid)
         _kill_processes(_children(proc.pid))
         proc.kill()
     pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _suspend(pid: int) -> None:
+    """Stop process ``pid`` (SIGSTOP: it runs, and forks, no further until killed); nothing if it is gone."""
+    try:
+        import psutil  # installed with ipykernel
+        psutil.Process(pid).suspend()
+    except Exception:  # pragma: no cover - psutil missing or the process gone
+        pass
 
 
 def _children(pid: int | None = None) -> list:
