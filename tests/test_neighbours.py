@@ -489,13 +489,14 @@ def test_tf32_and_bfloat16_rounding_is_to_nearest_even():
 
 
 def test_which_product_each_device_takes(monkeypatch):
-    """bfloat16 candidates on a CPU with native bfloat16 (AVX-512 BF16 or AMX-BF16 in /proc/cpuinfo), float32 on
-    other CPUs; the override of the benchmarks and tests wins."""
+    """bfloat16 candidates on a CPU with native bfloat16 (AVX-512 BF16 or AMX-BF16 in /proc/cpuinfo), except for
+    euclidean searches, float32 on other CPUs; the override of the benchmarks and tests wins."""
     from embeval_report.kernels import device as dv
 
     cpu = torch.device("cpu")
     monkeypatch.setattr(dv, "_cpu_flags", lambda: frozenset({"avx2", "avx512_bf16"}))
     assert dv.exact_product(cpu) is dv.BF16
+    assert dv.exact_product(cpu, "euclidean") is dv.FP32  # squared-norm-sized scores: bfloat16 output too coarse
     monkeypatch.setattr(dv, "_cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
     assert dv.exact_product(cpu) is dv.BF16
     monkeypatch.setattr(dv, "_cpu_flags", lambda: frozenset({"avx2", "avx512f"}))

@@ -263,7 +263,7 @@ def knn(X, k: int, *, queries=None, metric: str = "cosine", exclude_self: bool =
         raise ValueError(f"k = {k} needs more than {len(X) - drop_self} candidate neighbours")
     if queries is None and metric == "cosine" and exclude_self:
         return self_sweep(X, {"cosine": (k, None)}, device=dev, desc=desc, stats=stats)["cosine"]
-    product = exact_product(dev)
+    product = exact_product(dev, metric)
     if queries is None:
         return cached_graph(X, k, metric, exclude_self, lambda kk: _search(
             X, X, [(kk, None)], metric, drop_self, dev, desc, product=product, stats=stats)[0][0])
