@@ -188,7 +188,7 @@ def _cpu_flags() -> frozenset:
 
 
 def exact_product(device: torch.device, metric: str = "cosine") -> Product:
-    """The fastest candidate product of exact searches on ``device`` (:data:`CANDIDATES` overrides):
+    r"""The fastest candidate product of exact searches on ``device`` (:data:`CANDIDATES` overrides):
     TF32 on a GPU of compute capability 8.0 or later, bfloat16 on a CPU with native bfloat16
     (:func:`cpu_has_bf16`), else float32.
 

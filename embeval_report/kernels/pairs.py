@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..context import current
 from ..progress import progress
 from . import dask_engine
 from .device import as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
@@ -36,13 +37,16 @@ def pair_cosines(X, i: np.ndarray, j: np.ndarray, *, transform=None, device="aut
     dev = resolve_device(device)
     out = np.empty(len(i))
     step = chunk_rows(len(i), X.shape[1] * 8 * 4)
+    direct = isinstance(X, np.ndarray) and current().fits(X.nbytes)  # in memory: one gather per side
+    tiny = torch.finfo(torch.float64).tiny
     for s in range(0, len(i), step):
-        a, b = gather_rows(X, i[s:s + step], j[s:s + step])
-        a = torch.as_tensor(a, dtype=torch.float64, device=dev)
-        b = torch.as_tensor(b, dtype=torch.float64, device=dev)
+        a, b = ((X[i[s:s + step]], X[j[s:s + step]]) if direct else gather_rows(X, i[s:s + step], j[s:s + step]))
+        a = torch.as_tensor(a, device=dev).double()
+        b = torch.as_tensor(b, device=dev).double()
         if transform is not None:
             a, b = transform(a), transform(b)
-        out[s:s + step] = (unit_rows(a) * unit_rows(b)).sum(1).cpu().numpy()
+        norms = a.norm(dim=1).clamp_min_(tiny).mul_(b.norm(dim=1).clamp_min_(tiny))
+        out[s:s + step] = torch.einsum("ij,ij->i", a, b).div_(norms).cpu().numpy()
     return out
 
 
