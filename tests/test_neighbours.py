@@ -136,15 +136,17 @@ def test_stored_graph_matches_a_direct_computation_at_every_k(enter):
     np.testing.assert_array_equal(shared[1], direct[1])
 
 
-def test_pruned_mutual_proximity_equals_the_dense_reference(monkeypatch):
-    """Mutual proximity through the pruned blocked kernel (many small tiles) against dense numpy."""
+@pytest.mark.parametrize("tile", [(50, 96), (40, 700)])
+def test_pruned_mutual_proximity_equals_the_dense_reference(monkeypatch, tile):
+    """Mutual proximity through the pruned blocked kernel against dense numpy: many small tiles, and wide tiles
+    whose groups of largest maxima are merged first (:data:`~embeval_report.kernels.neighbours.PRESCORED_GROUPS`)."""
     from scipy.special import log_ndtr
 
     from embeval_report.metrics.hubness_reduction import cosine_mean_sd, mutual_proximity_knn
 
     rng = np.random.default_rng(8)
     X = (rng.standard_normal((900, 10)) + 0.7 * rng.standard_normal(10)).astype(np.float32)
-    monkeypatch.setattr(nb, "CPU_TILE", (50, 96))
+    monkeypatch.setattr(nb, "CPU_TILE", tile)
     S = _reference(X, X, "cosine", True)
     mu, sd = cosine_mean_sd(X, device="cpu")
     logmp = log_ndtr((S - mu[:, None]) / sd[:, None]) + log_ndtr((S - mu[None, :]) / sd[None, :])
@@ -152,6 +154,30 @@ def test_pruned_mutual_proximity_equals_the_dense_reference(monkeypatch):
     order = np.argsort(-logmp, axis=1, kind="stable")[:, :7]
     assert (np.sort(idx, 1) == np.sort(order, 1)).all(1).mean() > 0.995  # float32 scores: near-ties may swap
     np.testing.assert_allclose(np.log(val), np.take_along_axis(logmp, order, 1), rtol=1e-4, atol=1e-5)
+
+
+
+def test_mutual_proximity_merges_the_best_groups_first_and_rescores_less(monkeypatch):
+    """The same lists with and without merging the groups of largest maxima first, from fewer re-scored entries."""
+    from embeval_report.metrics import hubness_reduction as hr
+
+    rng = np.random.default_rng(9)
+    X = (rng.standard_normal((1200, 12)) + 0.7 * rng.standard_normal(12)).astype(np.float32)
+    monkeypatch.setattr(nb, "CPU_TILE", (64, 1200))
+    scores, counted = hr._MutualProximity.scores, []
+    monkeypatch.setattr(hr._MutualProximity, "scores",
+                        lambda self, rows, cols, cos: (counted.append(cos.numel()), scores(self, rows, cols, cos))[1])
+    found = []
+    for groups in (nb.PRESCORED_GROUPS, 10**9):  # 10**9: never (every tile has fewer groups)
+        monkeypatch.setattr(nb, "PRESCORED_GROUPS", groups)
+        counted.clear()
+        mp = hr._MutualProximity(*hr.cosine_mean_sd(X, device="cpu"), torch.device("cpu"))
+        (lists,), _ = nb._search(X, X, [(7, mp)], "cosine", True, torch.device("cpu"), None, product=nb.FP32)
+        found.append((lists, sum(counted)))
+    (first, n_first), (plain, n_plain) = found
+    np.testing.assert_array_equal(first[0], plain[0])
+    np.testing.assert_allclose(first[1], plain[1], rtol=1e-6)
+    assert n_first < 0.8 * n_plain, (n_first, n_plain)
 
 
 def test_one_sweep_feeds_cosine_csls_mutual_proximity_and_the_potential(monkeypatch, enter):

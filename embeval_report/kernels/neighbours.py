@@ -59,6 +59,8 @@ from .graph_cache import folder as graph_folder
 HIT_BUCKETS = (4, 8)
 #: columns of the first tile whose plain top-k seeds each row's running threshold
 FIRST_COLUMNS = 256
+#: groups of largest maxima a re-scored top-k (mutual proximity) merges first, before its floor is raised
+PRESCORED_GROUPS = 8
 #: candidates per row beyond k in a search whose candidates come from bfloat16 or TF32 products, proven
 #: complete by their error bound (rows the pool cannot prove are searched again)
 BOUND_POOL = 24
@@ -144,29 +146,59 @@ class RunningTopK:
                 values = scored
         self._merge(at, values, lambda p: cols.gather(1, p))
 
+    def start(self, rows, scores, base: int) -> None:
+        """Merge the first columns of a sweep (``scores`` of columns 0, 1, ...): a re-scored top-k takes its k
+        columns of largest product first, then only the others above the floor their scores raise."""
+        cols = torch.arange(scores.shape[1], device=scores.device).expand(len(rows), -1)
+        if self.scorer is None or scores.shape[1] <= self.k:
+            self.merge_columns(rows, scores, cols, base)
+            return
+        top = torch.topk(scores, self.k, dim=1)
+        self.merge_columns(rows, top.values, top.indices, base)
+        rest = scores.scatter(1, top.indices, -torch.inf)
+        self.merge_columns(rows, rest, cols, base, self._limit(rows, base))
+
     def merge_groups(self, rows, groups, group_max, offset: int, base: int):
         """Merge the 32-column ``groups`` (tile columns from ``offset``) that can beat each row's k-th score.
 
         A tile value in the merged top-k lies in a group beating the row's k-th score, and (plain
         products) in one of the row's k groups with the largest maxima (else k larger maxima outrank it).
         """
-        kth = self.values[:, -1]
-        limit = kth if self.scorer is None else self.scorer.floor(base + rows, kth)
+        limit = self._limit(rows, base)
         hits = (group_max > limit[:, None]).sum(1)
+        if self.scorer is not None and group_max.shape[1] > PRESCORED_GROUPS and int(hits.max()) > PRESCORED_GROUPS:
+            # the groups of largest maxima first: their scores raise the rows' k-th score, so that the floor
+            # then rules out most of the other groups (in the first tile most of a row's groups pass the
+            # floor of its first columns' scores: 91 % of the re-scored entries of a 30,000-row sweep)
+            at = (hits > PRESCORED_GROUPS).nonzero().squeeze(1)
+            chosen = torch.topk(group_max[at], PRESCORED_GROUPS, dim=1).indices
+            self._merge_groups(at, groups, chosen, offset, base, limit[at])
+            group_max = group_max.clone()
+            group_max[at[:, None], chosen] = -torch.inf
+            limit = self._limit(rows, base)
+            hits = (group_max > limit[:, None]).sum(1)
         bounds = [0, *HIT_BUCKETS, group_max.shape[1]]
-        dev = group_max.device
         for low, high in zip(bounds, bounds[1:]):
             at = ((hits > low) & (hits <= high)).nonzero().squeeze(1)
             if len(at) == 0:
                 continue
             take = int(hits[at].max()) if self.scorer is not None else min(self.k, int(hits[at].max()))
             chosen = torch.topk(group_max[at], take, dim=1).indices
-            values = groups[at[:, None], chosen].view(len(at), -1)
-            if self.scorer is None:
-                self._merge(at, values, lambda p, chosen=chosen: offset + chosen.gather(1, p // GROUP) * GROUP + p % GROUP)
-            else:
-                cols = offset + chosen[:, :, None] * GROUP + torch.arange(GROUP, device=dev)
-                self.merge_columns(at, values, cols.view(len(at), -1), base, limit[at])
+            self._merge_groups(at, groups, chosen, offset, base, limit[at])
+
+    def _limit(self, rows, base: int) -> torch.Tensor:
+        """Per row the product at or below which no column can enter its running top-k."""
+        kth = self.values[:, -1]
+        return kth if self.scorer is None else self.scorer.floor(base + rows, kth)
+
+    def _merge_groups(self, at, groups, chosen, offset: int, base: int, limit) -> None:
+        """Merge the ``chosen`` groups (tile group numbers, per row ``at``) into the running top-k."""
+        values = groups[at[:, None], chosen].view(len(at), -1)
+        if self.scorer is None:
+            self._merge(at, values, lambda p: offset + chosen.gather(1, p // GROUP) * GROUP + p % GROUP)
+        else:
+            cols = offset + chosen[:, :, None] * GROUP + torch.arange(GROUP, device=groups.device)
+            self.merge_columns(at, values, cols.view(len(at), -1), base, limit)
 
 
 class RowPotential:
@@ -219,7 +251,7 @@ def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[Running
         for c in consumers:
             scores = tile if c.tile_scores is None else c.tile_scores(tile, j, scratch[:m * w].view(m, w))
             if first:  # the running top-k starts from the first columns
-                c.merge_columns(rows, scores[:, :first], torch.arange(first, device=dev).expand(m, -1), base)
+                c.start(rows, scores[:, :first], base)
             if full > first:
                 groups = scores[:, first:full].view(m, (full - first) // GROUP, GROUP)
                 if scores is not tile:
