@@ -107,10 +107,12 @@ class _Rows64:
         :func:`~.device.product_bound`). Per element, :math:`fl(1/n)` and the float32 product each err by at most
         :math:`2^{-24}` relatively, the rounding to p significand bits by :math:`2^{-p}` (none for float32), and a
         flushed subnormal by :math:`2^{-126}`; so :math:`\lVert\tilde y - y\rVert \le (2^{-p} + 2^{-22})\lVert
-        y\rVert + 2^{-125}\sqrt d`, with :math:`\lVert y\rVert \le 1 + 2^{-40}` for a unit row in float64."""
-        norm = 1.0 + 2.0**-40
+        y\rVert + 2^{-125}\sqrt d`, with :math:`\lVert y\rVert \le 1 + (d + 2)\,2^{-52}` for a row divided by its
+        float64 norm (computed within :math:`d\,2^{-53}` relatively)."""
+        d = self.X32.shape[1]
+        norm = 1.0 + (d + 2) * 2.0**-52
         p = product.bits if product.bits != 24 else 60  # float32 inputs: no rounding beyond the product
-        err = (2.0**-p + 2.0**-22) * norm + 2.0**-125 * self.X32.shape[1] ** 0.5
+        err = (2.0**-p + 2.0**-22) * norm + 2.0**-125 * d**0.5
         return norm, err, norm + err
 
     def stats(self, sq64, product: Product) -> tuple[float, float, float]:
