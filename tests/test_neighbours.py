@@ -437,9 +437,9 @@ def test_zero_and_tiny_norms(product, device):
 
 @pytest.mark.parametrize("product", PRODUCTS, indirect=True)
 def test_a_corpus_made_tile_by_tile_in_float32_keeps_the_float64_lists(product, device, monkeypatch):
-    """A corpus beyond the memory budget is made tile by tile, its unit rows in float32 under an a priori bound
-    (no pass measures them): rows one to three ulps apart, 50 exact copies and zero rows keep the float64
-    lists; a set with rows of norm 1e-30 (beyond float32's safe range for 1/norm) takes float64 tiles."""
+    """A corpus beyond the memory budget is made tile by tile, its unit rows in float32 with their rounding error
+    measured in float32: rows one to three ulps apart, 50 exact copies and zero rows keep the float64 lists; a
+    set with rows of norm 1e-30 (beyond float32's safe range for 1/norm) takes float64 tiles."""
     rng = np.random.default_rng(26)
     anchors = rng.standard_normal((8, 16)).astype(np.float32)
     X = np.repeat(anchors, 40, axis=0)
@@ -462,6 +462,27 @@ def test_a_corpus_made_tile_by_tile_in_float32_keeps_the_float64_lists(product, 
         idx, val = knn(X, 15, queries=Q, device=device, desc=None)
         _assert_float64_top_k(idx, val, _strict_reference(X, Q, "cosine", False), 15, "cosine")
         assert made and set(made) == {not tiny}
+
+
+@pytest.mark.parametrize("name", PRODUCTS)
+def test_float32_unit_inputs_are_within_their_measured_bound(name):
+    """The bound of the float32-made unit inputs (:meth:`_Rows64.unit_stats`) holds against the float64 unit rows
+    and is as tight as the measured residuals (within 1 %, plus the 2^-22 of the float32 arithmetic)."""
+    from embeval_report.kernels import candidates as cd
+    from embeval_report.kernels import device as dv
+
+    product = {"fp32": dv.FP32, "bf16": dv.BF16, "tf32": dv.TF32}[name]
+    rng = np.random.default_rng(27)
+    X = (rng.standard_normal((500, 48)) * rng.uniform(1e-3, 1e3, (500, 1))).astype(np.float32)
+    X[7] = 0.0
+    rows = cd._Rows64(torch.as_tensor(X), True)
+    c_norm, c_err, c_rounded = rows.unit_stats(product)
+    made = rows.unit_inputs(slice(None), product).double()
+    u = torch.as_tensor(X, dtype=torch.float64)
+    u = u / u.norm(dim=1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    residual = float((made - u).norm(dim=1).max())
+    assert residual <= c_err <= 1.01 * residual + 2.0**-21
+    assert float(u.norm(dim=1).max()) <= c_norm and float(made.norm(dim=1).max()) <= c_rounded
 
 
 @pytest.mark.parametrize("product", PRODUCTS, indirect=True)
