@@ -56,7 +56,7 @@ def test_a_budget_below_the_floor_is_one_line_exit_2(tmp_path, capsys):
     np.save(tmp_path / "x.npy", _set(50, 4))
     code = main(["run", str(tmp_path / "x.npy"), "--out", str(tmp_path / "out"), "--memory-budget", "1MB"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "--memory-budget must be at least 256 MiB" in err[0]
+    assert code == 2 and len(err) == 1 and "--memory-budget must be at least 16 MiB" in err[0]
     assert ChapterSettings(memory_budget="1GiB").memory_budget == 2**30
     assert ChapterSettings().to_params()["memory_budget"] is None
 
