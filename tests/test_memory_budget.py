@@ -199,6 +199,7 @@ def test_a_corpus_beyond_the_budget_is_searched_tile_by_tile(monkeypatch, metric
 
     monkeypatch.setattr(nb._CorpusTiles, "__getitem__", spy)
     monkeypatch.setattr(ComputeContext, "budget", property(lambda self: 1024))  # nothing fits: the transposed corpus is made per tile
+    monkeypatch.setattr(nb, "lazy_query_rows", lambda width: 128)  # query blocks of 128 rows (1 KiB would give 1)
     clear_memory()
     tiled = knn(X, 10, metric=metric, queries=Q, device=CPU)
     assert lazy_used
@@ -209,4 +210,37 @@ def test_a_corpus_beyond_the_budget_is_searched_tile_by_tile(monkeypatch, metric
     tiled_self = knn(X[:1500], 7, metric=metric, device=CPU)
     np.testing.assert_array_equal(tiled_self[0], whole_self[0])
     np.testing.assert_array_equal(tiled_self[1], whole_self[1])
+
+
+def test_a_sweep_beyond_the_budget_holds_a_quarter_of_it_in_queries_with_the_numbers_of_one_block(monkeypatch):
+    """A set beyond the budget with fewer than LAZY_QUERY_ROWS rows is no longer one block of float64 queries:
+    the mutual-proximity sweep (the runner's, with the potential) takes blocks of a quarter of the budget, and
+    gives bitwise the lists and potential of the whole set in one block."""
+    from embeval_report.kernels import neighbours as nb
+    from embeval_report.kernels.graph_cache import clear_memory, stored_product
+    from embeval_report.metrics.hubness_reduction import reduced_knn
+
+    X = _set(3000, 512, seed=21)  # 6 MB: beyond a quarter of a 16 MiB budget
+    blocks = []
+    real = nb.sweep_tiles
+    monkeypatch.setattr(nb, "sweep_tiles", lambda q, *a, **kw: (blocks.append(len(q)), real(q, *a, **kw))[1])
+
+    def sweep():
+        blocks.clear()
+        clear_memory()
+        with ComputeContext(memory_budget="16MiB"):
+            graphs = reduced_knn(X, 10, ("mutual_proximity",), with_cosine=True, device=CPU)
+            potential = stored_product(X, nb.potential_key(nb.SWEEP_POTENTIAL_T))
+        return graphs, potential[0], list(blocks)
+
+    capped, capped_potential, capped_blocks = sweep()
+    assert max(capped_blocks) == 256 and sum(capped_blocks) == 3000  # 4 MiB / (32 bytes x 512)
+    assert nb.lazy_query_rows(2048) == nb.LAZY_QUERY_ROWS  # the default budget: 1 GiB / (32 bytes x 2,048)
+    monkeypatch.setattr(nb, "lazy_query_rows", lambda width: 10**9)
+    whole, whole_potential, whole_blocks = sweep()
+    assert whole_blocks == [3000]
+    for name in ("cosine", "mutual_proximity"):
+        for a, b in zip(capped[name], whole[name]):
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(capped_potential, whole_potential)
 
