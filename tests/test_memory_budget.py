@@ -244,3 +244,40 @@ def test_a_sweep_beyond_the_budget_holds_a_quarter_of_it_in_queries_with_the_num
             np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(capped_potential, whole_potential)
 
+
+class _Rows:
+    """An array whose row reads are recorded (how many rows at a time)."""
+
+    def __init__(self, X):
+        self.X, self.shape, self.reads = X, X.shape, []
+
+    def __len__(self):
+        return len(self.X)
+
+    def __getitem__(self, rows):
+        out = self.X[rows]
+        self.reads.append(len(np.atleast_2d(out)))
+        return out
+
+
+def test_the_runners_hubness_precheck_reads_the_set_in_chunks_of_the_budget():
+    """The precheck (all rows one direction?) reads the rows a chunk of work at a time (1/16 of the budget, in
+    float64 with a unit copy), not 65,536 rows at once: the runner runs it within the run's budget."""
+    from embeval_report.chapters.hubness import _identical_directions
+    from embeval_report.chapters.registry import discover, select
+    from embeval_report.io import EmbeddingSet
+    from embeval_report.report.runner import Run, select_chapters
+
+    rng = np.random.default_rng(3)
+    X = (rng.uniform(1, 2, (5000, 1)) * rng.standard_normal(64)).astype(np.float32)  # one direction: every row read
+    ids = np.array([f"e{i}" for i in range(5000)], dtype=object)
+    for budget, chunk in (("16MiB", 2**20 // (64 * 8 * 2)), (None, 5000)):
+        rows = _Rows(X)
+        run = Run(None, None, ChapterSettings(memory_budget=budget), select(discover(), ["hubness"]), [])
+        run.es, run.side = EmbeddingSet("one-way", rows, ids, None, "x.npy"), None
+        select_chapters(run)
+        assert "same direction" in run.skipped["hubness"].reason
+        assert max(rows.reads) == chunk and sum(rows.reads) == 5000 + 1  # the first row, then every chunk
+    X[4999] = -X[4999]
+    with ComputeContext(memory_budget="16MiB"):
+        assert not _identical_directions(X)

@@ -113,13 +113,14 @@ def prepare_input(run: Run, source, *, prepare=None, embedding_cache=None) -> No
 
 def select_chapters(run: Run) -> None:
     """Split the content chapters into those that run and those skipped with the reason (a missing input, or a
-    set too degenerate for the chapter: its precheck, run here and nowhere else)."""
-    for ch in run.content:
-        reason = ch.check(run.es, run.side, run.settings)
-        if reason:
-            run.skipped[ch.name] = ChapterOutcome(ch, "skipped", reason)
-        else:
-            run.ready.append(ch)
+    set too degenerate for the chapter: its precheck, run here and nowhere else; within the memory budget)."""
+    with run.settings.compute():  # a precheck that reads the rows reads them in chunks of the budget
+        for ch in run.content:
+            reason = ch.check(run.es, run.side, run.settings)
+            if reason:
+                run.skipped[ch.name] = ChapterOutcome(ch, "skipped", reason)
+            else:
+                run.ready.append(ch)
 
 
 def describe_run(run: Run, out: Path, *, title, jobs, engine_info, graph) -> None:
