@@ -281,3 +281,26 @@ def test_the_runners_hubness_precheck_reads_the_set_in_chunks_of_the_budget():
     X[4999] = -X[4999]
     with ComputeContext(memory_budget="16MiB"):
         assert not _identical_directions(X)
+
+
+def test_the_fingerprint_of_a_memory_map_reads_its_file(tmp_path, monkeypatch):
+    """A memory-mapped set is fingerprinted from its file a block at a time (its mapped pages would stay in the
+    runner's resident memory): the digest of the rows in memory, for the map, its views and a copy-on-write map."""
+    from embeval_report.kernels.dask_engine import FileRows
+
+    X = np.random.default_rng(4).standard_normal((1001, 33)).astype(np.float32)
+    np.save(tmp_path / "vectors.npy", X)
+    M = np.load(tmp_path / "vectors.npy", mmap_mode="r")
+    monkeypatch.setattr(graph_cache, "READ_BYTES", 1000)  # many reads, the last one short
+    for view, rows in ((M, X), (np.asarray(M), X), (M[10:500], X[10:500]), (M[:, :5], X[:, :5]), (M[::2], X[::2])):
+        assert graph_cache.fingerprint(view) == graph_cache.fingerprint(rows.copy())
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **kw: (opened.append(a[0]), real_open(*a, **kw))[1])
+    digest = graph_cache.fingerprint(M[10:500])
+    assert opened == [str(tmp_path / "vectors.npy")]
+    copy = np.load(tmp_path / "vectors.npy", mmap_mode="c")
+    copy[0] += 1  # changed in this process only: the file no longer holds its rows
+    assert FileRows.of(copy) is None
+    assert graph_cache.fingerprint(copy) == graph_cache.fingerprint(np.array(copy)) != graph_cache.fingerprint(M)
+    assert digest == graph_cache.fingerprint(X[10:500])

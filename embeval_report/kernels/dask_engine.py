@@ -123,13 +123,14 @@ class FileRows:
     @classmethod
     def of(cls, X) -> "FileRows | None":
         """The rows of ``X`` when it is a file's memory map (or a C-contiguous view of one, such as
-        ``np.asarray`` of it or a row range), else None."""
+        ``np.asarray`` of it or a row range), else None (also for a copy-on-write map, whose rows may differ
+        from its file's)."""
         if not isinstance(X, np.ndarray) or X.ndim != 2 or not X.flags.c_contiguous or X.size == 0:
             return None
         root = X
         while isinstance(root.base, np.ndarray):
             root = root.base
-        if not isinstance(root, np.memmap) or root.filename is None:
+        if not isinstance(root, np.memmap) or root.filename is None or root.mode == "c":
             return None
         return cls(root.filename, root.offset + X.ctypes.data - root.ctypes.data, X.shape, X.dtype)
 
