@@ -1,6 +1,7 @@
 """The shared chunked kernels against scikit-learn / numpy references."""
 import numpy as np
 import pytest
+import torch
 from sklearn.neighbors import NearestNeighbors
 
 from embeval_report import kernels
@@ -57,3 +58,29 @@ def test_all_pairs_potential_and_uniformity_on_every_device(device, monkeypatch)
     np.testing.assert_allclose(got, want, rtol=1e-12)
     u = uniformity(X, device=device)
     assert u.method == "exact" and u.value == pytest.approx(logsumexp(want) - np.log(230 * 229), rel=1e-12)
+
+
+@pytest.mark.parametrize("in_memory", [True, False])
+def test_pair_cosines_equal_scipy_with_zero_rows_and_a_transform(in_memory, monkeypatch):
+    """Cosines of given pairs against scipy's cosine distance, a zero row giving 0 (as unit rows do), through a
+    row transform, with rows gathered directly (a set within the budget) or in one ascending read (beyond it)."""
+    from scipy.spatial.distance import cosine
+
+    from embeval_report.context import ComputeContext
+    from embeval_report.kernels.pairs import pair_cosines
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((50, 7)).astype(np.float32)
+    X[4] = 0.0
+    i, j = rng.integers(0, 50, 400), rng.integers(0, 50, 400)
+    i[:3], j[:3] = 4, [1, 4, 9]
+    if not in_memory:
+        monkeypatch.setattr(ComputeContext, "fits", lambda self, nbytes: False)
+    got = pair_cosines(X, i, j, device="cpu")
+    X64 = X.astype(np.float64)
+    want = np.array([0.0 if not X64[a].any() or not X64[b].any() else 1 - cosine(X64[a], X64[b]) for a, b in zip(i, j)])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+    shift = np.linspace(-1, 1, 7)
+    moved = pair_cosines(X, i, j, transform=lambda rows: rows + torch.as_tensor(shift), device="cpu")
+    Y = X64 + shift
+    np.testing.assert_allclose(moved, [1 - cosine(Y[a], Y[b]) for a, b in zip(i, j)], rtol=0, atol=1e-14)

@@ -436,6 +436,35 @@ def test_zero_and_tiny_norms(product, device):
 
 
 @pytest.mark.parametrize("product", PRODUCTS, indirect=True)
+def test_a_corpus_made_tile_by_tile_in_float32_keeps_the_float64_lists(product, device, monkeypatch):
+    """A corpus beyond the memory budget is made tile by tile, its unit rows in float32 under an a priori bound
+    (no pass measures them): rows one to three ulps apart, 50 exact copies and zero rows keep the float64
+    lists; a set with rows of norm 1e-30 (beyond float32's safe range for 1/norm) takes float64 tiles."""
+    rng = np.random.default_rng(26)
+    anchors = rng.standard_normal((8, 16)).astype(np.float32)
+    X = np.repeat(anchors, 40, axis=0)
+    X = X + rng.integers(-3, 4, X.shape).astype(np.float32) * np.spacing(np.abs(X))
+    X = np.vstack([X, rng.standard_normal((300, 16)).astype(np.float32)])
+    X[np.r_[330, 400:449]] = X[330]  # 50 exact copies
+    X[500:505] = 0.0
+    Q = anchors + 0.3 * rng.standard_normal(anchors.shape).astype(np.float32)
+    made, original = [], nb._CorpusTiles.__getitem__
+    monkeypatch.setattr(nb._CorpusTiles, "__getitem__",
+                        lambda self, key: (made.append(self.in_float32), original(self, key))[1])
+    monkeypatch.setattr(ComputeContext, "budget", property(lambda self: 1024))  # nothing fits: tile by tile
+    for tiny in (False, True):
+        if tiny:
+            X[505:510] *= np.float32(1e-30) / np.linalg.norm(X[505:510], axis=1, keepdims=True)
+        made.clear()
+        graph_cache.clear_memory()
+        idx, val = knn(X, 15, device=device, desc=None)
+        _assert_float64_top_k(idx, val, _strict_reference(X, X, "cosine", True), 15, "cosine")
+        idx, val = knn(X, 15, queries=Q, device=device, desc=None)
+        _assert_float64_top_k(idx, val, _strict_reference(X, Q, "cosine", False), 15, "cosine")
+        assert made and set(made) == {not tiny}
+
+
+@pytest.mark.parametrize("product", PRODUCTS, indirect=True)
 def test_k_near_n(product, device):
     """k = n - 1 (every other row), k = n - 2, and separate queries asking for every row."""
     rng = np.random.default_rng(25)

@@ -33,6 +33,14 @@ class _Rows64:
         self.step = chunk_rows(len(X32), X32.shape[1] * 8 * 4)
         self.norms = (torch.cat([X32[s:s + self.step].double().norm(dim=1) for s in range(0, len(X32), self.step)])
                       .clamp_min(torch.finfo(torch.float64).tiny) if unit else None)
+        # float32 reciprocals of the norms, for unit inputs made in float32 (:meth:`unit_inputs`): only when every
+        # nonzero norm is far from float32's range limits (zero rows: 0, so they stay zero)
+        self.inv32 = None
+        if unit and len(X32):
+            zero = self.norms == torch.finfo(torch.float64).tiny
+            nonzero = self.norms[~zero]
+            if not len(nonzero) or (float(nonzero.min()) > 2.0**-60 and float(nonzero.max()) < 2.0**60):
+                self.inv32 = torch.where(zero, 0.0, 1.0 / self.norms).float()
         self.whole = None  # the float64 rows themselves, when they fit in the budget: gathered without a pass
         if current().fits(X32.numel() * 8):
             self.whole = torch.cat(list(self._chunks())) if len(X32) else X32.double()
@@ -87,6 +95,26 @@ class _Rows64:
             stats = tuple(map(max, stats, st))
         return out, stats
 
+    def unit_inputs(self, rows, product: Product) -> torch.Tensor:
+        r"""The candidate inputs of unit rows ``rows`` made in float32, :math:`x \cdot fl(1/\lVert x\rVert)`
+        rounded by ``product``: within :meth:`unit_stats` of the float64 unit rows, without a float64 copy (for a
+        corpus read tile by tile, where :meth:`inputs` converts every tile of every pass)."""
+        r = self.X32[rows] * self.inv32[rows].unsqueeze(-1)
+        return (r if product.bits == 24 else product.rounded(r)).to(product.dtype)
+
+    def unit_stats(self, product: Product) -> tuple[float, float, float]:
+        r"""A priori input maxima of :meth:`unit_inputs` (no pass over the corpus; see
+        :func:`~.device.product_bound`). Per element, :math:`fl(1/n)` and the float32 product each err by at most
+        :math:`2^{-24}` relatively, the rounding to p significand bits by :math:`2^{-p}` (none for float32), and a
+        flushed subnormal by :math:`2^{-126}`; so :math:`\lVert\tilde y - y\rVert \le (2^{-p} + 2^{-22})\lVert
+        y\rVert + 2^{-125}\sqrt d`, with :math:`\lVert y\rVert \le 1 + (d + 2)\,2^{-52}` for a row divided by its
+        float64 norm (computed within :math:`d\,2^{-53}` relatively)."""
+        d = self.X32.shape[1]
+        norm = 1.0 + (d + 2) * 2.0**-52
+        p = product.bits if product.bits != 24 else 60  # float32 inputs: no rounding beyond the product
+        err = (2.0**-p + 2.0**-22) * norm + 2.0**-125 * d**0.5
+        return norm, err, norm + err
+
     def stats(self, sq64, product: Product) -> tuple[float, float, float]:
         """The input maxima of :meth:`transposed` without keeping the transposed corpus (one pass)."""
         stats = (0.0, 0.0, 0.0)
@@ -98,18 +126,31 @@ class _Rows64:
 class _CorpusTiles:
     """The transposed corpus of :meth:`_Rows64.transposed`, made tile by tile where :func:`sweep_tiles` reads
     it (``corpus_t[:, j:j + w]``): for a corpus whose transposed copy would not fit in the memory budget (a
-    10M x 768 set: 30 GB). The same values; each query block reads the corpus once more."""
+    10M x 768 set: 30 GB). Unit rows of a bounded search are made in float32 (:meth:`_Rows64.unit_inputs`,
+    bounded a priori by :meth:`stats`, so no pass measures them); otherwise the same values as
+    :meth:`_Rows64.transposed`. Each query block reads the corpus once more."""
 
     def __init__(self, corpus64: _Rows64, product: Product | None, sq64=None, *, desc: str | None = None,
                  tiles: int = 0):
         self.corpus64, self.product, self.sq64 = corpus64, product, sq64
+        self.in_float32 = corpus64.inv32 is not None and sq64 is None and product is not None
         self.shape = (corpus64.X32.shape[1] + int(sq64 is not None), len(corpus64.X32))
         self._ticks = iter(progress(range(tiles), desc=f"{desc} (corpus tiles)", total=tiles)) if desc else None
+
+    def stats(self) -> tuple[float, float, float] | None:
+        """The input maxima the search's error bound takes (None without a bound: fast mode)."""
+        if self.product is None:
+            return None
+        if self.in_float32:
+            return self.corpus64.unit_stats(self.product)
+        return self.corpus64.stats(self.sq64, self.product)
 
     def __getitem__(self, key) -> torch.Tensor:
         _, cols = key
         if self._ticks is not None:
             next(self._ticks, None)
+        if self.in_float32:
+            return self.corpus64.unit_inputs(cols, self.product).T.contiguous()
         return self.corpus64.inputs(cols, self.sq64, self.product)[0].T.contiguous()
 
 

@@ -447,7 +447,7 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
         cols = int(min(n, max(GROUP * 8, chunk_rows(n, rows * dtype.itemsize * 2))))
         rows = min(rows, lazy_query_rows(width))  # the tile's columns (so every number) as for uncapped rows
         corpus_t = _CorpusTiles(corpus64, product, sq64, desc=desc, tiles=-(-len(Q) // rows) * -(-n // cols))
-        corpus_stats = corpus64.stats(sq64, product) if product is not None else None
+        corpus_stats = corpus_t.stats()
         workers = 1
     starts = range(0, len(Q), rows)
     out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]

@@ -45,8 +45,8 @@ def pair_cosines(X, i: np.ndarray, j: np.ndarray, *, transform=None, device="aut
         b = torch.as_tensor(b, device=dev).double()
         if transform is not None:
             a, b = transform(a), transform(b)
-        norms = a.norm(dim=1).clamp_min_(tiny).mul_(b.norm(dim=1).clamp_min_(tiny))
-        out[s:s + step] = torch.einsum("ij,ij->i", a, b).div_(norms).cpu().numpy()
+        dots = torch.einsum("ij,ij->i", a, b)  # zero rows: 0 / tiny / tiny = 0, as unit rows give
+        out[s:s + step] = dots.div_(a.norm(dim=1).clamp_min_(tiny)).div_(b.norm(dim=1).clamp_min_(tiny)).cpu().numpy()
     return out
 
 
