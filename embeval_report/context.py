@@ -30,8 +30,10 @@ DEFAULT_BUDGET = 4 * 2**30
 #: each size as a share of the budget: chunk of work, block read from a store, per-block resampling
 #: moments, k-NN graphs kept in memory per process
 SHARES = {"chunk": 16, "block": 64, "resampling": 8, "graphs": 8}
-#: the smallest budget accepted
-MIN_BYTES = 256 * 2**20
+#: the smallest budget accepted: every size shared out of the budget keeps at least one row (or one stored
+#: chunk), so a small budget costs time, not correctness; 16 MiB (chunks of work of 1 MiB) still refuses a
+#: unit slip such as ``--memory-budget 16`` (bytes)
+MIN_BYTES = 16 * 2**20
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
           "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}

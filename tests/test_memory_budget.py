@@ -56,7 +56,7 @@ def test_a_budget_below_the_floor_is_one_line_exit_2(tmp_path, capsys):
     np.save(tmp_path / "x.npy", _set(50, 4))
     code = main(["run", str(tmp_path / "x.npy"), "--out", str(tmp_path / "out"), "--memory-budget", "1MB"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "--memory-budget must be at least 256 MiB" in err[0]
+    assert code == 2 and len(err) == 1 and "--memory-budget must be at least 16 MiB" in err[0]
     assert ChapterSettings(memory_budget="1GiB").memory_budget == 2**30
     assert ChapterSettings().to_params()["memory_budget"] is None
 
@@ -199,6 +199,7 @@ def test_a_corpus_beyond_the_budget_is_searched_tile_by_tile(monkeypatch, metric
 
     monkeypatch.setattr(nb._CorpusTiles, "__getitem__", spy)
     monkeypatch.setattr(ComputeContext, "budget", property(lambda self: 1024))  # nothing fits: the transposed corpus is made per tile
+    monkeypatch.setattr(nb, "lazy_query_rows", lambda width: 128)  # query blocks of 128 rows (1 KiB would give 1)
     clear_memory()
     tiled = knn(X, 10, metric=metric, queries=Q, device=CPU)
     assert lazy_used
@@ -210,3 +211,96 @@ def test_a_corpus_beyond_the_budget_is_searched_tile_by_tile(monkeypatch, metric
     np.testing.assert_array_equal(tiled_self[0], whole_self[0])
     np.testing.assert_array_equal(tiled_self[1], whole_self[1])
 
+
+def test_a_sweep_beyond_the_budget_holds_a_quarter_of_it_in_queries_with_the_numbers_of_one_block(monkeypatch):
+    """A set beyond the budget with fewer than LAZY_QUERY_ROWS rows is no longer one block of float64 queries:
+    the mutual-proximity sweep (the runner's, with the potential) takes blocks of a quarter of the budget, and
+    gives bitwise the lists and potential of the whole set in one block."""
+    from embeval_report.kernels import neighbours as nb
+    from embeval_report.kernels.graph_cache import clear_memory, stored_product
+    from embeval_report.metrics.hubness_reduction import reduced_knn
+
+    X = _set(3000, 512, seed=21)  # 6 MB: beyond a quarter of a 16 MiB budget
+    blocks = []
+    real = nb.sweep_tiles
+    monkeypatch.setattr(nb, "sweep_tiles", lambda q, *a, **kw: (blocks.append(len(q)), real(q, *a, **kw))[1])
+
+    def sweep():
+        blocks.clear()
+        clear_memory()
+        with ComputeContext(memory_budget="16MiB"):
+            graphs = reduced_knn(X, 10, ("mutual_proximity",), with_cosine=True, device=CPU)
+            potential = stored_product(X, nb.potential_key(nb.SWEEP_POTENTIAL_T))
+        return graphs, potential[0], list(blocks)
+
+    capped, capped_potential, capped_blocks = sweep()
+    assert max(capped_blocks) == 256 and sum(capped_blocks) == 3000  # 4 MiB / (32 bytes x 512)
+    assert nb.lazy_query_rows(2048) == nb.LAZY_QUERY_ROWS  # the default budget: 1 GiB / (32 bytes x 2,048)
+    monkeypatch.setattr(nb, "lazy_query_rows", lambda width: 10**9)
+    whole, whole_potential, whole_blocks = sweep()
+    assert whole_blocks == [3000]
+    for name in ("cosine", "mutual_proximity"):
+        for a, b in zip(capped[name], whole[name]):
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(capped_potential, whole_potential)
+
+
+class _Rows:
+    """An array whose row reads are recorded (how many rows at a time)."""
+
+    def __init__(self, X):
+        self.X, self.shape, self.reads = X, X.shape, []
+
+    def __len__(self):
+        return len(self.X)
+
+    def __getitem__(self, rows):
+        out = self.X[rows]
+        self.reads.append(len(np.atleast_2d(out)))
+        return out
+
+
+def test_the_runners_hubness_precheck_reads_the_set_in_chunks_of_the_budget():
+    """The precheck (all rows one direction?) reads the rows a chunk of work at a time (1/16 of the budget, in
+    float64 with a unit copy), not 65,536 rows at once: the runner runs it within the run's budget."""
+    from embeval_report.chapters.hubness import _identical_directions
+    from embeval_report.chapters.registry import discover, select
+    from embeval_report.io import EmbeddingSet
+    from embeval_report.report.runner import Run, select_chapters
+
+    rng = np.random.default_rng(3)
+    X = (rng.uniform(1, 2, (5000, 1)) * rng.standard_normal(64)).astype(np.float32)  # one direction: every row read
+    ids = np.array([f"e{i}" for i in range(5000)], dtype=object)
+    for budget, chunk in (("16MiB", 2**20 // (64 * 8 * 2)), (None, 5000)):
+        rows = _Rows(X)
+        run = Run(None, None, ChapterSettings(memory_budget=budget), select(discover(), ["hubness"]), [])
+        run.es, run.side = EmbeddingSet("one-way", rows, ids, None, "x.npy"), None
+        select_chapters(run)
+        assert "same direction" in run.skipped["hubness"].reason
+        assert max(rows.reads) == chunk and sum(rows.reads) == 5000 + 1  # the first row, then every chunk
+    X[4999] = -X[4999]
+    with ComputeContext(memory_budget="16MiB"):
+        assert not _identical_directions(X)
+
+
+def test_the_fingerprint_of_a_memory_map_reads_its_file(tmp_path, monkeypatch):
+    """A memory-mapped set is fingerprinted from its file a block at a time (its mapped pages would stay in the
+    runner's resident memory): the digest of the rows in memory, for the map, its views and a copy-on-write map."""
+    from embeval_report.kernels.dask_engine import FileRows
+
+    X = np.random.default_rng(4).standard_normal((1001, 33)).astype(np.float32)
+    np.save(tmp_path / "vectors.npy", X)
+    M = np.load(tmp_path / "vectors.npy", mmap_mode="r")
+    monkeypatch.setattr(graph_cache, "READ_BYTES", 1000)  # many reads, the last one short
+    for view, rows in ((M, X), (np.asarray(M), X), (M[10:500], X[10:500]), (M[:, :5], X[:, :5]), (M[::2], X[::2])):
+        assert graph_cache.fingerprint(view) == graph_cache.fingerprint(rows.copy())
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **kw: (opened.append(a[0]), real_open(*a, **kw))[1])
+    digest = graph_cache.fingerprint(M[10:500])
+    assert opened == [str(tmp_path / "vectors.npy")]
+    copy = np.load(tmp_path / "vectors.npy", mmap_mode="c")
+    copy[0] += 1  # changed in this process only: the file no longer holds its rows
+    assert FileRows.of(copy) is None
+    assert graph_cache.fingerprint(copy) == graph_cache.fingerprint(np.array(copy)) != graph_cache.fingerprint(M)
+    assert digest == graph_cache.fingerprint(X[10:500])

@@ -132,14 +132,14 @@ def test_all_but_the_top_sums_take_one_pass_for_every_d(monkeypatch):
 
 
 def test_collapse_reads_the_isotropy_chapters_covariance_pass_at_any_dimension(tmp_path, monkeypatch):
-    """Above 724 dimensions at the default budget (here 181, under a 256 MiB budget) the covariance moments get
+    """Above 724 dimensions at the default budget (here 45, under a 16 MiB budget) the covariance moments get
     fewer than 64 blocks; collapse takes the same plan, so its second moments come from isotropy's pass."""
     from embeval_report.metrics import collapse as col
 
-    X = np.random.default_rng(4).standard_normal((1200, 200)).astype(np.float32)
+    X = np.random.default_rng(4).standard_normal((1200, 50)).astype(np.float32)
     np.save(tmp_path / "vectors.npy", X)
     Xm = np.load(tmp_path / "vectors.npy", mmap_mode="r")
-    with ComputeContext(memory_budget="256MiB", moments_cache=CacheFolder(tmp_path / "moments")):
+    with ComputeContext(memory_budget="16MiB", moments_cache=CacheFolder(tmp_path / "moments")):
         plan = col.resampling_plan(*X.shape, 20)
         assert plan.method == "bootstrap" and plan.units < 64
         iso.measure_isotropy(Xm, n_boot=20, seed=3, device="cpu")
@@ -148,6 +148,6 @@ def test_collapse_reads_the_isotropy_chapters_covariance_pass_at_any_dimension(t
         shared = col.measure_collapse(Xm, n_boot=20, seed=3, id_rows=300, device="cpu")
         monkeypatch.undo()
         moments_cache._memory.clear()
-    with ComputeContext(memory_budget="256MiB"):  # no cache: its own pass, the same numbers
+    with ComputeContext(memory_budget="16MiB"):  # no cache: its own pass, the same numbers
         own = col.measure_collapse(X, n_boot=20, seed=3, id_rows=300, device="cpu")
     assert shared.values == own.values

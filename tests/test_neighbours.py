@@ -452,6 +452,7 @@ def test_a_corpus_made_tile_by_tile_in_float32_keeps_the_float64_lists(product, 
     monkeypatch.setattr(nb._CorpusTiles, "__getitem__",
                         lambda self, key: (made.append(self.in_float32), original(self, key))[1])
     monkeypatch.setattr(ComputeContext, "budget", property(lambda self: 1024))  # nothing fits: tile by tile
+    monkeypatch.setattr(nb, "lazy_query_rows", lambda width: 128)  # not one query row per sweep at 1 KiB
     for tiny in (False, True):
         if tiny:
             X[505:510] *= np.float32(1e-30) / np.linalg.norm(X[505:510], axis=1, keepdims=True)

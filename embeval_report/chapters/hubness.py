@@ -15,6 +15,7 @@ from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
 
 from ..errors import ChapterSkipped
 from ..io import KIND_COLUMNS, kind_column
+from ..kernels.device import chunk_rows
 from ..kernels.neighbours import fast_recall
 from ..metrics import hubness as hub
 from ..metrics import hubness_sampled as hs
@@ -54,14 +55,16 @@ class HubnessReport:
     recall: tuple[float, int] | None = None    # --precision fast: recall of the graph against exact lists, queries
 
 
-def _identical_directions(X, chunk: int = 65_536) -> bool:
+def _identical_directions(X, chunk: int | None = None) -> bool:
     """Whether every row points the way the first one does (all cosines 1): no nearest-neighbour list is
-    defined. One pass over the rows, a chunk at a time."""
+    defined. One pass over the rows, ``chunk`` at a time (default: a chunk of work of the memory budget; the
+    runner's precheck of a memory-mapped set larger than the budget reads it block by block)."""
     norm = np.finfo(float).tiny
 
     def unit(x):
         x = np.asarray(x, float)
         return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), norm)
+    chunk = chunk or chunk_rows(len(X), X.shape[1] * 8 * 2)  # the float64 rows and their unit copy
     u0 = unit(X[0])
     return all((unit(X[s:s + chunk]) @ u0).min() >= 1 - hub.TIE_TOLERANCE for s in range(0, len(X), chunk))
 

@@ -123,13 +123,14 @@ class FileRows:
     @classmethod
     def of(cls, X) -> "FileRows | None":
         """The rows of ``X`` when it is a file's memory map (or a C-contiguous view of one, such as
-        ``np.asarray`` of it or a row range), else None."""
+        ``np.asarray`` of it or a row range), else None (also for a copy-on-write map, whose rows may differ
+        from its file's)."""
         if not isinstance(X, np.ndarray) or X.ndim != 2 or not X.flags.c_contiguous or X.size == 0:
             return None
         root = X
         while isinstance(root.base, np.ndarray):
             root = root.base
-        if not isinstance(root, np.memmap) or root.filename is None:
+        if not isinstance(root, np.memmap) or root.filename is None or root.mode == "c":
             return None
         return cls(root.filename, root.offset + X.ctypes.data - root.ctypes.data, X.shape, X.dtype)
 
@@ -211,21 +212,23 @@ def takes_columns(*arrays) -> bool:
 
 
 @contextmanager
-def shared(*arrays, device="cpu"):
+def shared(*arrays, device="cpu", client=None, rows: int | None = None):
     """Within the block, the passes over these in-memory arrays run on the cluster too (see :func:`takes`):
-    each array larger than one chunk of rows is scattered to the workers once, in row blocks of one chunk,
-    and released at the end. Without an engine (or on a GPU) nothing happens."""
+    each array larger than one chunk of rows (``rows``) is scattered to the workers once, in row blocks of that
+    many rows, read and sent one at a time (never a copy of the whole array here), and released at the end.
+    ``client``: send to its cluster whatever the context says (the runner's graph of a file the workers cannot
+    read). Without an engine (or on a GPU) nothing happens."""
     from .device import resolve_device
 
-    on = _address() is not None and resolve_device(device).type == "cpu"
-    big = [X for X in arrays if on and _shared_key(X) is not None and X.ndim == 2 and len(X) > _chunk_rows(X)
+    on = (client is not None or _address() is not None) and resolve_device(device).type == "cpu"
+    big = [X for X in arrays if on and _shared_key(X) is not None and X.ndim == 2 and len(X) > (rows or _chunk_rows(X))
            and _shared_key(X) not in _engine["shared"]]
-    client = engine_client() if big else None
+    client = client or (engine_client() if big else None)
     keys = []
     for X in big if client is not None else ():
-        rows = _chunk_rows(X)
-        starts = list(range(0, len(X), rows))
-        blocks = client.scatter([np.ascontiguousarray(X[s:s + rows]) for s in starts])
+        step = rows or _chunk_rows(X)
+        starts = list(range(0, len(X), step))
+        blocks = [client.scatter(np.ascontiguousarray(X[s:s + step])) for s in starts]
         keys.append(_shared_key(X))
         _engine["shared"][keys[-1]] = (blocks, [*starts, len(X)])
     try:
@@ -373,18 +376,23 @@ def knn_blockwise(X, k: int, metric: str = "cosine", *, exclude_self: bool = Tru
     Each (query block, corpus block) pair is one task (float32 products, ``k + 4`` candidates per row
     re-scored in float64); one task per query block merges its candidates with a top-k reduction.
     ``metric``: ``"cosine"`` (similarities, descending) or ``"dot"``; ``exclude_self`` drops each row's own
-    index. The lists equal :func:`~embeval_report.kernels.knn`'s (exact ties: the lower index first).
+    index. The lists equal :func:`~embeval_report.kernels.knn`'s (exact ties: the lower index first). Rows sent
+    by :func:`shared` are read from their blocks on the workers (``block_rows`` None).
     Returns ``(indices (n, k) int64, scores (n, k) float32)``.
     """
     dask, _, _ = _require()
     if metric not in ("cosine", "dot"):
         raise ValueError(f"knn_blockwise supports metric 'cosine' or 'dot', not {metric!r}")
-    Xd = as_dask(X, block_rows)
-    n = Xd.shape[0]
+    sent = _source(X) if block_rows is None else None
+    if isinstance(sent, tuple):  # rows sent by :func:`shared`: the blocks as sent
+        blocks, starts = sent[0], np.asarray(sent[1], dtype=int)
+    else:
+        Xd = as_dask(X, block_rows)
+        blocks = Xd.to_delayed()[:, 0]
+        starts = np.concatenate([[0], np.cumsum(Xd.chunks[0])]).astype(int)
+    n = int(starts[-1])
     if k < 1 or k + int(exclude_self) > n:
         raise ValueError(f"k = {k} needs more than {n - int(exclude_self)} candidate neighbours")
-    blocks = Xd.to_delayed()[:, 0]
-    starts = np.concatenate([[0], np.cumsum(Xd.chunks[0])]).astype(int)
     pair = dask.delayed(_pair_candidates, pure=True)
     merge = dask.delayed(_merge_candidates, pure=True)
     merged = [merge([pair(blocks[i], blocks[j], int(starts[i]), int(starts[j]), k, metric, exclude_self and i == j)

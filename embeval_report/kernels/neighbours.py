@@ -72,13 +72,22 @@ RECALL_QUERIES = 1000
 CPU_TILE = (2048, 4096)
 #: CPU tile shape of a search that keeps entries from bfloat16 products (8 MiB; one per worker thread)
 CPU_COLLECT_TILE = (1024, 4096)
-#: query rows per sweep over a corpus larger than memory (each sweep reads and normalises the whole corpus)
+#: query rows per sweep over a corpus larger than memory (each sweep reads and normalises the whole corpus), at most
+#: :func:`lazy_query_rows`
 LAZY_QUERY_ROWS = 16_384
 #: share of the free GPU memory the tiles of a sweep may take, and how many tile-sized buffers a sweep holds at
 #: once (the tile, a re-scored copy, float64 and boolean temporaries of the merges: with 2, the shared graph of
 #: a 300,000 x 768 set with mutual proximity ran out of an H200's 140 GB)
 GPU_TILE_SHARE = 0.4
 GPU_TILE_COPIES = 6
+
+
+def lazy_query_rows(width: int) -> int:
+    """Query rows of one sweep over a corpus larger than memory: as many as a quarter of the memory budget holds at
+    32 bytes a value (the block's float64 rows, their float32 candidate inputs and float64 bound temporaries), so a
+    set of fewer than :data:`LAZY_QUERY_ROWS` rows is not held whole as queries. At the default budget it is
+    :data:`LAZY_QUERY_ROWS` up to 2,048 dimensions."""
+    return int(max(1, current().budget // 4 // (max(width, 1) * 8 * 4)))
 
 
 def _tile_shape(n_queries: int, n: int, device: torch.device, *, free: int | None = None, itemsize: int = 4,
@@ -436,6 +445,7 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
     else:  # larger than memory: made where the sweep reads it, for as many queries at once as a tile allows
         rows = min(len(Q), LAZY_QUERY_ROWS)
         cols = int(min(n, max(GROUP * 8, chunk_rows(n, rows * dtype.itemsize * 2))))
+        rows = min(rows, lazy_query_rows(width))  # the tile's columns (so every number) as for uncapped rows
         corpus_t = _CorpusTiles(corpus64, product, sq64, desc=desc, tiles=-(-len(Q) // rows) * -(-n // cols))
         corpus_stats = corpus_t.stats()
         workers = 1

@@ -13,6 +13,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -113,13 +114,14 @@ def prepare_input(run: Run, source, *, prepare=None, embedding_cache=None) -> No
 
 def select_chapters(run: Run) -> None:
     """Split the content chapters into those that run and those skipped with the reason (a missing input, or a
-    set too degenerate for the chapter: its precheck, run here and nowhere else)."""
-    for ch in run.content:
-        reason = ch.check(run.es, run.side, run.settings)
-        if reason:
-            run.skipped[ch.name] = ChapterOutcome(ch, "skipped", reason)
-        else:
-            run.ready.append(ch)
+    set too degenerate for the chapter: its precheck, run here and nowhere else; within the memory budget)."""
+    with run.settings.compute():  # a precheck that reads the rows reads them in chunks of the budget
+        for ch in run.content:
+            reason = ch.check(run.es, run.side, run.settings)
+            if reason:
+                run.skipped[ch.name] = ChapterOutcome(ch, "skipped", reason)
+            else:
+                run.ready.append(ch)
 
 
 def describe_run(run: Run, out: Path, *, title, jobs, engine_info, graph) -> None:
@@ -130,7 +132,8 @@ def describe_run(run: Run, out: Path, *, title, jobs, engine_info, graph) -> Non
                     source=_final_path(run.source.resolve(), run.staging, out),
                     seed=s.seed, device=s.device, sample_size=s.sample_size, options=s.set_options,
                     precision=s.precision, version=__version__, n=es.n, d=es.d, jobs=jobs, engine=engine_info,
-                    memory_budget=s.compute().budget, **({"neighbour_graph": graph} if graph else {}),
+                    memory_budget=s.compute().budget, runner_peak_rss_bytes=peak_rss_bytes(),
+                    **({"neighbour_graph": graph} if graph else {}),
                     **({"model": model} if model else {}),
                     **({"baseline": str(run.baseline)} if run.baseline else {}),
                     generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
@@ -169,8 +172,21 @@ def write_run(run: Run) -> None:
                      reason=o.reason, requires=list(o.chapter.requires), seconds=round(o.seconds, 2))
                 for o in sorted(run.outcomes(), key=lambda o: o.chapter.order)]
     files = sorted(p.name for p in run.staging.iterdir() if not p.name.startswith(".")) + ["run.json"]
+    run.info["runner_peak_rss_bytes"] = peak_rss_bytes()  # so far: the last write comes after rendering
     doc = dict(run.info, chapters=chapters, files=sorted(set(files)))
     (run.staging / "run.json").write_text(json_text(doc, indent=2))
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory so far (``ru_maxrss``; the chapter kernels and Dask workers are
+    processes of their own), in bytes; None where the platform has no :mod:`resource` (Windows). It counts the
+    pages of a memory-mapped set this process has read through the map (page cache, not memory it holds)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB elsewhere
 
 
 def write_metrics(run: Run) -> None:

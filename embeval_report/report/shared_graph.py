@@ -64,19 +64,28 @@ def _dask_graph(vectors, k: int, client) -> None:
     same key, k and arrays as :func:`~embeval_report.kernels.neighbours.self_sweep` stores).
 
     ``vectors``: the prepared float32 memory map, whose row blocks the workers read from its file (a task
-    carries the path, not the rows); only when a worker cannot open that file are the rows sent instead."""
+    carries the path, not the rows); only when a worker cannot open that file are the rows sent instead, one
+    block of :data:`~embeval_report.kernels.dask_engine.BLOCK_ROWS` rows read and sent at a time (this process
+    never holds a copy of the set)."""
+    from contextlib import nullcontext
+
     import numpy as np
 
-    from ..kernels.dask_engine import FileRows, knn_blockwise, readable
+    from ..kernels.dask_engine import BLOCK_ROWS, FileRows, knn_blockwise, readable, shared
     from ..kernels.device import as_numpy
     from ..kernels.graph_cache import cached_products
 
     X = as_numpy(vectors)
     rows = FileRows.of(X)
+    sent = nullcontext()
     if rows is None or not readable(rows, client):
-        X = np.ascontiguousarray(X, dtype=np.float32)
-    cached_products(X, {"cosine": k}, True,
-                    lambda missing: {"cosine": knn_blockwise(X, missing["cosine"], client=client)})
+        if len(X) > BLOCK_ROWS:  # the blocks the workers would have read, sent from here one at a time
+            sent = shared(X, client=client, rows=BLOCK_ROWS)
+        else:  # one block: it travels in the graph
+            X = np.array(X, dtype=np.float32)
+    with sent:
+        cached_products(X, {"cosine": k}, True,
+                        lambda missing: {"cosine": knn_blockwise(X, missing["cosine"], client=client)})
 
 
 def dask_client(engine: str, scheduler: str | None, workers: int):
