@@ -220,7 +220,7 @@ def test_a_sweep_beyond_the_budget_holds_a_quarter_of_it_in_queries_with_the_num
     from embeval_report.kernels.graph_cache import clear_memory, stored_product
     from embeval_report.metrics.hubness_reduction import reduced_knn
 
-    X = _set(3000, 512, seed=21)  # 6 MB: beyond a quarter of a 16 MiB budget
+    X = _set(2200, 512, seed=21)  # 4.5 MB: beyond a quarter of a 16 MiB budget
     blocks = []
     real = nb.sweep_tiles
     monkeypatch.setattr(nb, "sweep_tiles", lambda q, *a, **kw: (blocks.append(len(q)), real(q, *a, **kw))[1])
@@ -234,11 +234,11 @@ def test_a_sweep_beyond_the_budget_holds_a_quarter_of_it_in_queries_with_the_num
         return graphs, potential[0], list(blocks)
 
     capped, capped_potential, capped_blocks = sweep()
-    assert max(capped_blocks) == 256 and sum(capped_blocks) == 3000  # 4 MiB / (32 bytes x 512)
+    assert max(capped_blocks) == 256 and sum(capped_blocks) == 2200  # 4 MiB / (32 bytes x 512)
     assert nb.lazy_query_rows(2048) == nb.LAZY_QUERY_ROWS  # the default budget: 1 GiB / (32 bytes x 2,048)
     monkeypatch.setattr(nb, "lazy_query_rows", lambda width: 10**9)
     whole, whole_potential, whole_blocks = sweep()
-    assert whole_blocks == [3000]
+    assert whole_blocks == [2200]
     for name in ("cosine", "mutual_proximity"):
         for a, b in zip(capped[name], whole[name]):
             np.testing.assert_array_equal(a, b)
