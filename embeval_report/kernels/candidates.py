@@ -9,6 +9,8 @@ float64 re-scoring they share (:func:`_rescore_lists`: exact ties, the lower ind
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..context import current
@@ -33,14 +35,6 @@ class _Rows64:
         self.step = chunk_rows(len(X32), X32.shape[1] * 8 * 4)
         self.norms = (torch.cat([X32[s:s + self.step].double().norm(dim=1) for s in range(0, len(X32), self.step)])
                       .clamp_min(torch.finfo(torch.float64).tiny) if unit else None)
-        # float32 reciprocals of the norms, for unit inputs made in float32 (:meth:`unit_inputs`): only when every
-        # nonzero norm is far from float32's range limits (zero rows: 0, so they stay zero)
-        self.inv32 = None
-        if unit and len(X32):
-            zero = self.norms == torch.finfo(torch.float64).tiny
-            nonzero = self.norms[~zero]
-            if not len(nonzero) or (float(nonzero.min()) > 2.0**-60 and float(nonzero.max()) < 2.0**60):
-                self.inv32 = torch.where(zero, 0.0, 1.0 / self.norms).float()
         self.whole = None  # the float64 rows themselves, when they fit in the budget: gathered without a pass
         if current().fits(X32.numel() * 8):
             self.whole = torch.cat(list(self._chunks())) if len(X32) else X32.double()
@@ -95,12 +89,29 @@ class _Rows64:
             stats = tuple(map(max, stats, st))
         return out, stats
 
+    @functools.cached_property
+    def inv32(self) -> torch.Tensor | None:
+        """Float32 reciprocals of the unit rows' norms (zero rows: 0, so they stay zero), for :meth:`unit_inputs`;
+        None unless every nonzero norm is far from float32's range limits. Made on first use (a tiled corpus)."""
+        if not self.unit or not len(self.X32):
+            return None
+        zero = self.norms == torch.finfo(torch.float64).tiny
+        nonzero = self.norms[~zero]
+        if len(nonzero) and not (float(nonzero.min()) > 2.0**-60 and float(nonzero.max()) < 2.0**60):
+            return None
+        return torch.where(zero, 0.0, 1.0 / self.norms).float()
+
+    def _unit32(self, rows, product: Product) -> tuple[torch.Tensor, torch.Tensor]:
+        r"""The float32 unit rows :math:`v = x \cdot fl(1/\lVert x\rVert)` of ``rows`` and their rounding by
+        ``product`` (float32 inputs: ``v`` itself)."""
+        v = self.X32[rows] * self.inv32[rows].unsqueeze(-1)
+        return v, v if product.bits == 24 else product.rounded(v)
+
     def unit_inputs(self, rows, product: Product) -> torch.Tensor:
-        r"""The candidate inputs of unit rows ``rows`` made in float32, :math:`x \cdot fl(1/\lVert x\rVert)`
-        rounded by ``product``: within :meth:`unit_stats` of the float64 unit rows, without a float64 copy (for a
-        corpus read tile by tile, where :meth:`inputs` converts every tile of every pass)."""
-        r = self.X32[rows] * self.inv32[rows].unsqueeze(-1)
-        return (r if product.bits == 24 else product.rounded(r)).to(product.dtype)
+        r"""The candidate inputs of unit rows ``rows`` made in float32 (:meth:`_unit32`): within :meth:`unit_stats`
+        of the float64 unit rows, without a float64 copy (for a corpus read tile by tile, where :meth:`inputs`
+        converts every tile of every pass)."""
+        return self._unit32(rows, product)[1].to(product.dtype)
 
     def unit_stats(self, product: Product) -> tuple[float, float, float]:
         r"""The input maxima of :meth:`unit_inputs` (see :func:`~.device.product_bound`), measured in one float32 pass.
@@ -116,8 +127,7 @@ class _Rows64:
         norm, grow = 1.0 + (d + 2) * 2.0**-52, 1.0 + (d + 1) * 2.0**-23
         residual = rounded_norm = 0.0
         for s in range(0, len(self.X32), self.step):
-            v = self.X32[s:s + self.step] * self.inv32[s:s + self.step].unsqueeze(-1)
-            r = v if product.bits == 24 else product.rounded(v)
+            v, r = self._unit32(slice(s, s + self.step), product)
             residual = max(residual, float((r - v).norm(dim=1).max()))
             rounded_norm = max(rounded_norm, float(r.norm(dim=1).max()))
         err = residual * grow + 2.0**-22 * norm + 2.0**-149 * d**0.5
