@@ -55,3 +55,29 @@ def test_switch_and_a_dead_template_fall_back_to_the_usual_start(monkeypatch):
         forks.proc.wait()
         assert forks.provisioner(object()) is None  # the kernel manager starts its kernel itself
         assert forks.fork(["-f", "x.json"], {}, ".") is None
+
+
+@pytest.mark.skipif(os.name != "posix", reason="Unix sockets are POSIX only")
+def test_chapter_kernels_talk_over_private_unix_sockets(tmp_path, monkeypatch):
+    """A chapter kernel's channels are Unix sockets in a folder only this process writes to, so no other process
+    can take them between their choice and the kernel's bind (over TCP a parallel CI worker took a port and the
+    chapter failed with "kernel died before replying to kernel_info"); its socket files go with the kernel, and a
+    folder whose path is too long for a socket falls back to TCP."""
+    import stat
+
+    from embeval_report.report import execution
+
+    kernel = execution.WarmKernel(tmp_path)
+    try:
+        assert kernel.km.transport == "ipc"
+        folder = os.path.dirname(kernel.km.ip)
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+        reply = kernel.kc.execute_interactive("print(6 * 7)", timeout=60)
+        assert reply["content"]["status"] == "ok"
+        assert len([f for f in os.listdir(folder) if f.startswith(os.path.basename(kernel.km.ip))]) == 5
+    finally:
+        kernel.release()
+    assert not [f for f in os.listdir(folder) if f.startswith(os.path.basename(kernel.km.ip))]
+    assert execution.kernel_sockets()["ip"] != execution.kernel_sockets()["ip"]  # one base name per kernel
+    monkeypatch.setattr(execution, "_socket_folder", lambda: "/tmp/" + "x" * execution.SOCKET_PATH_MAX)
+    assert execution.kernel_sockets() == {}

@@ -210,7 +210,7 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
     import papermill as pm
 
     from .render import render_report
-    from .execution import KERNEL_ARGUMENTS
+    from .execution import KERNEL_ARGUMENTS, WarmKernel
     from .runner import run_report
 
     if len(sources) < 2:
@@ -257,9 +257,13 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
         (staging / "chapters").mkdir()
         progress("writing the comparison chapter")
         target_nb = staging / "chapters" / "01_comparison.ipynb"
-        pm.execute_notebook(str(notebooks_dir() / NOTEBOOK), str(target_nb), parameters={"comparison_dir": ".."},
-                            kernel_name="python3", progress_bar=False, cwd=str(target_nb.parent),
-                            execution_timeout=timeout, extra_arguments=KERNEL_ARGUMENTS)
+        kernel = WarmKernel(target_nb.parent)  # its sockets cannot be taken by another process (kernel_sockets)
+        try:
+            pm.execute_notebook(str(notebooks_dir() / NOTEBOOK), str(target_nb), parameters={"comparison_dir": ".."},
+                                kernel_name="python3", progress_bar=False, cwd=str(target_nb.parent),
+                                execution_timeout=timeout, extra_arguments=KERNEL_ARGUMENTS, km=kernel.km)
+        finally:
+            kernel.release()
         files_written = sorted(p.name for p in staging.iterdir() if not p.name.startswith(".")) + ["run.json"]
         (staging / "run.json").write_text(json_text(dict(run_info, files=sorted(set(files_written))), indent=2))
         files = {}

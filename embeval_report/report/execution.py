@@ -37,6 +37,44 @@ def error_text(exc: BaseException) -> str:
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 #: what a warm kernel imports before its chapter is handed to it (the chapters' common imports)
 WARM_IMPORTS = "import embeval_report.chapters.setup, matplotlib.pyplot, seaborn"
+#: the longest Unix socket path (sun_path holds 108 bytes on Linux, 104 on macOS), with room for the "-N" suffix
+SOCKET_PATH_MAX = 96
+
+
+def kernel_sockets() -> dict:
+    """The transport of a chapter kernel's channels: Unix sockets in a private folder of this process on POSIX
+    (one base name per kernel), TCP elsewhere or where that folder's path is too long for a socket.
+
+    Over TCP, jupyter_client picks free ports by binding and releasing them before the kernel binds them, and any
+    other process can take one in between: a CI run with parallel test workers lost a chapter to "Address already
+    in use" (kernel died before replying to kernel_info). A socket file in a folder only this process writes to
+    cannot be taken."""
+    import os
+    import uuid
+
+    if os.name != "posix":
+        return {}
+    base = os.path.join(_socket_folder(), uuid.uuid4().hex[:12])
+    return {"transport": "ipc", "ip": base} if len(base) + 4 <= SOCKET_PATH_MAX else {}
+
+
+_SOCKETS: dict[int, str] = {}
+
+
+def _socket_folder() -> str:
+    """This process's folder of kernel sockets (made on first use, removed at exit; a forked process makes its
+    own)."""
+    import os
+
+    pid = os.getpid()
+    if pid not in _SOCKETS:
+        import atexit
+        import shutil
+        import tempfile
+
+        _SOCKETS[pid] = folder = tempfile.mkdtemp(prefix="embeval-kernels-")
+        atexit.register(lambda: os.getpid() == pid and shutil.rmtree(folder, True))
+    return _SOCKETS[pid]
 
 
 class WarmKernel:
@@ -50,7 +88,7 @@ class WarmKernel:
     def __init__(self, cwd: Path, forks: KernelForks | None = None):
         from jupyter_client.manager import KernelManager
 
-        self.km = KernelManager(kernel_name="python3")
+        self.km = KernelManager(kernel_name="python3", **kernel_sockets())
         if forks is not None:
             self.km.provisioner = forks.provisioner(self.km)
         self.km.start_kernel(cwd=str(cwd), extra_arguments=KERNEL_ARGUMENTS)
