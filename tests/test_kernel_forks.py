@@ -81,3 +81,28 @@ def test_chapter_kernels_talk_over_private_unix_sockets(tmp_path, monkeypatch):
     assert execution.kernel_sockets()["ip"] != execution.kernel_sockets()["ip"]  # one base name per kernel
     monkeypatch.setattr(execution, "_socket_folder", lambda: "/tmp/" + "x" * execution.SOCKET_PATH_MAX)
     assert execution.kernel_sockets() == {}
+
+
+@pytest.mark.skipif(not kernel_forks.enabled(), reason="no os.fork on this platform")
+def test_one_template_serves_the_runs_of_a_process_until_it_idles(tmp_path, monkeypatch):
+    """Runs in one process share its template (its start, about 3 s of CPU, is paid once), which ends by itself
+    after IDLE_SECONDS without a request; the next run then starts another, and a switched-off process none."""
+    import time
+
+    write_set(tmp_path)
+    first = KernelForks.shared()
+    assert first.alive and KernelForks.shared() is first
+    _run(tmp_path, "one")
+    assert KernelForks.shared() is first and first.alive
+    monkeypatch.setattr(kernel_forks, "IDLE_SECONDS", 0.5)
+    with KernelForks() as idle:
+        end = time.monotonic() + 60
+        while idle.alive and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not idle.alive  # ended by itself
+    first.proc.kill()
+    first.proc.wait()
+    second = KernelForks.shared()
+    assert second is not first and second.alive
+    monkeypatch.setenv(kernel_forks.SWITCH, "0")
+    assert KernelForks.shared().proc is None

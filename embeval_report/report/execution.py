@@ -208,12 +208,12 @@ def execute_chapter(ch: ChapterSpec, staging: Path, params: dict, *, timeout: in
 def _sequential(chapters: list[ChapterSpec], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
                 before=None, done: dict | None = None, forks: KernelForks | None = None) -> dict[str, ChapterOutcome]:
     """Execute ``chapters`` one at a time, each in a fresh kernel started while the previous one runs (forked
-    from ``forks``, or from a template started here); ``before(ch)`` is called just before ``ch`` executes;
+    from ``forks``, or from this process's template); ``before(ch)`` is called just before ``ch`` executes;
     outcomes are added to ``done`` as they come."""
     done = {} if done is None else done
     kernels: list[WarmKernel] = []
-    own = forks is None and len(chapters) > 1
-    forks = KernelForks() if own else forks
+    if forks is None and len(chapters) > 1:
+        forks = KernelForks.shared()
     try:
         for i, ch in enumerate(chapters):
             if not kernels:
@@ -235,8 +235,6 @@ def _sequential(chapters: list[ChapterSpec], staging: Path, params: dict, timeou
     finally:
         for kernel in kernels:
             kernel.release()
-        if own:
-            forks.close()
     return done
 
 

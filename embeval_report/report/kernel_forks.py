@@ -3,10 +3,15 @@
 Starting a chapter kernel the usual way costs about 3 s of CPU on the 2-core machine (a new Python, then torch,
 pandas, SciPy, matplotlib, seaborn and the package imported again), and a chapter's own imports (scikit-learn,
 statsmodels) 1 to 2 s more: with 21 chapters, a third of the demo's CPU time. :class:`KernelForks` starts one
-template process per run (``python -m embeval_report.report.kernel_forks``) that imports those libraries once and
-then computes nothing; each chapter kernel is a ``fork()`` of it that starts ipykernel with the connection file
+template process (``python -m embeval_report.report.kernel_forks``) that imports those libraries once and then
+computes nothing; each chapter kernel is a ``fork()`` of it that starts ipykernel with the connection file
 jupyter_client wrote (:class:`ForkProvisioner`). Every chapter still gets a fresh process of its own: the fork
 holds only imported modules, no state of another chapter, and the same libraries compute the same numbers.
+
+One template serves every run of a process (:meth:`KernelForks.shared`): the Python API evaluating several models
+in one notebook, and the test suite's hundred runs, pay its start (about 3 s of CPU) once. It ends after
+:data:`IDLE_SECONDS` without a request, when its process ends, or when a run is interrupted; the next run starts
+another.
 
 The template never runs a parallel region (no OpenMP or BLAS thread pool is used before the fork; the pools that
 libraries create at import are fork-safe through their ``pthread_atfork`` handlers, as with ``multiprocessing``'s
@@ -15,6 +20,7 @@ start the usual way.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -32,6 +38,8 @@ LAUNCHER = ["-m", "ipykernel_launcher"]
 PRELOAD = ("embeval_report.chapters.setup", "matplotlib.pyplot", "seaborn", "ipykernel.kernelapp")
 #: seconds the runner waits for the template to answer a fork (its imports included)
 START_TIMEOUT = 120
+#: seconds a template waits for its next request before it ends (an idle process holds no memory of a run)
+IDLE_SECONDS = 120
 
 
 def enabled() -> bool:
@@ -96,7 +104,7 @@ class KernelForks:
             return
         read, write = os.pipe()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(write)], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(write), str(IDLE_SECONDS)], stdin=subprocess.PIPE,
                                          pass_fds=(write,), text=True)
         except OSError:
             os.close(read)
@@ -105,6 +113,19 @@ class KernelForks:
         finally:
             os.close(write)
         self._replies = os.fdopen(read, "r")
+
+    @classmethod
+    def shared(cls) -> KernelForks:
+        """This process's template, started on first use and again when it has ended (idle, or killed with an
+        interrupted run); a template that cannot serve (switched off, no ``fork``) where forking is off."""
+        with _SHARED_LOCK:
+            pid = os.getpid()
+            forks = _SHARED.get(pid)
+            if forks is None or not forks.alive or not enabled():
+                if forks is not None:
+                    forks.close()
+                _SHARED[pid] = forks = cls()
+            return forks
 
     def __enter__(self) -> KernelForks:
         return self
@@ -156,6 +177,18 @@ class KernelForks:
             self._replies = None
 
 
+#: the template of each process (:meth:`KernelForks.shared`), by process id (a forked process starts its own)
+_SHARED: dict[int, KernelForks] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_shared() -> None:
+    forks = _SHARED.pop(os.getpid(), None)
+    if forks is not None:
+        forks.close()
+
+
 def _read_line(stream, timeout: float) -> str:
     """One line from ``stream`` (a pipe), or TimeoutError after ``timeout`` seconds (a selector, not
     ``select.select``, which refuses descriptors above 1023 in a process holding many files)."""
@@ -191,9 +224,10 @@ class ForkProvisioner(LocalProvisioner):
 
 # --------------------------------------------------------------------------- the template process
 
-def serve(reply_fd: int) -> None:
+def serve(reply_fd: int, idle: float = IDLE_SECONDS) -> None:
     """The template: import :data:`PRELOAD` and every chapter module, then fork one kernel per request line on
-    stdin (``{"argv", "env", "cwd"}``), answering ``{"pid"}`` on ``reply_fd``; ends at the end of stdin."""
+    stdin (``{"argv", "env", "cwd"}``), answering ``{"pid"}`` on ``reply_fd``; ends at the end of stdin or after
+    ``idle`` seconds without a request."""
     if sys.path and sys.path[0] in ("", os.getcwd()):  # as ipykernel_launcher: the caller's folder is not a path
         del sys.path[0]
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")  # as ipykernel sets it
@@ -210,8 +244,7 @@ def serve(reply_fd: int) -> None:
             pass
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked kernels are reaped as they end
     replies = os.fdopen(reply_fd, "w")
-    for line in sys.stdin:
-        request = json.loads(line)
+    for request in _requests(idle):
         started, ready = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -222,6 +255,24 @@ def serve(reply_fd: int) -> None:
         os.close(started)
         replies.write(json.dumps({"pid": pid}) + "\n")
         replies.flush()
+
+
+def _requests(idle: float):
+    """The request lines on stdin, parsed; ends at the end of stdin or when none came for ``idle`` seconds (one
+    request is in flight at a time: the runner waits for each answer)."""
+    import selectors
+
+    pending = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(0, selectors.EVENT_READ)
+        while True:
+            while b"\n" not in pending:
+                chunk = os.read(0, 1 << 16) if selector.select(idle) else b""
+                if not chunk:
+                    return
+                pending += chunk
+            line, pending = pending.split(b"\n", 1)
+            yield json.loads(line)
 
 
 def _kernel(request: dict, ready: int, reply_fd: int) -> None:
@@ -257,4 +308,4 @@ def _kernel(request: dict, ready: int, reply_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), float(sys.argv[2]))

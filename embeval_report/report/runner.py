@@ -262,7 +262,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
               [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in everything if c not in chosen],
               baseline=baseline)
     client = None
-    forks = KernelForks()  # the chapter kernels' template: its imports overlap the preparation of the input
+    forks = KernelForks.shared()  # the chapter kernels' template: its imports overlap the preparation of the input
     try:
         prepare_input(run, source, prepare=prepare, embedding_cache=embedding_cache)
         select_chapters(run)
@@ -287,7 +287,6 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         target.abandon(run.staging, exc)  # removes staging; a write fault becomes one line (OutputError)
         raise
     finally:
-        forks.close()
         if client is not None:  # a LocalCluster closes with its client
             client.close()
     return RunResult(target.path, run.outcomes(), {k: target.path / Path(v).name for k, v in files.items()}, errors)
