@@ -12,6 +12,11 @@ from .graph_cache import stored_product
 from .neighbours import potential_key
 
 
+#: bytes of float64 rows (both sides) per piece of pairs on the CPU: small enough to stay in cache from the
+#: gather to the dot products (1M pairs of 100,000 x 384: 3.4 s in pieces of the memory budget, 1.1 s in these)
+PAIR_PIECE_BYTES = 4 * 2**20
+
+
 def random_pairs(n: int, n_pairs: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``n_pairs`` index pairs ``(i, j)`` drawn uniformly from all ordered pairs with ``i != j``."""
     rng = np.random.default_rng(seed)
@@ -38,6 +43,8 @@ def pair_cosines(X, i: np.ndarray, j: np.ndarray, *, transform=None, device="aut
     out = np.empty(len(i))
     step = chunk_rows(len(i), X.shape[1] * 8 * 4)
     direct = isinstance(X, np.ndarray) and current().fits(X.nbytes)  # in memory: one gather per side
+    if direct and dev.type == "cpu":  # each piece's rows still in cache for their dots and norms
+        step = min(step, max(64, PAIR_PIECE_BYTES // (X.shape[1] * 16)))
     tiny = torch.finfo(torch.float64).tiny
     for s in range(0, len(i), step):
         a, b = ((X[i[s:s + step]], X[j[s:s + step]]) if direct else gather_rows(X, i[s:s + step], j[s:s + step]))
