@@ -86,8 +86,11 @@ def test_chapter_kernels_talk_over_private_unix_sockets(tmp_path, monkeypatch):
 @pytest.mark.skipif(not kernel_forks.enabled(), reason="no os.fork on this platform")
 def test_one_template_serves_the_runs_of_a_process_until_it_idles(tmp_path, monkeypatch):
     """Runs in one process share its template (its start, about 3 s of CPU, is paid once), which ends by itself
-    after IDLE_SECONDS without a request; the next run then starts another, and a switched-off process none."""
+    after IDLE_SECONDS without a request once none of its kernels runs (a kernel ends with its template); the next
+    run then starts another, and a switched-off process none."""
     import time
+
+    from embeval_report.report.execution import WarmKernel
 
     write_set(tmp_path)
     first = KernelForks.shared()
@@ -96,10 +99,16 @@ def test_one_template_serves_the_runs_of_a_process_until_it_idles(tmp_path, monk
     assert KernelForks.shared() is first and first.alive
     monkeypatch.setattr(kernel_forks, "IDLE_SECONDS", 0.5)
     with KernelForks() as idle:
+        kernel = WarmKernel(tmp_path, idle)  # a chapter that computes longer than the idle time keeps its template
+        try:
+            assert kernel.kc.execute_interactive("import time; time.sleep(2)", timeout=60)["content"]["status"] == "ok"
+            assert idle.alive and kernel.km.is_alive()
+        finally:
+            kernel.release()
         end = time.monotonic() + 60
         while idle.alive and time.monotonic() < end:
             time.sleep(0.1)
-        assert not idle.alive  # ended by itself
+        assert not idle.alive  # ended by itself once its kernel had ended
     first.proc.kill()
     first.proc.wait()
     second = KernelForks.shared()

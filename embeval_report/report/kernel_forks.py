@@ -227,7 +227,8 @@ class ForkProvisioner(LocalProvisioner):
 def serve(reply_fd: int, idle: float = IDLE_SECONDS) -> None:
     """The template: import :data:`PRELOAD` and every chapter module, then fork one kernel per request line on
     stdin (``{"argv", "env", "cwd"}``), answering ``{"pid"}`` on ``reply_fd``; ends at the end of stdin or after
-    ``idle`` seconds without a request."""
+    ``idle`` seconds without a request while none of its kernels runs (a kernel ends with its template: a chapter
+    that computes longer than ``idle`` keeps it)."""
     if sys.path and sys.path[0] in ("", os.getcwd()):  # as ipykernel_launcher: the caller's folder is not a path
         del sys.path[0]
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")  # as ipykernel sets it
@@ -244,7 +245,8 @@ def serve(reply_fd: int, idle: float = IDLE_SECONDS) -> None:
             pass
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked kernels are reaped as they end
     replies = os.fdopen(reply_fd, "w")
-    for request in _requests(idle):
+    kernels: set[int] = set()
+    for request in _requests(idle, lambda: _running(kernels)):
         started, ready = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -253,13 +255,24 @@ def serve(reply_fd: int, idle: float = IDLE_SECONDS) -> None:
         os.close(ready)
         os.read(started, 1)  # the kernel leads its own session now
         os.close(started)
+        kernels.add(pid)
         replies.write(json.dumps({"pid": pid}) + "\n")
         replies.flush()
 
 
-def _requests(idle: float):
-    """The request lines on stdin, parsed; ends at the end of stdin or when none came for ``idle`` seconds (one
-    request is in flight at a time: the runner waits for each answer)."""
+def _running(pids: set[int]) -> bool:
+    """Whether any of ``pids`` (forked kernels, reaped as they end) still runs; drops those that ended."""
+    for pid in list(pids):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            pids.discard(pid)
+    return bool(pids)
+
+
+def _requests(idle: float, busy=lambda: False):
+    """The request lines on stdin, parsed; ends at the end of stdin, or when none came for ``idle`` seconds and
+    ``busy()`` is false (one request is in flight at a time: the runner waits for each answer)."""
     import selectors
 
     pending = b""
@@ -267,7 +280,11 @@ def _requests(idle: float):
         selector.register(0, selectors.EVENT_READ)
         while True:
             while b"\n" not in pending:
-                chunk = os.read(0, 1 << 16) if selector.select(idle) else b""
+                if not selector.select(idle):
+                    if busy():
+                        continue
+                    return
+                chunk = os.read(0, 1 << 16)
                 if not chunk:
                     return
                 pending += chunk
