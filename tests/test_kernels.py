@@ -84,3 +84,32 @@ def test_pair_cosines_equal_scipy_with_zero_rows_and_a_transform(in_memory, monk
     moved = pair_cosines(X, i, j, transform=lambda rows: rows + torch.as_tensor(shift), device="cpu")
     Y = X64 + shift
     np.testing.assert_allclose(moved, [1 - cosine(Y[a], Y[b]) for a, b in zip(i, j)], rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean", "linear"])
+def test_scores_of_a_corpus_read_from_its_file_are_those_of_one_in_memory(metric, tmp_path, enter, monkeypatch):
+    """A corpus beyond the budget scores its candidates from the distinct rows read once in file order (a memory
+    map read ahead, not one random page per candidate): the same float64 scores, bit for bit, as the in-memory
+    rows, with repeated candidates and every metric."""
+    from embeval_report.kernels.candidates import _exact_scores, _Rows64
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((30000, 96)).astype(np.float32) * rng.uniform(0.2, 5, (30000, 1)).astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    mapped = torch.from_numpy(np.load(tmp_path / "x.npy", mmap_mode="r"))
+    unit = metric == "cosine"
+    whole = _Rows64(torch.from_numpy(X), unit)
+    enter(memory_budget=16 << 20)  # 30,000 x 96 float64 rows do not fit: read from the map
+    read = _Rows64(mapped, unit)
+    assert whole.whole is not None and read.whole is None
+    q64 = torch.as_tensor(rng.standard_normal((40, 96)))
+    cand = torch.as_tensor(rng.integers(0, 30000, (40, 300)))
+    cand[:, :5] = 7  # one row a candidate of every query, five times
+    sq64 = None if metric == "cosine" else torch.as_tensor(rng.uniform(0, 3, 30000))
+    expected = _exact_scores(whole, sq64, q64, cand, metric)
+    subsets = []
+    real = _Rows64.subset
+    monkeypatch.setattr(_Rows64, "subset", lambda self, rows: subsets.append(rows) or real(self, rows))
+    got = _exact_scores(read, sq64, q64, cand, metric)
+    assert torch.equal(got, expected)
+    assert len(subsets) == 1 and torch.equal(subsets[0], torch.unique(cand))  # one read of the distinct rows, sorted
