@@ -112,4 +112,8 @@ def test_scores_of_a_corpus_read_from_its_file_are_those_of_one_in_memory(metric
     monkeypatch.setattr(_Rows64, "subset", lambda self, rows: subsets.append(rows) or real(self, rows))
     got = _exact_scores(read, sq64, q64, cand, metric)
     assert torch.equal(got, expected)
-    assert len(subsets) == 1 and torch.equal(subsets[0], torch.unique(cand))  # one read of the distinct rows, sorted
+    # the distinct rows of as many queries as a chunk of the budget holds (1 MiB: 4 queries' 300 float64 rows of
+    # 96), read once each, in file order
+    assert len(subsets) == 10
+    for s, rows in zip(range(0, 40, 4), subsets):
+        assert torch.equal(rows, torch.unique(cand[s:s + 4]))

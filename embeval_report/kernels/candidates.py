@@ -197,7 +197,11 @@ def _exact_scores(corpus64: _Rows64, sq64, q64: torch.Tensor, cand: torch.Tensor
     if corpus64.whole is None and cand.numel() > 1 and q64.device.type == "cpu":
         # rows read from the set (beyond the budget, maybe beyond RAM): each distinct candidate row once, in file
         # order, so a memory map is read ahead instead of faulted in at one random page (and its readahead) per
-        # candidate; the same float64 rows, so the same scores
+        # candidate; the same float64 rows, so the same scores. The rows held at once stay within the budget.
+        held = max(1, chunk_rows(len(cand), cand.shape[1] * q64.shape[1] * 8))
+        if held < len(cand):
+            return torch.cat([_exact_scores(corpus64, sq64, q64[s:s + held], cand[s:s + held], metric)
+                              for s in range(0, len(cand), held)])
         rows, at = torch.unique(cand, return_inverse=True)
         return _exact_scores(corpus64.subset(rows), None if sq64 is None else sq64[rows], q64, at, metric)
     step = max(1, SCORE_BYTES // max(1, cand.shape[1] * q64.shape[1] * 8)) if q64.device.type == "cpu" else len(cand)

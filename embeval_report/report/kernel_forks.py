@@ -104,8 +104,8 @@ class KernelForks:
             return
         read, write = os.pipe()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(write), str(IDLE_SECONDS)], stdin=subprocess.PIPE,
-                                         pass_fds=(write,), text=True)
+            self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(write), str(IDLE_SECONDS)],
+                                         stdin=subprocess.PIPE, pass_fds=(write,), text=True)
         except OSError:
             os.close(read)
             self.proc = None
@@ -270,7 +270,7 @@ def _running(pids: set[int]) -> bool:
     return bool(pids)
 
 
-def _requests(idle: float, busy=lambda: False):
+def _requests(idle: float, busy):
     """The request lines on stdin, parsed; ends at the end of stdin, or when none came for ``idle`` seconds and
     ``busy()`` is false (one request is in flight at a time: the runner waits for each answer)."""
     import selectors
