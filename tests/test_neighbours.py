@@ -157,6 +157,36 @@ def test_pruned_mutual_proximity_equals_the_dense_reference(monkeypatch, tile):
 
 
 
+def test_rescored_merge_keeps_the_top_k_of_rows_with_few_and_many_entries():
+    """A re-scored top-k (here the identity, its floor the k-th score) merged group by group over tiles whose rows
+    have from no entry to whole tiles above their k-th score (every bucket of
+    :data:`~embeval_report.kernels.neighbours.HIT_BUCKETS`) holds each row's k largest values and their columns."""
+
+    class Identity:
+        def scores(self, rows, cols, cos):
+            return cos.clone()
+
+        def floor(self, rows, kth):
+            return kth
+
+    rng = np.random.default_rng(10)
+    m, k, w, tiles = 60, 9, 512, 4
+    trend = np.repeat([0.0, 2e-3, 1e-2, 1.0], m // 4)[:, None]  # rows of few to many entries above their k-th
+    S = torch.as_tensor((rng.standard_normal((m, w * tiles)) + np.arange(w * tiles) * trend).astype(np.float32))
+    top = nb.RunningTopK(m, k, torch.device("cpu"), Identity())
+    rows = torch.arange(m)
+    top.start(rows, S[:, :k], 0)
+    for j in range(0, w * tiles, w):
+        tile = S[:, j:j + w].clone()
+        if j == 0:
+            tile[:, :k] = -torch.inf  # merged by start
+        groups = tile.view(m, w // nb.GROUP, nb.GROUP)
+        top.merge_groups(rows, groups, groups.amax(2), j, 0)
+    want = torch.topk(S, k, dim=1)
+    torch.testing.assert_close(top.values, want.values, rtol=0, atol=0)
+    assert torch.equal(S.gather(1, top.indices), top.values)
+
+
 def test_mutual_proximity_merges_the_best_groups_first_and_rescores_less(monkeypatch):
     """The same lists with and without merging the groups of largest maxima first (up to near-ties of the
     float32 scores, which either order may resolve), from fewer re-scored entries."""

@@ -54,9 +54,13 @@ from .device import (
 from .graph_cache import cached_graph, cached_products, stored_product
 from .graph_cache import folder as graph_folder
 
-#: rows are merged in buckets by their number of groups above the k-th score (at most 4, 5 to 8, more),
-#: so a few rows with many such groups do not set the merge width of all
-HIT_BUCKETS = (4, 8)
+#: plain rows are merged in buckets by their number of groups above the k-th score (at most 4, 5 to 8, more)
+GROUP_BUCKETS = (4, 8)
+#: re-scored rows are merged in buckets by their number of entries above the k-th score (at most 16, 17 to 128, more),
+#: so a few rows with many such entries do not set the merge width of all
+HIT_BUCKETS = (16, 128)
+#: rows of a tile the potential transforms and sums at once on the CPU (64 rows of a 4,096-column tile: 1 MiB)
+POTENTIAL_ROWS = 64
 #: columns of the first tile whose plain top-k seeds each row's running threshold
 FIRST_COLUMNS = 256
 #: groups of largest maxima a re-scored top-k (mutual proximity) merges first, before its floor is raised
@@ -168,61 +172,94 @@ class RunningTopK:
         self.merge_columns(rows, rest, cols, base, self._limit(rows, base))
 
     def merge_groups(self, rows, groups, group_max, offset: int, base: int):
-        """Merge the 32-column ``groups`` (tile columns from ``offset``) that can beat each row's k-th score.
+        """Merge the entries of the 32-column ``groups`` (tile columns from ``offset``) that can beat each row's
+        k-th score: those above the row's limit (:meth:`_limit`), read from the groups whose maximum is above it.
 
-        A tile value in the merged top-k lies in a group beating the row's k-th score, and (plain
-        products) in one of the row's k groups with the largest maxima (else k larger maxima outrank it).
+        A re-scored top-k first merges, in rows where many groups pass, the groups of largest maxima: their
+        scores raise the rows' k-th score, so that the floor then rules out most of the other groups (in the
+        first tile most of a row's groups pass the floor of its first columns' scores: 91 % of the re-scored
+        entries of a 30,000-row sweep). Only the entries above the limit are gathered and re-scored (in a
+        sweep of mutual proximity, 3.5 % of the entries of the groups that pass).
         """
         limit = self._limit(rows, base)
-        hits = (group_max > limit[:, None]).sum(1)
-        if self.scorer is not None and group_max.shape[1] > PRESCORED_GROUPS and int(hits.max()) > PRESCORED_GROUPS:
-            # the groups of largest maxima first: their scores raise the rows' k-th score, so that the floor
-            # then rules out most of the other groups (in the first tile most of a row's groups pass the
-            # floor of its first columns' scores: 91 % of the re-scored entries of a 30,000-row sweep)
-            at = (hits > PRESCORED_GROUPS).nonzero().squeeze(1)
-            chosen = torch.topk(group_max[at], PRESCORED_GROUPS, dim=1).indices
-            self._merge_groups(at, groups, chosen, offset, base, limit[at])
-            group_max = group_max.clone()
-            group_max[at[:, None], chosen] = -torch.inf
-            limit = self._limit(rows, base)
+        if self.scorer is None:  # plain products: per row its k groups of largest maxima that beat the k-th
             hits = (group_max > limit[:, None]).sum(1)
-        bounds = [0, *HIT_BUCKETS, group_max.shape[1]]
+            bounds = [0, *GROUP_BUCKETS, group_max.shape[1]]
+            for low, high in zip(bounds, bounds[1:]):
+                at = ((hits > low) & (hits <= high)).nonzero().squeeze(1)
+                if len(at):
+                    chosen = torch.topk(group_max[at], min(self.k, int(hits[at].max())), dim=1).indices
+                    values = groups[at[:, None], chosen].view(len(at), -1)
+                    self._merge(at, values, lambda p: offset + chosen.gather(1, p // GROUP) * GROUP + p % GROUP)
+            return
+        if group_max.shape[1] > PRESCORED_GROUPS:
+            at = ((group_max > limit[:, None]).sum(1) > PRESCORED_GROUPS).nonzero().squeeze(1)
+            if len(at):
+                chosen = torch.topk(group_max[at], PRESCORED_GROUPS, dim=1).indices
+                self._merge_above(at.repeat_interleave(PRESCORED_GROUPS), chosen.flatten(), groups, limit, offset,
+                                  base)
+                group_max = group_max.clone()
+                group_max[at[:, None], chosen] = -torch.inf
+                limit = self._limit(rows, base)
+        self._merge_above(*(group_max > limit[:, None]).nonzero(as_tuple=True), groups, limit, offset, base)
+
+    def _merge_above(self, r, g, groups, limit, offset: int, base: int) -> None:
+        """Re-score and merge the entries above their row's ``limit`` in groups ``g`` of rows ``r`` (in order)."""
+        vals = groups[r, g]
+        p, e = (vals > limit[r, None]).nonzero(as_tuple=True)
+        if len(p):
+            at, cols = r[p], offset + g[p] * GROUP + e
+            self._merge_entries(at, cols, self.scorer.scores(base + at, cols, vals[p, e]))
+
+    def _merge_entries(self, at, cols, values) -> None:
+        """Merge scored entries (``at``: their rows, in order) into the running top-k, rows in buckets by their
+        number of entries (at most :data:`HIT_BUCKETS`, more), so a few rows with many do not set the width of all."""
+        counts = torch.bincount(at, minlength=len(self.values))
+        pos = torch.arange(len(at), device=at.device) - (torch.cumsum(counts, 0) - counts)[at]
+        bounds = [0, *HIT_BUCKETS, int(counts.max())]
         for low, high in zip(bounds, bounds[1:]):
-            at = ((hits > low) & (hits <= high)).nonzero().squeeze(1)
-            if len(at) == 0:
+            if high <= low:
                 continue
-            take = int(hits[at].max()) if self.scorer is not None else min(self.k, int(hits[at].max()))
-            chosen = torch.topk(group_max[at], take, dim=1).indices
-            self._merge_groups(at, groups, chosen, offset, base, limit[at])
+            rows = ((counts > low) & (counts <= high)).nonzero().squeeze(1)
+            if len(rows) == 0:
+                continue
+            slot = torch.full_like(counts, -1)
+            slot[rows] = torch.arange(len(rows), device=at.device)
+            mine = (slot[at] >= 0).nonzero().squeeze(1)
+            width = int(counts[rows].max())
+            dense = torch.full((len(rows), width), -torch.inf, dtype=values.dtype, device=at.device)
+            where = torch.zeros((len(rows), width), dtype=torch.int64, device=at.device)
+            dense[slot[at[mine]], pos[mine]] = values[mine]
+            where[slot[at[mine]], pos[mine]] = cols[mine]
+            self._merge(rows, dense, lambda q: where.gather(1, q))
 
     def _limit(self, rows, base: int) -> torch.Tensor:
         """Per row the product at or below which no column can enter its running top-k."""
         kth = self.values[:, -1]
         return kth if self.scorer is None else self.scorer.floor(base + rows, kth)
 
-    def _merge_groups(self, at, groups, chosen, offset: int, base: int, limit) -> None:
-        """Merge the ``chosen`` groups (tile group numbers, per row ``at``) into the running top-k."""
-        values = groups[at[:, None], chosen].view(len(at), -1)
-        if self.scorer is None:
-            self._merge(at, values, lambda p: offset + chosen.gather(1, p // GROUP) * GROUP + p % GROUP)
-        else:
-            cols = offset + chosen[:, :, None] * GROUP + torch.arange(GROUP, device=groups.device)
-            self.merge_columns(at, values, cols.view(len(at), -1), base, limit)
-
 
 class RowPotential:
     r"""One consumer of cosine tiles: per row :math:`\sum_j \exp(-t\lVert u_i-u_j\rVert^2) = \sum_j e^{2t(\cos-1)}`.
 
     Row sums of each tile in float32 (pairwise summation), accumulated across tiles in float64;
-    it exponentiates the tile in place, so it runs after the top-k consumers.
+    it exponentiates the tile in place, so it runs after the top-k consumers. On the CPU a tile is
+    transformed and summed :data:`POTENTIAL_ROWS` rows at a time, which stay in cache between the steps
+    (the same sums: each row is summed alone either way).
     """
 
     def __init__(self, m: int, t: float, device: torch.device):
         self.t = float(t)
         self.sums = torch.zeros(m, dtype=torch.float64, device=device)
+        self.tile_sums = torch.empty(m, dtype=torch.float32, device=device)
 
     def add_tile(self, tile: torch.Tensor) -> None:
-        self.sums += torch.exp(tile.sub_(1.0).clamp_max_(0.0).mul_(2.0 * self.t), out=tile).sum(1)
+        step = len(tile) if tile.device.type == "cuda" else POTENTIAL_ROWS
+        for i in range(0, len(tile), step):
+            part = tile[i:i + step]
+            torch.exp(part.sub_(1.0).clamp_max_(0.0).mul_(2.0 * self.t), out=part)
+            torch.sum(part, 1, out=self.tile_sums[i:i + len(part)])
+        self.sums += self.tile_sums[:len(tile)]
 
 
 def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[RunningTopK], *,
