@@ -16,6 +16,7 @@ import torch
 from ..context import current
 from ..progress import progress
 from .device import Product, chunk_rows, round_down
+from .prefetch import prefetch_rows
 
 #: columns per pruning group: a group is merged only when its maximum beats the running k-th score
 GROUP = 32
@@ -51,7 +52,10 @@ class _Rows64:
         return len(self.X32)
 
     def subset(self, rows: torch.Tensor) -> _Rows64:
-        """The float64 rows ``rows`` (ascending: read in file order) held in memory, as a corpus of their own."""
+        """The float64 rows ``rows`` (ascending: read in file order) held in memory, as a corpus of their own; rows
+        of a corpus beyond the budget (a memory map) have their pages asked of the OS first (:mod:`.prefetch`)."""
+        if self.whole is None and self.X32.device.type == "cpu" and self.X32.dim() == 2 and self.X32.stride(1) == 1:
+            prefetch_rows(self.X32.data_ptr(), self.X32.stride(0) * self.X32.element_size(), rows.cpu().numpy())
         sub = object.__new__(_Rows64)
         sub.whole = self[rows]
         sub.X32, sub.unit, sub.norms, sub.step = sub.whole, self.unit, None, self.step
@@ -196,8 +200,8 @@ def _exact_scores(corpus64: _Rows64, sq64, q64: torch.Tensor, cand: torch.Tensor
     one gather of the whole block; the same numbers: each row's product is computed alone)."""
     if corpus64.whole is None and cand.numel() > 1 and q64.device.type == "cpu":
         # rows read from the set (beyond the budget, maybe beyond RAM): each distinct candidate row once, in file
-        # order, so a memory map is read ahead instead of faulted in at one random page (and its readahead) per
-        # candidate; the same float64 rows, so the same scores. The rows held at once stay within the budget.
+        # order, their pages asked of the OS first (:meth:`_Rows64.subset`); the same float64 rows, so the same
+        # scores. The rows held at once stay within the budget.
         held = max(1, chunk_rows(len(cand), cand.shape[1] * q64.shape[1] * 8))
         if held < len(cand):
             return torch.cat([_exact_scores(corpus64, sq64, q64[s:s + held], cand[s:s + held], metric)

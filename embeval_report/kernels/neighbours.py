@@ -53,6 +53,7 @@ from .device import (
 )
 from .graph_cache import cached_graph, cached_products, stored_product
 from .graph_cache import folder as graph_folder
+from .prefetch import read_rows
 
 #: plain rows are merged in buckets by their number of groups above the k-th score (at most 4, 5 to 8, more)
 GROUP_BUCKETS = (4, 8)
@@ -432,7 +433,7 @@ def query_lists(X, rows: np.ndarray, k: int, *, device, desc: str | None = None)
     """The exact k nearest neighbours (cosine, self excluded) of the rows ``rows`` of ``X`` among all rows."""
     X = np.ascontiguousarray(as_numpy(X), dtype=np.float32)
     dev = resolve_device(device)
-    (idx, _), = _search(X, X[rows], [(k + 1, None)], "cosine", False, dev, desc, product=exact_product(dev))[0]
+    (idx, _), = _search(X, read_rows(X, rows), [(k + 1, None)], "cosine", False, dev, desc, product=exact_product(dev))[0]
     own = idx == rows[:, None]
     drop = np.where(own.any(1), own.argmax(1), k)  # the query itself, else the (k+1)-th
     keep = np.ones_like(idx, dtype=bool)

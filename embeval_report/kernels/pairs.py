@@ -10,6 +10,7 @@ from . import dask_engine
 from .device import as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
 from .graph_cache import stored_product
 from .neighbours import potential_key
+from .prefetch import read_rows
 
 
 #: bytes of float64 rows (both sides) per piece of pairs on the CPU: small enough to stay in cache from the
@@ -26,12 +27,12 @@ def random_pairs(n: int, n_pairs: int, *, seed: int = 0) -> tuple[np.ndarray, np
 
 
 def gather_rows(X, *index_arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-    """``X[idx]`` for each index array, read in one ascending gather of their distinct rows, so that a
-    memory-mapped set larger than memory is read in file order (readahead) instead of one random page
-    fault per row, and a row drawn twice is read once."""
+    """``X[idx]`` for each index array, read in one ascending gather of their distinct rows (a row drawn twice is
+    read once); the pages of a memory-mapped set's rows are asked of the OS first, all at once
+    (:func:`~.prefetch.prefetch_array_rows`), instead of one fault and readahead window per row."""
     idx = np.concatenate([np.asarray(a, dtype=np.int64) for a in index_arrays])
     rows, inverse = np.unique(idx, return_inverse=True)
-    block = np.asarray(X[rows])
+    block = read_rows(X, rows)
     bounds = np.cumsum([0] + [len(a) for a in index_arrays])
     return tuple(block[inverse[bounds[k]:bounds[k + 1]]] for k in range(len(index_arrays)))
 

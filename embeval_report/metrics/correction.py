@@ -30,6 +30,7 @@ import torch
 
 from ..errors import UndefinedMetricWarning
 from ..kernels import as_numpy, resolve_device
+from ..kernels.prefetch import read_rows
 from .hubness import label_agreement, measure_hubness, neighbour_overlap
 from .hubness_sampled import sample_queries, sampled_lists, skewness_with_interval
 from .isotropy import (PrincipalDirections, apply_rows, best_apcs_removal, measure_isotropy,
@@ -141,7 +142,7 @@ def compare_corrections(X, labels=None, *, k: int = 10, removed: int | None = No
     total = len(X)
     if total > ROW_LIMIT:  # the what-if comparison on a seeded sample of rows (said in ``sampling``)
         subset = np.sort(np.random.default_rng(seed).choice(total, SAMPLE_ROWS, replace=False))
-        X = np.asarray(X[subset], dtype=np.float32)
+        X = read_rows(X, subset).astype(np.float32, copy=False)
         labels = None if labels is None else np.asarray(labels, dtype=object)[subset]
     pcs = PrincipalDirections.fit(X, device=dev)
     if removed is None:  # candidates that leave nothing are simply not chosen

@@ -49,6 +49,7 @@ from ..context import current
 from ..kernels.device import RowMap
 from ..kernels.moments import resampled_moments
 from ..kernels.moments_cache import digest, remembered
+from ..kernels.prefetch import read_rows
 from ..stats import PlannedIntervals, ResamplingPlan
 from .spec import MetricSpec, specs
 from .thresholds import THRESHOLDS, worst
@@ -388,7 +389,7 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
         raise ValueError(f"spread must be 'exact' or 'sampled', not {spread!r}")
     sums = _unit_sums(X, pcs, removals, dev) if spread == "sampled" else None
     pair_rows, inverse = np.unique(np.concatenate([i, j]), return_inverse=True)
-    pair_block = np.asarray(X[pair_rows])  # the sampled pairs' rows, read once for every D
+    pair_block = read_rows(X, pair_rows)  # the sampled pairs' rows, read once for every D
     pi, pj = inverse[:len(i)], inverse[len(i):]
     for D in removals:
         f = pcs.remover(D, dev)
