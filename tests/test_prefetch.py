@@ -39,6 +39,21 @@ def test_neighbouring_pages_make_one_request(mapped, monkeypatch):
         assert any(a <= lo and hi <= a + n for a, n in asked), r
 
 
+@pytest.mark.skipif(prefetch._MADVISE is None, reason="no madvise on this platform")
+def test_rows_read_through_a_row_map_ask_for_its_base_rows(mapped, monkeypatch):
+    import torch
+
+    from embeval_report.kernels.device import RowMap
+
+    X, M = mapped
+    asked = []
+    monkeypatch.setattr(prefetch, "_MADVISE", lambda address, length, advice: asked.append(address) or 0)
+    rows = np.array([3, 2000, 4000])
+    mapped_rows = RowMap(M, lambda x: 2 * x, torch.device("cpu"))
+    np.testing.assert_array_equal(prefetch.read_rows(mapped_rows, rows), 2 * X[rows])
+    assert len(asked) == 3 and prefetch.prefetch_array_rows(RowMap(X, lambda x: x, torch.device("cpu")), rows) == 0
+
+
 def test_gathered_rows_are_the_rows(mapped):
     X, M = mapped
     rng = np.random.default_rng(1)

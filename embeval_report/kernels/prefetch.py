@@ -13,6 +13,8 @@ import mmap
 
 import numpy as np
 
+from .device import RowMap
+
 #: ``madvise`` advice: the pages will be needed soon (the same value on Linux and macOS)
 MADV_WILLNEED = getattr(mmap, "MADV_WILLNEED", 3)
 
@@ -56,10 +58,12 @@ def prefetch_rows(address: int, row_bytes: int, rows: np.ndarray) -> int:
     return len(starts)
 
 
-def prefetch_array_rows(X: np.ndarray, rows: np.ndarray) -> int:
-    """:func:`prefetch_rows` for the rows ``rows`` of a C-contiguous memory-mapped array ``X``;
-    nothing for an array in memory. Returns the number of requests."""
-    if not is_mapped(X) or not X.flags.c_contiguous or X.ndim != 2:
+def prefetch_array_rows(X, rows: np.ndarray) -> int:
+    """:func:`prefetch_rows` for the rows ``rows`` of a C-contiguous memory-mapped array ``X`` (or of the array a
+    :class:`~.device.RowMap` reads them from); nothing for an array in memory. Returns the number of requests."""
+    if isinstance(X, RowMap):
+        X = X.base
+    if not isinstance(X, np.ndarray) or not is_mapped(X) or not X.flags.c_contiguous or X.ndim != 2:
         return 0
     return prefetch_rows(X.ctypes.data, X.strides[0], rows)
 
