@@ -14,6 +14,15 @@ from no_silent_skips import pytest_make_collect_report, pytest_runtest_makerepor
 
 # --------------------------------------------------------------------------- the compute context
 
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory):
+    """The demo's manifest as ``write_demo(seed=0)`` writes it with every chapter's side data, written once per test
+    process for the tests that check what it plants. Read it; do not write into its folder."""
+    from embeval_report.demo import write_demo
+
+    return write_demo(tmp_path_factory.mktemp("demo-data"), seed=0)
+
+
 @pytest.fixture
 def enter():
     """``enter(**fields)`` enters a :class:`~embeval_report.context.ComputeContext` for the rest of the test (left

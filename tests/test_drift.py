@@ -398,17 +398,13 @@ def test_bad_snapshots_raise_input_errors_that_name_them(tmp_path):
 # --------------------------------------------------------------------------- demo, notebook, typesetting
 
 
-def test_demo_side_data_plants_a_detectable_genre_drift(tmp_path):
-    from embeval_report.demo import streaming_embeddings, write_demo
+def test_demo_side_data_plants_a_detectable_genre_drift(demo_data):
+    from embeval_report.demo import streaming_embeddings
+    from embeval_report.demo.drift import DEMO_DRIFT_FROM
 
-    manifest = yaml.safe_load(write_demo(tmp_path, seed=0).read_text())
-    from embeval_report.demo.drift import DEMO_DRIFT_FROM, demo_side_data
-
-    entries = demo_side_data(tmp_path, seed=0)
-    assert [e["name"] for e in entries["snapshots"]] == ["2024-02", "2024-03", "2024-04", "2024-05"]
-    manifest.update(entries)
-    (tmp_path / "m.yaml").write_text(yaml.safe_dump(manifest))
-    es = load_source(tmp_path / "m.yaml")
+    manifest = yaml.safe_load(demo_data.read_text())  # write_demo's, with the drift module's side data
+    assert [e["name"] for e in manifest["snapshots"]] == ["2024-02", "2024-03", "2024-04", "2024-05"]
+    es = load_source(demo_data)
     np.testing.assert_array_equal(es.vectors, streaming_embeddings(seed=0)[0])
     snaps = dr.load_snapshots(es)
     assert [len(s.new_ids) for s in snaps] == [0, 15, 30, 45] and [len(s.departed_ids) for s in snaps] == [0, 0, 20, 40]

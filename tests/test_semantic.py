@@ -298,10 +298,10 @@ def test_notebook_metadata():
     assert ["parameters"] in tags and ["remove-input"] in tags
 
 
-def test_demo_side_data(tmp_path):
-    from embeval_report.demo import streaming_embeddings, write_demo
+def test_demo_side_data(demo_data):
+    from embeval_report.demo import streaming_embeddings
     from embeval_report.io import load_source
-    es = load_source(write_demo(tmp_path, seed=0))
+    es = load_source(demo_data)
     X, meta = streaming_embeddings(seed=0)
     np.testing.assert_array_equal(es.vectors, X)  # the side data does not disturb the vectors
     assert {"word_pairs", "analogies"} <= set(es.fields) and es.has("word_pairs|analogies".split("|")[0])

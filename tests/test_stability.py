@@ -448,22 +448,10 @@ def test_dates_order_tranches_and_a_single_checkpoint_is_an_input_error(tmp_path
 # Demo side data and the chapters end to end
 # ---------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def demo_manifest(tmp_path_factory):
-    from embeval_report.demo import write_demo
-    folder = tmp_path_factory.mktemp("demo")
-    path = write_demo(folder)
-    entries = demo_stability.demo_side_data(folder)
-    manifest = yaml.safe_load(path.read_text())
-    manifest.update(entries)
-    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    return path, entries
-
-
-def test_demo_side_data_plants_frequency_and_cohort_effects(demo_manifest):
-    path, entries = demo_manifest
-    assert set(entries) == {"runs", "tranches", "vocabularies"} and len(entries["runs"]) == 4
-    es = load_source(path)
+def test_demo_side_data_plants_frequency_and_cohort_effects(demo_data):
+    manifest = yaml.safe_load(demo_data.read_text())  # write_demo's, with the stability module's side data
+    assert {"runs", "tranches", "vocabularies"} <= set(manifest) and len(manifest["runs"]) == 4
+    es = load_source(demo_data)
     inputs = mst.load_runs(es)
     assert inputs.coverage["missing"].tolist() == [0, 0, 0, 0, 8] and inputs.coverage["extra"].iloc[-1] == 3
     r = mst.measure_run_stability(inputs, n_boot=0)
