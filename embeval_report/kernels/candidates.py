@@ -16,6 +16,7 @@ import torch
 from ..context import current
 from ..progress import progress
 from .device import Product, chunk_rows, round_down
+from .heap import trim
 from .prefetch import prefetch_rows
 
 #: columns per pruning group: a group is merged only when its maximum beats the running k-th score
@@ -23,6 +24,9 @@ GROUP = 32
 #: extra float32 candidates per row re-scored in float64, so near-ties that float32 rounding cannot
 #: order are ordered exactly (ties in float64: the lower index first)
 RERANK = 4
+#: corpus tiles made (of a corpus beyond the budget) between two returns of the allocator's free memory to the OS
+#: (:func:`~.heap.trim`: one return per tile cost about a tenth of a 2M-row sampled search)
+TRIM_TILES = 8
 #: bytes of gathered float64 candidate rows scored at a time (in cache for the batched product)
 SCORE_BYTES = 2 * 2**20
 
@@ -34,8 +38,13 @@ class _Rows64:
     def __init__(self, X32: torch.Tensor, unit: bool):
         self.X32, self.unit = X32, unit
         self.step = chunk_rows(len(X32), X32.shape[1] * 8 * 4)
-        self.norms = (torch.cat([X32[s:s + self.step].double().norm(dim=1) for s in range(0, len(X32), self.step)])
-                      .clamp_min(torch.finfo(torch.float64).tiny) if unit else None)
+        self.norms = None
+        if unit:  # written in place: a small result allocated after each chunk's float64 copy would keep the
+            # allocator from reusing the copy's memory (a 2M x 768 corpus under a 1 GiB budget held 11.6 GiB)
+            self.norms = torch.empty(len(X32), dtype=torch.float64, device=X32.device)
+            for s in range(0, len(X32), self.step):
+                self.norms[s:s + self.step] = X32[s:s + self.step].double().norm(dim=1)
+            self.norms.clamp_min_(torch.finfo(torch.float64).tiny)
         self.whole = None  # the float64 rows themselves, when they fit in the budget: gathered without a pass
         if current().fits(X32.numel() * 8):
             self.whole = torch.cat(list(self._chunks())) if len(X32) else X32.double()
@@ -62,7 +71,10 @@ class _Rows64:
         return sub
 
     def squared_norms(self) -> torch.Tensor:
-        return torch.cat([(r * r).sum(1) for r in self._chunks()])
+        out = torch.empty(len(self.X32), dtype=torch.float64, device=self.X32.device)
+        for s, r in zip(range(0, len(self.X32), self.step), self._chunks()):  # in place (see ``norms``)
+            out[s:s + len(r)] = (r * r).sum(1)
+        return out
 
     def _chunks(self):
         for s in range(0, len(self.X32), self.step):
@@ -165,6 +177,7 @@ class _CorpusTiles:
         self.in_float32 = corpus64.inv32 is not None and sq64 is None and product is not None
         self.shape = (corpus64.X32.shape[1] + int(sq64 is not None), len(corpus64.X32))
         self._ticks = iter(progress(range(tiles), desc=f"{desc} (corpus tiles)", total=tiles)) if desc else None
+        self._made = 0
 
     def stats(self) -> tuple[float, float, float] | None:
         """The input maxima the search's error bound takes (None without a bound: fast mode)."""
@@ -178,6 +191,9 @@ class _CorpusTiles:
         _, cols = key
         if self._ticks is not None:
             next(self._ticks, None)
+        self._made += 1
+        if self._made % TRIM_TILES == 0:  # the last tiles' temporaries, pinned by the entries kept since: to the OS
+            trim()
         if self.in_float32:
             return self.corpus64.unit_inputs(cols, self.product).T.contiguous()
         return self.corpus64.inputs(cols, self.sq64, self.product)[0].T.contiguous()
@@ -203,9 +219,11 @@ def _exact_scores(corpus64: _Rows64, sq64, q64: torch.Tensor, cand: torch.Tensor
         # order, their pages asked of the OS first (:meth:`_Rows64.subset`); the same float64 rows, so the same
         # scores. The rows held at once stay within the budget.
         held = max(1, chunk_rows(len(cand), cand.shape[1] * q64.shape[1] * 8))
-        if held < len(cand):
-            return torch.cat([_exact_scores(corpus64, sq64, q64[s:s + held], cand[s:s + held], metric)
-                              for s in range(0, len(cand), held)])
+        if held < len(cand):  # each piece's scores copied out at once, so its rows' memory is reused (see _Rows64)
+            out = torch.empty(cand.shape, dtype=torch.float64, device=cand.device)
+            for s in range(0, len(cand), held):
+                out[s:s + held] = _exact_scores(corpus64, sq64, q64[s:s + held], cand[s:s + held], metric)
+            return out
         rows, at = torch.unique(cand, return_inverse=True)
         return _exact_scores(corpus64.subset(rows), None if sq64 is None else sq64[rows], q64, at, metric)
     step = max(1, SCORE_BYTES // max(1, cand.shape[1] * q64.shape[1] * 8)) if q64.device.type == "cpu" else len(cand)
@@ -266,9 +284,12 @@ def _rescore_lists(k: int, cand: torch.Tensor, counts: torch.Tensor, q64: torch.
         return cand[:, :k], torch.empty((0, k), dtype=torch.float64, device=dev)
     if m > 1 and chunk_rows(m, row_bytes) < m:  # several calls of whole rows
         step = max(1, chunk_rows(m, row_bytes))
-        parts = [_rescore_lists(k, cand[a:a + step], counts[a:a + step], q64[a:a + step], corpus64, sq64, metric)
-                 for a in range(0, m, step)]
-        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        best_i = torch.empty((m, k), dtype=torch.int64, device=dev)  # filled in place (see _Rows64)
+        best_v = torch.empty((m, k), dtype=torch.float64, device=dev)
+        for a in range(0, m, step):
+            best_i[a:a + step], best_v[a:a + step] = _rescore_lists(k, cand[a:a + step], counts[a:a + step],
+                                                                    q64[a:a + step], corpus64, sq64, metric)
+        return best_i, best_v
     width = chunk_rows(W, m * q64.shape[1] * 8 * 3)
     best_i = torch.full((m, k), torch.iinfo(torch.int64).max, dtype=torch.int64, device=dev)
     best_v = torch.full((m, k), -torch.inf, dtype=torch.float64, device=dev)
