@@ -176,7 +176,9 @@ class RunningTopK:
         """Merge the entries of the 32-column ``groups`` (tile columns from ``offset``) that can beat each row's
         k-th score: those above the row's limit (:meth:`_limit`), read from the groups whose maximum is above it.
 
-        A re-scored top-k first merges, in rows where many groups pass, the groups of largest maxima: their
+        Plain products: a tile value in the merged top-k lies in a group beating the row's k-th score and in one
+        of the row's k groups with the largest maxima (else k larger maxima outrank it), so those groups are
+        merged whole. A re-scored top-k first merges, in rows where many groups pass, the groups of largest maxima: their
         scores raise the rows' k-th score, so that the floor then rules out most of the other groups (in the
         first tile most of a row's groups pass the floor of its first columns' scores: 91 % of the re-scored
         entries of a 30,000-row sweep). Only the entries above the limit are gathered and re-scored (in a
@@ -433,7 +435,8 @@ def query_lists(X, rows: np.ndarray, k: int, *, device, desc: str | None = None)
     """The exact k nearest neighbours (cosine, self excluded) of the rows ``rows`` of ``X`` among all rows."""
     X = np.ascontiguousarray(as_numpy(X), dtype=np.float32)
     dev = resolve_device(device)
-    (idx, _), = _search(X, read_rows(X, rows), [(k + 1, None)], "cosine", False, dev, desc, product=exact_product(dev))[0]
+    (idx, _), = _search(X, read_rows(X, rows), [(k + 1, None)], "cosine", False, dev, desc,
+                        product=exact_product(dev))[0]
     own = idx == rows[:, None]
     drop = np.where(own.any(1), own.argmax(1), k)  # the query itself, else the (k+1)-th
     keep = np.ones_like(idx, dtype=bool)

@@ -48,7 +48,10 @@ def prefetch_rows(address: int, row_bytes: int, rows: np.ndarray) -> int:
     if _MADVISE is None or len(rows) == 0:
         return 0
     page = mmap.PAGESIZE
-    offsets = address + np.unique(np.asarray(rows, dtype=np.int64)) * row_bytes
+    rows = np.asarray(rows, dtype=np.int64)
+    if np.any(rows[1:] < rows[:-1]):  # the callers' rows are ascending already; repeated rows merge below
+        rows = np.sort(rows)
+    offsets = address + rows * row_bytes
     first, last = offsets // page, (offsets + row_bytes - 1) // page
     new = np.ones(len(first), dtype=bool)
     new[1:] = first[1:] > last[:-1] + 1  # a request starts where the pages of the rows before it end
