@@ -337,8 +337,9 @@ def _pair_candidates(qb, cb, q0: int, c0: int, k: int, metric: str, self_pair: b
 
     from .device import exact_matmul, unit_rows
 
-    q64 = torch.from_numpy(np.ascontiguousarray(qb, dtype=np.float32)).double()
-    c64 = torch.from_numpy(np.ascontiguousarray(cb, dtype=np.float32)).double()
+    # float32 rows as float64 copies (writable: the blocks may be read-only maps)
+    q64 = torch.from_numpy(np.asarray(qb, dtype=np.float32).astype(np.float64))
+    c64 = torch.from_numpy(np.asarray(cb, dtype=np.float32).astype(np.float64))
     if metric == "cosine":
         q64, c64 = unit_rows(q64), unit_rows(c64)
     m, n = len(q64), len(c64)
