@@ -1,6 +1,14 @@
 """Shared fixtures and configuration of the test suite."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -12,16 +20,46 @@ from embeval_report.context import ComputeContext
 # ---------------------------------------------------------------------------------------------
 from no_silent_skips import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401
 
-# --------------------------------------------------------------------------- the compute context
+# --------------------------------------------------------------------------- the demo report
+
+@dataclass(frozen=True)
+class DemoReport:
+    """The outcome of ``embeval-report demo --fail-on problematic``: its folder, exit code and standard error."""
+    folder: Path
+    returncode: int
+    stderr: str
+
 
 @pytest.fixture(scope="session")
-def demo_data(tmp_path_factory):
-    """The demo's manifest as ``write_demo(seed=0)`` writes it with every chapter's side data, written once per test
-    process for the tests that check what it plants. Read it; do not write into its folder."""
-    from embeval_report.demo import write_demo
+def demo_report(tmp_path_factory) -> DemoReport:
+    """The full demo report (every chapter, HTML and PDF), written once per test session for the tests that read
+    it: under pytest-xdist the first worker to need it writes it while holding a file lock, the others wait for it
+    (they rarely do: the demo's own test, which writes it, is collected first and its readers last). Read it; copy
+    it before changing anything in it."""
+    from embeval_report.cli import main
 
-    return write_demo(tmp_path_factory.mktemp("demo-data"), seed=0)
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the folder of this session's workers' own folders
+    folder, record = root / "demo-report", root / "demo-report.json"
+    with open(root / "demo-report.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not record.exists():
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                rc = main(["demo", "--out", str(folder), "--fail-on", "problematic"])
+            record.write_text(json.dumps({"returncode": rc, "stderr": err.getvalue()}))
+    done = json.loads(record.read_text())
+    return DemoReport(folder, done["returncode"], done["stderr"])
 
+
+@pytest.fixture(scope="session")
+def demo_data(demo_report) -> Path:
+    """The demo's manifest with every chapter's side data (``write_demo(seed=0)``), as the demo report holds it."""
+    return demo_report.folder / "demo-data" / "manifest.yaml"
+
+
+# --------------------------------------------------------------------------- the compute context
 
 @pytest.fixture
 def enter():
@@ -55,15 +93,24 @@ def device(request) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# The longest tests first (issue 27 part 5): `make test` spreads the tests over two workers in collection order,
-# so a test of minutes collected late ran alone at the end while the other worker idled. The files below hold
-# the suite's longest tests (each > 30 s on the 2-core machine: the full demo, the Dask out-of-core run, the
-# end-to-end fixtures); they start first, the short tests fill in around them. Order only: nothing is skipped.
+# The longest tests first (issue 27 part 5). `make test` runs two workers, and pytest-xdist hands each worker
+# two tests at a time (`--maxschedchunk 1`, pyproject's addopts): whichever worker is free takes the next. So
+# the suite's longest tests (each > 20 s on the 2-core machine: the full demo, the Dask out-of-core run, the
+# end-to-end fixtures) start first, on both workers, and the short tests fill in around them. The tests that
+# read the demo report (the demo_report fixture) come last, when the demo's own test, first of all, has written
+# it. Order only: nothing is skipped.
 # ---------------------------------------------------------------------------------------------
-LONGEST_FIRST = ("test_demo.py", "test_dask_out_of_core.py", "test_end_to_end.py", "test_explore.py",
-                 "test_drift.py", "test_model_run.py", "test_stability.py", "test_dask_engine.py")
+LONGEST_FIRST = ("test_demo.py", "test_dask_out_of_core.py", "test_end_to_end.py", "test_model_run.py",
+                 "test_dask_engine.py", "test_faults.py", "test_compare.py", "test_findings.py",
+                 "test_explore.py", "test_drift.py", "test_stability.py")
+DEMO_FIXTURES = {"demo_report", "demo_data"}
 
 
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file keeps its own order
+
+    def order(item):
+        reads_demo = bool(DEMO_FIXTURES & set(getattr(item, "fixturenames", ()))) and item.path.name != "test_demo.py"
+        return reads_demo, rank.get(item.path.name, len(rank))
+
+    items.sort(key=order)  # stable: each file keeps its own order

@@ -4,7 +4,6 @@ import json
 import numpy as np
 import pytest
 
-from embeval_report.cli import main
 from embeval_report.demo import streaming_embeddings
 from embeval_report.metrics.isotropy import measure_isotropy
 
@@ -43,14 +42,14 @@ PLANTED = [("isotropy", "anisotropy", {"problematic"}, "cone"),
            ("fairness", "group gap", {"problematic", "concerning"}, "groups")]
 
 
-def test_demo_command_writes_the_full_report(tmp_path, capsys):
-    out = tmp_path / "demo"
-    assert main(["demo", "--out", str(out), "--fail-on", "problematic"]) == 3  # because of its findings
+def test_demo_command_writes_the_full_report(demo_report):
+    out = demo_report.folder
+    assert demo_report.returncode == 3  # because of its findings (--fail-on problematic)
     for name in ("report.html", "report.pdf", "metrics.json", "demo-data/manifest.yaml"):
         assert (out / name).exists(), name
     doc = json.loads((out / "metrics.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     assert doc["chapters"]["isotropy"]["metrics"]["apcs"]["verdict"] == "problematic"
-    assert doc["status"] == "problematic" and "reached 'problematic' (--fail-on)" in capsys.readouterr().err
+    assert doc["status"] == "problematic" and "reached 'problematic' (--fail-on)" in demo_report.stderr
     by = {(f["chapter"], f["effect"]): f for f in doc["findings"]}
     for chapter, effect, severities, word in PLANTED:
         f = by.get((chapter, effect))

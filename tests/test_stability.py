@@ -16,7 +16,6 @@ from scipy.stats import ortho_group
 
 from embeval_report.chapters import stability as st_chapter  # noqa: E402
 from embeval_report.chapters import training_stability as ts_chapter  # noqa: E402
-from embeval_report.demo import stability as demo_stability  # noqa: E402
 from embeval_report.metrics import stability as mst  # noqa: E402
 from embeval_report.metrics import training_stability as mts  # noqa: E402
 from embeval_report.errors import InputError
