@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from threadpoolctl import threadpool_limits
 
 from embeval_report.context import ComputeContext
 
@@ -90,6 +91,27 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 def device(request) -> str:
     """``"cpu"``, then ``"cuda"`` when torch sees a GPU."""
     return request.param
+
+
+# ---------------------------------------------------------------------------------------------
+# One share of the cores per test process (issue 27 part 5): `make test` runs two pytest-xdist workers on two
+# cores, and each would otherwise run torch, BLAS and OpenMP on every core, as would the chapter kernels and CLI
+# runs it starts: four or more busy threads on two cores, whose barriers mostly wait (the suite took 501 s, 423 s
+# with one thread per worker). Each worker takes cores / workers threads, its child processes too (the
+# environment); a variable the caller set is kept. Tests of multi-threaded paths set their own thread count.
+# ---------------------------------------------------------------------------------------------
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def pytest_configure(config):
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers:
+        threads = str(max(1, len(os.sched_getaffinity(0)) // workers))
+        for name in THREAD_VARIABLES:
+            os.environ.setdefault(name, threads)
+        threads = int(os.environ["OMP_NUM_THREADS"])
+        torch.set_num_threads(threads)
+        config._thread_limits = threadpool_limits(threads)  # numpy's and SciPy's BLAS in this process
 
 
 # ---------------------------------------------------------------------------------------------

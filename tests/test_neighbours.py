@@ -422,6 +422,31 @@ def test_more_exact_ties_than_the_candidate_pool(product, potential, device, mon
 
 
 @pytest.mark.parametrize("product", PRODUCTS, indirect=True)
+def test_the_collect_search_gives_the_same_lists_on_one_thread_and_on_a_pool_of_two(product, monkeypatch):
+    """The kept-entry search runs its query blocks side by side on a pool of torch's thread count (the suite's
+    workers run one thread each, tests/conftest.py): one thread and a pool of two give the same lists and scores,
+    numpy's float64 top-k."""
+    rng = np.random.default_rng(31)
+    X = (rng.standard_normal((900, 16)) + 0.5 * rng.standard_normal(16)).astype(np.float32)
+    X[np.r_[3, 500:520]] = X[3]  # exact copies: ties across query blocks
+    monkeypatch.setattr(nb, "CPU_COLLECT_TILE", (64, 160))
+    got, saved = {}, torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            graph_cache.clear_memory()
+            stats = {}
+            got[threads] = nb.self_sweep(X, {"cosine": (10, None)}, device="cpu", desc=None, potential=False,
+                                         stats=stats)["cosine"]
+            assert stats["sweep"] == "collect" and stats["workers"] == threads and stats["product"] == product
+    finally:
+        torch.set_num_threads(saved)
+    np.testing.assert_array_equal(got[1][0], got[2][0])
+    np.testing.assert_array_equal(got[1][1], got[2][1])
+    _assert_float64_top_k(*got[2], _strict_reference(X, X, "cosine", True), 10, "cosine")
+
+
+@pytest.mark.parametrize("product", PRODUCTS, indirect=True)
 def test_csls_is_a_bounded_search_with_the_float64_lists(product, device, monkeypatch):
     """CSLS (2 cos - r(y), linear in the cosine) runs as a kept-entry search of the augmented rows [u, 1] and
     [2u, -r] on every product: its lists are numpy's float64 top-k of 2 cos - r(y) with the lower index first,
