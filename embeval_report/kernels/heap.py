@@ -8,19 +8,11 @@ glibc 2.8 also releases free pages in the middle of a heap); elsewhere (macOS, m
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
+from .libc import libc_function
 
-def _malloc_trim():
-    try:
-        f = ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    f.argtypes, f.restype = (ctypes.c_size_t,), ctypes.c_int
-    return f
-
-
-_MALLOC_TRIM = _malloc_trim()
+#: ``malloc_trim(pad)``; None outside glibc
+_MALLOC_TRIM = libc_function("malloc_trim", (ctypes.c_size_t,))
 
 
 def trim() -> bool:

@@ -8,29 +8,17 @@ read 0.14 GB in 0.44 s. A map of 10M rows is read 10 times over by the plain gat
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
 
 import numpy as np
 
 from .device import RowMap
+from .libc import libc_function
 
 #: ``madvise`` advice: the pages will be needed soon (the same value on Linux and macOS)
 MADV_WILLNEED = getattr(mmap, "MADV_WILLNEED", 3)
-
-
-def _madvise():
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        f = libc.madvise
-    except (OSError, AttributeError):  # no madvise (Windows): rows are read as before
-        return None
-    f.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    f.restype = ctypes.c_int
-    return f
-
-
-_MADVISE = _madvise()
+#: ``madvise(address, length, advice)``; None where there is none (Windows): rows are read as before
+_MADVISE = libc_function("madvise", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int))
 
 
 def is_mapped(X) -> bool:
