@@ -107,10 +107,9 @@ def pytest_configure(config):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        threads = str(max(1, cores // workers))
         for name in THREAD_VARIABLES:
-            os.environ.setdefault(name, threads)
-        threads = int(os.environ["OMP_NUM_THREADS"])
+            os.environ.setdefault(name, str(max(1, cores // workers)))
+        threads = int(os.environ["OMP_NUM_THREADS"])  # the caller's, if set
         torch.set_num_threads(threads)
         config._thread_limits = threadpool_limits(threads)  # numpy's and SciPy's BLAS in this process
 

@@ -2,6 +2,8 @@
 instead of transformed copies, wide-chunk block moments, the one-pass all-but-the-top sums."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -311,7 +313,7 @@ def _anonymous_bytes() -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:"))
 
 
-@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="reads /proc (Linux)")
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc (Linux)")
 def test_float64_rows_of_a_mapped_corpus_beyond_the_budget_are_not_held(tmp_path):
     """The norms and squared norms of a memory-mapped corpus beyond the budget are made chunk by chunk without the
     process keeping each chunk's float64 copy: 150,000 x 128 float32 (77 MB; 154 MB in float64) under a 16 MiB

@@ -178,11 +178,11 @@ class RunningTopK:
 
         Plain products: a tile value in the merged top-k lies in a group beating the row's k-th score and in one
         of the row's k groups with the largest maxima (else k larger maxima outrank it), so those groups are
-        merged whole. A re-scored top-k first merges, in rows where many groups pass, the groups of largest maxima: their
-        scores raise the rows' k-th score, so that the floor then rules out most of the other groups (in the
-        first tile most of a row's groups pass the floor of its first columns' scores: 91 % of the re-scored
-        entries of a 30,000-row sweep). Only the entries above the limit are gathered and re-scored (in a
-        sweep of mutual proximity, 3.5 % of the entries of the groups that pass).
+        merged whole. A re-scored top-k first merges, in rows where many groups pass, the groups of largest
+        maxima: their scores raise the rows' k-th score, so that the floor then rules out most of the other
+        groups (in the first tile most of a row's groups pass the floor of its first columns' scores: 91 % of the
+        re-scored entries of a 30,000-row sweep). Only the entries above the limit are gathered and re-scored
+        (in a sweep of mutual proximity, 3.5 % of the entries of the groups that pass).
         """
         limit = self._limit(rows, base)
         if self.scorer is None:  # plain products: per row its k groups of largest maxima that beat the k-th
