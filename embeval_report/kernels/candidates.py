@@ -15,7 +15,7 @@ import torch
 
 from ..context import current
 from ..progress import progress
-from .device import Product, chunk_rows, round_down
+from .device import Product, cache_rows, chunk_rows, round_down
 from .heap import trim
 from .prefetch import prefetch_rows
 
@@ -37,7 +37,7 @@ class _Rows64:
 
     def __init__(self, X32: torch.Tensor, unit: bool):
         self.X32, self.unit = X32, unit
-        self.step = chunk_rows(len(X32), X32.shape[1] * 8 * 4)
+        self.step = cache_rows(len(X32), X32.shape[1] * 8 * 4, X32.device)  # pieces in cache (row by row: same values)
         self.norms = None
         if unit:  # written in place: a small result allocated after each chunk's float64 copy would keep the
             # allocator from reusing the copy's memory (a 2M x 768 corpus under a 1 GiB budget held 11.6 GiB)

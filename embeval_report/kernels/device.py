@@ -21,6 +21,10 @@ from ..progress import progress
 #: bytes a single chunk of work may use under the default memory budget (256 MiB); a budget the user sets
 #: (``--memory-budget``) gives a sixteenth of it instead (:func:`chunk_budget`)
 CHUNK_BYTES = 256 * 2**20
+#: bytes of temporaries per piece of a gather-then-reduce loop on the CPU (:func:`cache_rows`): small enough to
+#: stay in cache from the gather to the reduction (1M pair cosines of 100,000 x 384: 3.4 s in pieces of the
+#: memory budget, 1.1 s in these; the float64 distances of 20,000 rows to 50 neighbours: 2.2 s, 0.56 s)
+CACHE_PIECE_BYTES = 4 * 2**20
 
 #: devices where ``"fast"`` precision takes bfloat16 candidates (the CPU has no fast bfloat16 product here)
 FAST_DEVICES = ("cuda",)
@@ -259,6 +263,14 @@ def chunk_rows(n_rows: int, row_bytes: int, budget: int | None = None) -> int:
     """Number of rows per chunk so that one chunk uses at most ``budget`` bytes (default :func:`chunk_budget`)."""
     budget = chunk_budget() if budget is None else budget
     return int(max(1, min(n_rows, budget // max(row_bytes, 1))))
+
+
+def cache_rows(n_rows: int, row_bytes: int, device: torch.device) -> int:
+    """Rows per piece of a gather-then-reduce loop with ``row_bytes`` of temporaries a row: a chunk of the budget
+    (:func:`chunk_rows`), on the CPU at most :data:`CACHE_PIECE_BYTES`, so that the gathered rows are still in
+    cache for the reduction. Each row is reduced alone: the values do not depend on the piece size."""
+    rows = chunk_rows(n_rows, row_bytes)
+    return min(rows, max(1, CACHE_PIECE_BYTES // max(row_bytes, 1))) if device.type == "cpu" else rows
 
 
 def iter_chunks(X, *, device: torch.device, dtype=torch.float64, rows: int | None = None,

@@ -7,15 +7,10 @@ import torch
 from ..context import current
 from ..progress import progress
 from . import dask_engine
-from .device import as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
+from .device import as_numpy, cache_rows, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
 from .graph_cache import stored_product
 from .neighbours import potential_key
 from .prefetch import read_rows
-
-
-#: bytes of float64 rows (both sides) per piece of pairs on the CPU: small enough to stay in cache from the
-#: gather to the dot products (1M pairs of 100,000 x 384: 3.4 s in pieces of the memory budget, 1.1 s in these)
-PAIR_PIECE_BYTES = 4 * 2**20
 
 
 def random_pairs(n: int, n_pairs: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -42,10 +37,9 @@ def pair_cosines(X, i: np.ndarray, j: np.ndarray, *, transform=None, device="aut
     X = as_numpy(X)
     dev = resolve_device(device)
     out = np.empty(len(i))
-    step = chunk_rows(len(i), X.shape[1] * 8 * 4)
     direct = isinstance(X, np.ndarray) and current().fits(X.nbytes)  # in memory: one gather per side
-    if direct and dev.type == "cpu":  # each piece's rows still in cache for their dots and norms
-        step = min(step, max(64, PAIR_PIECE_BYTES // (X.shape[1] * 16)))
+    step = (cache_rows(len(i), X.shape[1] * 16, dev) if direct  # a piece's two float64 rows stay in cache
+            else chunk_rows(len(i), X.shape[1] * 8 * 4))
     tiny = torch.finfo(torch.float64).tiny
     for s in range(0, len(i), step):
         a, b = ((X[i[s:s + step]], X[j[s:s + step]]) if direct else gather_rows(X, i[s:s + step], j[s:s + step]))
