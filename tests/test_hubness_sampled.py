@@ -22,13 +22,24 @@ def test_every_query_gives_the_exact_skewness():
     assert hs._skewness(nk, len(X), len(X), 7) == pytest.approx(stats.skew(nk), rel=1e-10)
 
 
-def test_sampled_lists_are_the_full_graph_rows():
+def test_sampled_lists_are_the_full_graph_rows(monkeypatch):
+    """Searched for the queries alone, and read from the graph once this space's exact graph is held: the graph's
+    rows, in its order (exact duplicates: the query itself is dropped, not its twins)."""
+    from embeval_report.kernels.graph_cache import clear_memory
+
     X = cloud(400, 10, 1)
-    X[5] = X[3]  # an exact duplicate: the query itself is dropped, not its twin
+    X[5] = X[9] = X[3]
+    queries = np.array([0, 3, 5, 9, 17, 399])
+    clear_memory()
+    searched = hs.sampled_lists(X, 6, queries, device="cpu")
     full, _ = knn(X, 6, device="cpu", desc=None)
-    queries = np.array([0, 3, 5, 17, 399])
-    np.testing.assert_array_equal(np.sort(hs.sampled_lists(X, 6, queries, device="cpu"), 1),
-                                  np.sort(full[queries], 1))
+    from embeval_report.kernels import neighbours as nb
+
+    monkeypatch.setattr(nb, "_search", None)  # no second search: the graph's rows are read
+    read = hs.sampled_lists(X, 6, queries, device="cpu")
+    clear_memory()
+    np.testing.assert_array_equal(searched, full[queries])
+    np.testing.assert_array_equal(read, full[queries])
 
 
 def test_intervals_cover_the_exact_skewness_at_about_their_rate():
