@@ -202,7 +202,7 @@ def test_mutual_proximity_merges_the_best_groups_first_and_rescores_less(monkeyp
     for groups in (nb.PRESCORED_GROUPS, 10**9):  # 10**9: never (every tile has fewer groups)
         monkeypatch.setattr(nb, "PRESCORED_GROUPS", groups)
         counted.clear()
-        mp = hr._MutualProximity(*hr.cosine_mean_sd(X, device="cpu"), torch.device("cpu"))
+        mp = hr._MutualProximity(hr.cosine_mean_sd(X, device="cpu"), torch.device("cpu"))
         (lists,), _ = nb._search(X, X, [(7, mp)], "cosine", True, torch.device("cpu"), None, product=nb.FP32)
         found.append((lists, sum(counted)))
     (first, n_first), (plain, n_plain) = found

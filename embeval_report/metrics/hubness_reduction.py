@@ -14,6 +14,7 @@ matrix), and the k-occurrence recomputed from their neighbour lists:
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -90,7 +91,7 @@ def reduced_knn(X, k: int, methods=tuple(REDUCTIONS), *, neighborhood: int = K_D
         graphs[names["csls"]] = (k, _Csls(r, dev))
     if "mutual_proximity" in methods:
         names["mutual_proximity"] = "mutual_proximity"
-        graphs["mutual_proximity"] = (k, _MutualProximity(*cosine_mean_sd(X, device=dev), dev))
+        graphs["mutual_proximity"] = (k, _MutualProximity(lambda: cosine_mean_sd(X, device=dev), dev))
     label = ", ".join(["cosine"] * with_cosine + [REDUCTIONS[m][0] for m in names])
     found = self_sweep(X, graphs, device=dev, desc=desc or f"k-NN ({label})")
     out = {"cosine": found["cosine"]} if with_cosine else {}
@@ -142,13 +143,27 @@ class _Csls:
 
 
 class _MutualProximity:
-    """log MP(x, y) = log Φ(z_x) + log Φ(z_y) from the cosine (see :class:`~embeval_report.kernels.neighbours.RunningTopK`)."""
+    """log MP(x, y) = log Φ(z_x) + log Φ(z_y) from the cosine (see :class:`~embeval_report.kernels.neighbours.RunningTopK`).
 
-    def __init__(self, mu: np.ndarray, sd: np.ndarray, device):
-        self.mu = torch.as_tensor(mu, dtype=torch.float32, device=device)
-        self.inv = torch.as_tensor(1.0 / np.maximum(sd, 1e-12), dtype=torch.float32, device=device)
-        self.mu64 = torch.as_tensor(mu, dtype=torch.float64, device=device)
-        self.sd64 = torch.as_tensor(np.maximum(sd, 1e-12), dtype=torch.float64, device=device)
+    ``moments``: the rows' cosine mean and sd ``(mu, sd)`` (:func:`cosine_mean_sd`), or a function giving them,
+    called when a sweep first scores (a graph the run's cache holds needs no pass over the set for them)."""
+
+    def __init__(self, moments, device):
+        self._moments, self.device = moments, device
+
+    @functools.cached_property
+    def _params(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        mu, sd = self._moments() if callable(self._moments) else self._moments
+        sd = np.maximum(sd, 1e-12)
+        return (torch.as_tensor(mu, dtype=torch.float32, device=self.device),
+                torch.as_tensor(1.0 / sd, dtype=torch.float32, device=self.device),
+                torch.as_tensor(mu, dtype=torch.float64, device=self.device),
+                torch.as_tensor(sd, dtype=torch.float64, device=self.device))
+
+    mu = property(lambda self: self._params[0])
+    inv = property(lambda self: self._params[1])
+    mu64 = property(lambda self: self._params[2])
+    sd64 = property(lambda self: self._params[3])
 
     def scores(self, rows, cols, cos):
         a = torch.special.log_ndtr((cos - self.mu[rows]) * self.inv[rows])
