@@ -299,13 +299,20 @@ def test_the_fingerprint_of_a_memory_map_reads_its_file(tmp_path, monkeypatch):
     opened = []
     real_open = open
     monkeypatch.setattr("builtins.open", lambda *a, **kw: (opened.append(a[0]), real_open(*a, **kw))[1])
+    graph_cache._file_prints.clear()
     digest = graph_cache.fingerprint(M[10:500])
     assert opened == [str(tmp_path / "vectors.npy")]
+    assert graph_cache.fingerprint(M[10:500]) == digest and len(opened) == 1  # remembered while the file is unchanged
     copy = np.load(tmp_path / "vectors.npy", mmap_mode="c")
     copy[0] += 1  # changed in this process only: the file no longer holds its rows
     assert FileRows.of(copy) is None
     assert graph_cache.fingerprint(copy) == graph_cache.fingerprint(np.array(copy)) != graph_cache.fingerprint(M)
     assert digest == graph_cache.fingerprint(X[10:500])
+    X[10] += 1  # the file rewritten: its digest is read again
+    np.save(tmp_path / "vectors.npy", X)
+    os.utime(tmp_path / "vectors.npy", ns=(1, 1))  # a new modification time even within the clock's resolution
+    changed = np.load(tmp_path / "vectors.npy", mmap_mode="r")[10:500]
+    assert graph_cache.fingerprint(changed) == graph_cache.fingerprint(X[10:500]) != digest
 
 
 def _anonymous_bytes() -> int:

@@ -25,6 +25,9 @@ MEMORY_BYTES = 512 * 2**20
 #: bytes of a memory-mapped set read from its file at a time by :func:`fingerprint`
 READ_BYTES = 4 * 2**20
 
+#: fingerprints of memory-mapped sets in this process, by their file's identity and state (see :func:`fingerprint`)
+_file_prints: dict[tuple, str] = {}
+
 #: graphs held in this process, per cache (a run's folder, or none): one run never reads another's graphs as its own
 _memory: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
@@ -50,7 +53,9 @@ def fingerprint(X32: np.ndarray) -> str:
     """Hex digest of the shape and float32 bytes of a set: the identity of its vector space.
 
     The float32 rows of a memory map are read from its file, :data:`READ_BYTES` at a time, not through the map:
-    its pages would stay in this process's resident memory (the runner's peak in ``run.json``) after the pass."""
+    its pages would stay in this process's resident memory (the runner's peak in ``run.json``) after the pass. A
+    read-only map's digest is remembered in the process until its file changes (size, modification time or inode),
+    so a chapter that asks several caches about the run's set reads it once."""
     from .dask_engine import FileRows
 
     h = hashlib.blake2b(digest_size=12)
@@ -59,7 +64,25 @@ def fingerprint(X32: np.ndarray) -> str:
     if rows is None:
         h.update(memoryview(np.ascontiguousarray(X32, dtype=np.float32)).cast("B"))
         return h.hexdigest()
-    left, buffer = X32.nbytes, bytearray(min(READ_BYTES, X32.nbytes))
+    if not _read_only(X32):  # this process may write the rows through its map: read them each time
+        return _file_digest(h, rows, X32.nbytes)
+    st = os.stat(rows.path)
+    key = (os.path.realpath(rows.path), rows.offset, X32.shape, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _file_prints:
+        _file_prints[key] = _file_digest(h, rows, X32.nbytes)
+    return _file_prints[key]
+
+
+def _read_only(X: np.ndarray) -> bool:
+    """Whether ``X`` is (a view of) a read-only memory map."""
+    while isinstance(X.base, np.ndarray):
+        X = X.base
+    return isinstance(X, np.memmap) and X.mode == "r"
+
+
+def _file_digest(h, rows, nbytes: int) -> str:
+    """``h`` updated with ``nbytes`` of the file behind ``rows`` from its offset, read :data:`READ_BYTES` at a time."""
+    left, buffer = nbytes, bytearray(min(READ_BYTES, nbytes))
     with open(rows.path, "rb") as f:
         f.seek(rows.offset)
         while left:
