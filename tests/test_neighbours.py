@@ -187,14 +187,21 @@ def test_rescored_merge_keeps_the_top_k_of_rows_with_few_and_many_entries():
     assert torch.equal(S.gather(1, top.indices), top.values)
 
 
-def test_mutual_proximity_merges_the_best_groups_first_and_rescores_less(monkeypatch):
+@pytest.mark.parametrize("halves", [False, True])
+def test_mutual_proximity_merges_the_best_groups_first_and_rescores_less(monkeypatch, halves):
     """The same lists with and without merging the groups of largest maxima first (up to near-ties of the
-    float32 scores, which either order may resolve), from fewer re-scored entries."""
+    float32 scores, which either order may resolve), from fewer re-scored entries: in row tiles (queries that are
+    a copy of the set) and in the square tiles of the upper triangle (the set's own sweep)."""
     from embeval_report.metrics import hubness_reduction as hr
 
     rng = np.random.default_rng(9)
     X = (rng.standard_normal((1200, 12)) + 0.7 * rng.standard_normal(12)).astype(np.float32)
-    monkeypatch.setattr(nb, "CPU_TILE", (64, 1200))
+    if halves:  # square tiles of 2,048 rows (64 groups a row), a clustered set
+        X = (rng.standard_normal((20, 64))[rng.integers(0, 20, 6000)] + rng.standard_normal((6000, 64)) + 1.5
+             ).astype(np.float32)
+    else:
+        monkeypatch.setattr(nb, "CPU_TILE", (64, 1200))
+    Q = X if halves else X.copy()
     scores, counted = hr._MutualProximity.scores, []
     monkeypatch.setattr(hr._MutualProximity, "scores",
                         lambda self, rows, cols, cos: (counted.append(cos.numel()), scores(self, rows, cols, cos))[1])
@@ -203,7 +210,7 @@ def test_mutual_proximity_merges_the_best_groups_first_and_rescores_less(monkeyp
         monkeypatch.setattr(nb, "PRESCORED_GROUPS", groups)
         counted.clear()
         mp = hr._MutualProximity(hr.cosine_mean_sd(X, device="cpu"), torch.device("cpu"))
-        (lists,), _ = nb._search(X, X, [(7, mp)], "cosine", True, torch.device("cpu"), None, product=nb.FP32)
+        (lists,), _ = nb._search(X, Q, [(7, mp)], "cosine", True, torch.device("cpu"), None, product=nb.FP32)
         found.append((lists, sum(counted)))
     (first, n_first), (plain, n_plain) = found
     same = (first[0] == plain[0]).all(1)

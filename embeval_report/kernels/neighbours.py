@@ -256,13 +256,20 @@ class RowPotential:
         self.sums = torch.zeros(m, dtype=torch.float64, device=device)
         self.tile_sums = torch.empty(m, dtype=torch.float32, device=device)
 
-    def add_tile(self, tile: torch.Tensor) -> None:
+    def add_tile(self, tile: torch.Tensor, columns: RowPotential | None = None) -> None:
+        """Add a tile's terms to its rows; ``columns``: the potential of the rows that are the tile's columns (a
+        tile of the upper triangle of a symmetric sweep), which gets the column sums (float32 per tile)."""
         step = len(tile) if tile.device.type == "cuda" else POTENTIAL_ROWS
+        column_sums = None if columns is None else torch.zeros(tile.shape[1], dtype=tile.dtype, device=tile.device)
         for i in range(0, len(tile), step):
             part = tile[i:i + step]
             torch.exp(part.sub_(1.0).clamp_max_(0.0).mul_(2.0 * self.t), out=part)
             torch.sum(part, 1, out=self.tile_sums[i:i + len(part)])
+            if column_sums is not None:
+                column_sums += part.sum(0)
         self.sums += self.tile_sums[:len(tile)]
+        if columns is not None:
+            columns.sums += column_sums
 
 
 def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[RunningTopK], *,
@@ -295,24 +302,43 @@ def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[Running
             inside = (own >= 0) & (own < w)
             tile[rows[inside], own[inside]] = -torch.inf
         first = min(w, max(FIRST_COLUMNS, *(c.k for c in consumers))) if j == 0 else 0
-        full = first + (w - first) // GROUP * GROUP
-        group_max = None  # of the products: computed once, shared by the consumers that prune on products
+        grouped = None  # of the products: computed once, shared by the consumers that prune on products
         for c in consumers:
-            scores = tile if c.tile_scores is None else c.tile_scores(tile, j, scratch[:m * w].view(m, w))
-            if first:  # the running top-k starts from the first columns
-                c.start(rows, scores[:, :first], base)
-            if full > first:
-                groups = scores[:, first:full].view(m, (full - first) // GROUP, GROUP)
-                if scores is not tile:
-                    c.merge_groups(rows, groups, groups.amax(2), j + first, base)
-                else:
-                    group_max = groups.amax(2) if group_max is None else group_max
-                    c.merge_groups(rows, groups, group_max, j + first, base)
-            if full < w:  # the last columns, fewer than a group
-                cols = (j + full + torch.arange(w - full, device=dev)).expand(m, -1)
-                c.merge_columns(rows, scores[:, full:w], cols, base)
+            if c.tile_scores is None:
+                grouped = feed_view(c, tile, first, j, base, grouped=grouped)
+            else:
+                feed_view(c, c.tile_scores(tile, j, scratch[:m * w].view(m, w)), first, j, base)
         if potential is not None:
             potential.add_tile(tile)
+
+
+def feed_view(consumer: RunningTopK, tile: torch.Tensor, first: int, offset: int, base: int, *,
+              transposed: bool = False, grouped=None):
+    """Merge one tile of scores into a consumer whose rows are the tile's rows (``transposed``: its columns, for a
+    tile of the upper triangle of a symmetric sweep) and whose columns start at corpus column ``offset``.
+
+    The first ``first`` columns (the sweep's first: corpus columns 0, 1, ...) start the running top-k; then the
+    32-column groups are merged (:meth:`RunningTopK.merge_groups`; transposed: groups of 32 tile rows, read in
+    place), then the last columns, fewer than a group. ``grouped``: the groups and their maxima when another
+    consumer of the same view already made them. Returns them."""
+    m, w = (tile.shape[1], tile.shape[0]) if transposed else tile.shape
+    rows = torch.arange(m, device=tile.device)
+    full = first + (w - first) // GROUP * GROUP
+    if first:
+        consumer.start(rows, tile[:first].T if transposed else tile[:, :first], base)
+    if full > first:
+        if grouped is None:
+            if transposed:
+                groups = tile[first:full].view((full - first) // GROUP, GROUP, m)
+                grouped = groups.permute(2, 0, 1), groups.amax(1).T
+            else:
+                groups = tile[:, first:full].view(m, (full - first) // GROUP, GROUP)
+                grouped = groups, groups.amax(2)
+        consumer.merge_groups(rows, *grouped, offset + first, base)
+    if full < w:  # the last columns, fewer than a group
+        cols = (offset + full + torch.arange(w - full, device=tile.device)).expand(m, -1)
+        consumer.merge_columns(rows, tile[full:w].T if transposed else tile[:, full:w], cols, base)
+    return grouped
 
 
 def knn(X, k: int, *, queries=None, metric: str = "cosine", exclude_self: bool = True, device="auto",
@@ -495,6 +521,10 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
         corpus_t = _CorpusTiles(corpus64, product, sq64, desc=desc, tiles=-(-len(Q) // rows) * -(-n // cols))
         corpus_stats = corpus_t.stats()
         workers = 1
+    halves = (not collect and drop_self and Q is X and metric == "cosine" and dev.type == "cpu"
+              and isinstance(corpus_t, torch.Tensor) and not any(getattr(r, "tile_scores", None) for _, r in plans))
+    if halves:  # the upper triangle only (:func:`symmetric`), in square tiles of query blocks
+        cols = rows
     starts = range(0, len(Q), rows)
     out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]
     log_potential = np.empty(len(Q)) if potential_t is not None else None
@@ -511,7 +541,8 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
         finally:
             buffers.put(buffer)
 
-    def _search_block(s: int, buffer) -> int:
+    def inputs(s: int) -> tuple[torch.Tensor, torch.Tensor, _Block | None]:
+        """The float64 rows of query block ``s``, its candidate-product inputs and its error bounds."""
         q64 = to_tensor(Q[s:s + rows], dtype=torch.float32, device=dev).double()
         if metric == "cosine":
             q64 = unit_rows(q64)
@@ -527,38 +558,90 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
             offset = (q64 * q64).sum(1) if metric == "euclidean" else 0.0
             bound = product_bound(q_d.norm(dim=1), (q_d - qa64).norm(dim=1), *corpus_stats, width, product, offset)
             blk = _Block(s, q64, q, bound, offset, drop_self)
-        again = 0
-        if collect:  # one plain plan: kept entries instead of a fixed pool
-            found = [_collected_lists(plans[0][0], blk, corpus64, sq64, corpus_t, scored, cols, buffer)]
-        else:
-            tops = [RunningTopK(len(q), min(k + extra, n_avail), dev, rescore, dtype) for k, rescore in plans]
-            potential = RowPotential(len(q), potential_t, dev) if potential_t is not None else None
-            sweep_tiles(q, corpus_t, tops, potential=potential, self_start=s if drop_self else None, tile_cols=cols,
-                        buffer=buffer)
-            found = []
-            for (k, rescore), top in zip(plans, tops):
-                if rescore is None and blk is not None:
-                    top_i, score, more = _bounded_lists(k, top, blk, corpus64, sq64, corpus_t, metric, product, cols,
-                                                        n_avail)
-                    again += more
-                else:
-                    cand = top.indices
-                    exact = _exact_scores(corpus64, sq64, q64, cand, metric)
-                    if rescore is not None:
-                        exact = rescore.exact(torch.arange(s, s + len(q), device=dev)[:, None], cand, exact)
-                    top_i, score = _top_k(cand, exact, k)
-                found.append((top_i, score))
-            if potential is not None:
-                log_potential[s:s + len(q)] = potential.sums.log().cpu().numpy()
+        return q64, q, blk
+
+    def consumers(s: int) -> tuple[list[RunningTopK], RowPotential | None]:
+        """The running top-k of every plan and the potential (when summed) of query block ``s``."""
+        m = min(rows, len(Q) - s)
+        return ([RunningTopK(m, min(k + extra, n_avail), dev, rescore, dtype) for k, rescore in plans],
+                RowPotential(m, potential_t, dev) if potential_t is not None else None)
+
+    def finish(s: int, q64: torch.Tensor, blk: _Block | None, tops: list[RunningTopK],
+               potential: RowPotential | None) -> int:
+        """The lists of query block ``s`` from its swept consumers (written to ``out``); returns the number of
+        rows searched again."""
+        again, found = 0, []
+        for (k, rescore), top in zip(plans, tops):
+            if rescore is None and blk is not None:
+                top_i, score, more = _bounded_lists(k, top, blk, corpus64, sq64, corpus_t, metric, product, cols,
+                                                    n_avail)
+                again += more
+            else:
+                cand = top.indices
+                exact = _exact_scores(corpus64, sq64, q64, cand, metric)
+                if rescore is not None:
+                    exact = rescore.exact(torch.arange(s, s + len(q64), device=dev)[:, None], cand, exact)
+                top_i, score = _top_k(cand, exact, k)
+            found.append((top_i, score))
+        if potential is not None:
+            log_potential[s:s + len(q64)] = potential.sums.log().cpu().numpy()
+        write(s, found)
+        return again
+
+    def write(s: int, found: list) -> None:
         for (top_i, score), (idx, val) in zip(found, out):
             if metric == "euclidean":
                 score = (-score).clamp_min(0).sqrt()
-            idx[s:s + len(q)] = top_i.cpu().numpy()
-            val[s:s + len(q)] = score.float().cpu().numpy()
+            idx[s:s + len(top_i)] = top_i.cpu().numpy()
+            val[s:s + len(top_i)] = score.float().cpu().numpy()
+
+    def _search_block(s: int, buffer) -> int:
+        q64, q, blk = inputs(s)
+        if collect:  # one plain plan: kept entries instead of a fixed pool
+            write(s, [_collected_lists(plans[0][0], blk, corpus64, sq64, corpus_t, scored, cols, buffer)])
+            return 0
+        tops, potential = consumers(s)
+        sweep_tiles(q, corpus_t, tops, potential=potential, self_start=s if drop_self else None, tile_cols=cols,
+                    buffer=buffer)
+        return finish(s, q64, blk, tops, potential)
+
+    def symmetric() -> int:
+        """Every block's lists and potential from the tiles of the Gram's upper triangle (the self sweep of an
+        in-memory set on the CPU: half the products). Tile (s, t) of query blocks s <= t feeds block s's rows
+        (:func:`feed_view`) and, for t > s, block t's rows through its transpose; block s is finished once its
+        own row of tiles is done, as every column left of it came from the blocks before. The first columns
+        (corpus columns 0, 1, ...) start every row's top-k, as in :func:`sweep_tiles`."""
+        buffer, again = buffers.get(), 0
+        held = {s: consumers(s) for s in starts}
+        first = max(FIRST_COLUMNS, *(c.k for c in held[0][0]))
+        for i, s in enumerate(progress(starts, desc=desc, total=len(starts)) if desc else starts):
+            q64, q, blk = inputs(s)
+            m = len(q)
+            tops, potential = held.pop(s)
+            for t in starts[i:]:
+                w = min(rows, len(Q) - t)
+                tile = buffer[:m * w].view(m, w)
+                torch.matmul(q, corpus_t[:, t:t + w], out=tile)
+                if t == s:
+                    tile.diagonal().fill_(-torch.inf)  # the rows themselves
+                grouped = None
+                for c in tops:
+                    grouped = feed_view(c, tile, min(w, first) if t == 0 else 0, t, s, grouped=grouped)
+                if t != s:
+                    grouped = None
+                    for c in held[t][0]:
+                        grouped = feed_view(c, tile, min(m, first) if s == 0 else 0, s, t, transposed=True,
+                                            grouped=grouped)
+                if potential is not None:
+                    potential.add_tile(tile, held[t][1] if t != s else None)
+            again += finish(s, q64, blk, tops, potential)
+        buffers.put(buffer)
         return again
 
     with FP32.matmul() if product is None else product.matmul():
-        if workers > 1:
+        if halves:
+            searched_again = symmetric()
+        elif workers > 1:
             with _one_thread_each(workers) as pool:
                 done = pool.map(block, starts)
                 searched_again = sum(progress(done, desc=desc, total=len(starts)) if desc else done)
