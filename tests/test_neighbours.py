@@ -6,6 +6,7 @@ import torch
 from embeval_report.context import CacheFolder, ComputeContext
 from embeval_report.kernels import graph_cache, knn
 from embeval_report.kernels import neighbours as nb
+from embeval_report.kernels import tiles as kt
 
 
 @pytest.fixture(autouse=True)
@@ -139,7 +140,7 @@ def test_stored_graph_matches_a_direct_computation_at_every_k(enter):
 @pytest.mark.parametrize("tile", [(50, 96), (40, 700)])
 def test_pruned_mutual_proximity_equals_the_dense_reference(monkeypatch, tile):
     """Mutual proximity through the pruned blocked kernel against dense numpy: many small tiles, and wide tiles
-    whose groups of largest maxima are merged first (:data:`~embeval_report.kernels.neighbours.PRESCORED_GROUPS`)."""
+    whose groups of largest maxima are merged first (:data:`~embeval_report.kernels.tiles.PRESCORED_GROUPS`)."""
     from scipy.special import log_ndtr
 
     from embeval_report.metrics.hubness_reduction import cosine_mean_sd, mutual_proximity_knn
@@ -160,7 +161,7 @@ def test_pruned_mutual_proximity_equals_the_dense_reference(monkeypatch, tile):
 def test_rescored_merge_keeps_the_top_k_of_rows_with_few_and_many_entries():
     """A re-scored top-k (here the identity, its floor the k-th score) merged group by group over tiles whose rows
     have from no entry to whole tiles above their k-th score (every bucket of
-    :data:`~embeval_report.kernels.neighbours.HIT_BUCKETS`) holds each row's k largest values and their columns."""
+    :data:`~embeval_report.kernels.tiles.HIT_BUCKETS`) holds each row's k largest values and their columns."""
 
     class Identity:
         def scores(self, rows, cols, cos):
@@ -173,7 +174,7 @@ def test_rescored_merge_keeps_the_top_k_of_rows_with_few_and_many_entries():
     m, k, w, tiles = 60, 9, 512, 4
     trend = np.repeat([0.0, 2e-3, 1e-2, 1.0], m // 4)[:, None]  # rows of few to many entries above their k-th
     S = torch.as_tensor((rng.standard_normal((m, w * tiles)) + np.arange(w * tiles) * trend).astype(np.float32))
-    top = nb.RunningTopK(m, k, torch.device("cpu"), Identity())
+    top = kt.RunningTopK(m, k, torch.device("cpu"), Identity())
     rows = torch.arange(m)
     top.start(rows, S[:, :k], 0)
     for j in range(0, w * tiles, w):
@@ -206,8 +207,8 @@ def test_mutual_proximity_merges_the_best_groups_first_and_rescores_less(monkeyp
     monkeypatch.setattr(hr._MutualProximity, "scores",
                         lambda self, rows, cols, cos: (counted.append(cos.numel()), scores(self, rows, cols, cos))[1])
     found = []
-    for groups in (nb.PRESCORED_GROUPS, 10**9):  # 10**9: never (every tile has fewer groups)
-        monkeypatch.setattr(nb, "PRESCORED_GROUPS", groups)
+    for groups in (kt.PRESCORED_GROUPS, 10**9):  # 10**9: never (every tile has fewer groups)
+        monkeypatch.setattr(kt, "PRESCORED_GROUPS", groups)
         counted.clear()
         mp = hr._MutualProximity(hr.cosine_mean_sd(X, device="cpu"), torch.device("cpu"))
         (lists,), _ = nb._search(X, Q, [(7, mp)], "cosine", True, torch.device("cpu"), None, product=nb.FP32)

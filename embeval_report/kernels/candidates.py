@@ -165,7 +165,7 @@ class _Rows64:
 
 
 class _CorpusTiles:
-    """The transposed corpus of :meth:`_Rows64.transposed`, made tile by tile where :func:`sweep_tiles` reads
+    """The transposed corpus of :meth:`_Rows64.transposed`, made tile by tile where :func:`~.tiles.sweep_tiles` reads
     it (``corpus_t[:, j:j + w]``): for a corpus whose transposed copy would not fit in the memory budget (a
     10M x 768 set: 30 GB). Unit rows of a bounded search are made in float32 (:meth:`_Rows64.unit_inputs`,
     their error measured in one float32 pass, :meth:`_Rows64.unit_stats`); otherwise the same values as

@@ -127,7 +127,7 @@ def cosine_mean_sd(X, *, device="auto") -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Csls:
-    """2 cos(x, y) − r(y), the part of CSLS that ranks the columns of row x (see :class:`~embeval_report.kernels.neighbours.RunningTopK`)."""
+    """2 cos(x, y) − r(y), the part of CSLS that ranks the columns of row x (see :class:`~embeval_report.kernels.tiles.RunningTopK`)."""
 
     def __init__(self, r: np.ndarray, device):
         self.r32 = torch.as_tensor(r, dtype=torch.float32, device=device)
@@ -143,7 +143,7 @@ class _Csls:
 
 
 class _MutualProximity:
-    """log MP(x, y) = log Φ(z_x) + log Φ(z_y) from the cosine (see :class:`~embeval_report.kernels.neighbours.RunningTopK`).
+    """log MP(x, y) = log Φ(z_x) + log Φ(z_y) from the cosine (see :class:`~embeval_report.kernels.tiles.RunningTopK`).
 
     ``moments``: the rows' cosine mean and sd ``(mu, sd)`` (:func:`cosine_mean_sd`), or a function giving them,
     called when a sweep first scores (a graph the run's cache holds needs no pass over the set for them)."""
