@@ -46,7 +46,8 @@ from ..kernels import (
     unit_rows,
 )
 from ..context import current
-from ..kernels.device import RowMap
+from ..kernels import dask_engine
+from ..kernels.device import RowMap, cache_rows
 from ..kernels.moments import resampled_moments
 from ..kernels.moments_cache import digest, remembered
 from ..kernels.prefetch import read_rows
@@ -388,6 +389,8 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
     if spread not in ("exact", "sampled"):
         raise ValueError(f"spread must be 'exact' or 'sampled', not {spread!r}")
     sums = _unit_sums(X, pcs, removals, dev) if spread == "sampled" else None
+    grams = (None if spread == "sampled" else
+             _unit_moments(X, pcs, [D for D in removals if not no_variance(pcs.eigenvalues[D:], scale)], dev))
     pair_rows, inverse = np.unique(np.concatenate([i, j]), return_inverse=True)
     pair_block = read_rows(X, pair_rows)  # the sampled pairs' rows, read once for every D
     pi, pj = inverse[:len(i)], inverse[len(i):]
@@ -403,8 +406,7 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
         else:
             samples[D] = pair_cosines(pair_block, pi, pj, transform=f, device=dev)
             if sums is None:
-                m = block_moments(X, transform=lambda x: unit_rows(f(x)), device=dev, desc=f"all-but-the-top D={D}")
-                N, s, G = m.total()
+                N, s, G = grams[D]
                 vals["apcs"], vals["apcs_std"] = cosine_moments(s, G, N)
             else:
                 vals["apcs"] = float((sums[D] @ sums[D] - n) / (n * (n - 1)))
@@ -412,6 +414,34 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
         label = "mean removed" if D == 0 else f"mean + top {D} removed"
         rows.append(dict(setting=label, removed=D, **{k: vals[k] for k in ABTT_COLUMNS}))
     return pd.DataFrame(rows), samples
+
+
+def _unit_moments(X, pcs: PrincipalDirections, removals: list[int], device) -> dict[int, tuple]:
+    """The count, sum and Gram ``(N, s, G)`` of the unit rows after removing the mean and D top directions, for
+    every D in ``removals``, from one pass over the rows: each chunk is corrected and normalised for every D in
+    cache-sized pieces (row by row: the numbers of a :func:`block_moments` pass per D, bit for bit). On the
+    engine's cluster (:func:`~embeval_report.kernels.dask_engine.takes`) one such pass per D runs there."""
+    if not removals:
+        return {}
+    if dask_engine.takes(X, device):
+        return {D: block_moments(X, transform=lambda x, f=pcs.remover(D, device): unit_rows(f(x)), device=device,
+                                 desc=f"all-but-the-top D={D}").total() for D in removals}
+    removers = {D: pcs.remover(D, device) for D in removals}
+    d = len(pcs.mean)
+    moments = {D: (torch.zeros(d, dtype=torch.float64, device=device),
+                   torch.zeros((d, d), dtype=torch.float64, device=device)) for D in removals}
+    count = 0
+    for _, x in iter_chunks(X, device=device, desc="all-but-the-top (every D, one pass)"):
+        u = torch.empty_like(x)
+        step = cache_rows(len(x), d * 8 * 4, device)
+        for D, f in removers.items():
+            for p in range(0, len(x), step):
+                u[p:p + step] = unit_rows(f(x[p:p + step]))
+            s, G = moments[D]
+            s += u.sum(0)
+            G += u.T @ u
+        count += len(x)
+    return {D: (float(count), s.cpu().numpy(), G.cpu().numpy()) for D, (s, G) in moments.items()}
 
 
 def _unit_sums(X, pcs: PrincipalDirections, removals: list[int], device) -> dict[int, np.ndarray]:
