@@ -22,13 +22,16 @@ def test_every_query_gives_the_exact_skewness():
     assert hs._skewness(nk, len(X), len(X), 7) == pytest.approx(stats.skew(nk), rel=1e-10)
 
 
-def test_sampled_lists_are_the_full_graph_rows(monkeypatch):
-    """Searched for the queries alone, and read from the graph once this space's exact graph is held: the graph's
-    rows, in its order (exact duplicates: the query itself is dropped, not its twins)."""
+def test_sampled_lists_are_the_full_graph_rows(monkeypatch, tmp_path):
+    """Searched for the queries alone, and read from the graph once this space's exact graph is held (a
+    memory-mapped set: the run's own): the graph's rows, in its order (exact duplicates: the query itself is
+    dropped, not its twins)."""
     from embeval_report.kernels.graph_cache import clear_memory
 
-    X = cloud(400, 10, 1)
+    X = cloud(400, 10, 1).astype(np.float32)
     X[5] = X[9] = X[3]
+    np.save(tmp_path / "vectors.npy", X)
+    X = np.load(tmp_path / "vectors.npy", mmap_mode="r")
     queries = np.array([0, 3, 5, 9, 17, 399])
     clear_memory()
     searched = hs.sampled_lists(X, 6, queries, device="cpu")

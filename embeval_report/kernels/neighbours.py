@@ -40,6 +40,7 @@ from .candidates import (
     _Rows64,
     _top_k,
 )
+from .dask_engine import FileRows
 from .device import (
     FP32,
     Product,
@@ -225,9 +226,11 @@ def _recall(X: np.ndarray, lists: np.ndarray, dev: torch.device) -> tuple[float,
 def query_lists(X, rows: np.ndarray, k: int, *, device, desc: str | None = None) -> np.ndarray:
     """The exact k nearest neighbours (cosine, self excluded) of the rows ``rows`` of ``X`` among all rows: the rows
     of this space's exact cosine graph when the run's cache holds it with k or more neighbours (the same lists: the
-    float64 order, exact ties the lower index first), else searched for these rows only."""
+    float64 order, exact ties the lower index first), else searched for these rows only. Only a memory-mapped set
+    (the run's own, whose graph the shared sweep made) is looked up: an array in memory would be read whole for
+    its fingerprint on every call."""
     X = np.ascontiguousarray(as_numpy(X), dtype=np.float32)
-    graph = stored_product(X, "cosine") if len(X) > 1 else None
+    graph = stored_product(X, "cosine") if len(X) > 1 and FileRows.of(X) is not None else None
     if graph is not None and graph[0].shape[1] >= k:
         return np.array(graph[0][rows, :k])
     dev = resolve_device(device)

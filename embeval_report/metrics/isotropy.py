@@ -332,8 +332,11 @@ def apply_rows(X, transform, *, device="auto") -> np.ndarray | RowMap:
     if not current().fits(X.shape[0] * X.shape[1] * 4):
         return RowMap(X, transform, dev)
     out = np.empty(X.shape, dtype=np.float32)
-    for s, x in iter_chunks(X, device=dev):
-        out[s:s + len(x)] = transform(x).cpu().numpy()
+    rows = torch.from_numpy(out)
+    step = cache_rows(len(X), X.shape[1] * 8 * 4, dev)
+    for s, x in iter_chunks(X, device=dev):  # in cache-sized pieces (each row transformed alone: the same rows)
+        for p in range(0, len(x), step):
+            rows[s + p:s + p + len(x[p:p + step])] = transform(x[p:p + step]).cpu()
     return out
 
 
