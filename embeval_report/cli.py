@@ -378,7 +378,15 @@ def _terminate(signum, frame):
     raise Interrupted()
 
 
+#: modules a command does without: jsonschema (which nbformat imports) loads rfc3987-syntax, when installed, for its
+#: IRI format checks, and that builds a Lark grammar at import (about 1 s of every run's start); notebook
+#: validation never checks those formats
+UNUSED_MODULES = ("rfc3987_syntax",)
+
+
 def main(argv=None) -> int:
+    for name in UNUSED_MODULES:
+        sys.modules.setdefault(name, None)
     args = build_parser().parse_args(argv)
     try:
         previous = signal.signal(signal.SIGTERM, _terminate)
