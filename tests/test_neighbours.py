@@ -197,8 +197,7 @@ def test_mutual_proximity_merges_the_best_groups_first_and_rescores_less(monkeyp
 
     rng = np.random.default_rng(9)
     X = (rng.standard_normal((1200, 12)) + 0.7 * rng.standard_normal(12)).astype(np.float32)
-    if halves:  # square tiles of 2,048 rows (64 groups a row), a clustered set, no known floors (which do the same)
-        monkeypatch.setattr(kt, "SAMPLE_COLUMNS", 0)
+    if halves:  # square tiles of 2,048 rows (64 groups a row), a clustered set
         X = (rng.standard_normal((20, 64))[rng.integers(0, 20, 6000)] + rng.standard_normal((6000, 64)) + 1.5
              ).astype(np.float32)
     else:
@@ -219,54 +218,6 @@ def test_mutual_proximity_merges_the_best_groups_first_and_rescores_less(monkeyp
     assert same.mean() > 0.995
     np.testing.assert_allclose(first[1][same], plain[1][same], rtol=1e-6)
     assert n_first < 0.8 * n_plain, (n_first, n_plain)
-
-
-def test_the_triangle_sweep_with_known_floors_is_exact(monkeypatch):
-    """The set's own sweep on the CPU (the Gram's upper triangle in square tiles, every row's floor known from a
-    sample of columns before its first tile): cosine and mutual-proximity lists equal to the float64 references
-    and to the row-tile sweep's, the potential the dense sum, on a clustered set with exact duplicates; a row's
-    known floor never exceeds its final k-th score, and raises most rows' floors."""
-    from scipy.special import log_ndtr, logsumexp
-
-    from embeval_report.metrics import hubness_reduction as hr
-
-    rng = np.random.default_rng(12)
-    X = (rng.standard_normal((8, 16))[rng.integers(0, 8, 900)] + 0.3 * rng.standard_normal((900, 16))
-         ).astype(np.float32)
-    X[100:103] = X[5]  # four copies of one row (exact ties, within the pool's 4 extra candidates)
-    monkeypatch.setattr(nb, "CPU_TILE", (128, 4096))
-    monkeypatch.setattr(kt, "SAMPLE_COLUMNS", 200)
-    known = []
-    real = kt.known_floors
-    monkeypatch.setattr(nb, "known_floors", lambda blocks, *a, **kw: (known.append(blocks), real(blocks, *a, **kw))[1])
-    cpu, k = torch.device("cpu"), 9
-
-    def sweep(Q):
-        mp = hr._MutualProximity(hr.cosine_mean_sd(X, device="cpu"), cpu)
-        return nb._search(X, Q, [(k, None), (k, mp)], "cosine", True, cpu, None, potential_t=2.0, product=nb.FP32)
-
-    ((cos_i, cos_v), (mp_i, mp_v)), potential = sweep(X)
-    assert len(known) == 1 and len(known[0]) == 8  # the triangle sweep ran, in blocks of 128 rows
-    for tops in known[0].values():
-        for top in tops:
-            assert (top.known <= top.values[:, -1]).all()
-            assert (top.known > -torch.inf).float().mean() > 0.9
-    S = _reference(X, X, "cosine", True)
-    _assert_exact(cos_i, cos_v, S, k, "cosine")
-    mu, sd = hr.cosine_mean_sd(X, device="cpu")
-    with np.errstate(divide="ignore"):
-        logmp = log_ndtr((S - mu[:, None]) / sd[:, None]) + log_ndtr((S - mu[None, :]) / sd[None, :])
-    order = np.argsort(-logmp, axis=1, kind="stable")
-    np.testing.assert_array_equal(mp_i, order[:, :k])
-    U = X / np.linalg.norm(X.astype(np.float64), axis=1, keepdims=True)
-    D = ((U[:, None, :] - U[None]) ** 2).sum(-1)
-    np.fill_diagonal(D, np.inf)
-    np.testing.assert_allclose(potential, logsumexp(-nb.SWEEP_POTENTIAL_T * D, axis=1), rtol=1e-7)
-    ((rows_cos_i, _), (rows_mp_i, _)), rows_potential = sweep(X.copy())  # queries that are a copy: row tiles
-    assert len(known) == 1
-    np.testing.assert_array_equal(rows_cos_i, cos_i)
-    np.testing.assert_array_equal(rows_mp_i, mp_i)
-    np.testing.assert_allclose(rows_potential, potential, rtol=1e-7)
 
 
 def test_one_sweep_feeds_cosine_csls_mutual_proximity_and_the_potential(monkeypatch, enter):

@@ -56,7 +56,7 @@ from .device import (
 from .graph_cache import cached_graph, cached_products, stored_product
 from .graph_cache import folder as graph_folder
 from .prefetch import read_rows
-from .tiles import FIRST_COLUMNS, RowPotential, RunningTopK, feed_view, known_floors, sweep_tiles
+from .tiles import FIRST_COLUMNS, RowPotential, RunningTopK, feed_view, sweep_tiles
 
 #: candidates per row beyond k in a search whose candidates come from bfloat16 or TF32 products, proven
 #: complete by their error bound (rows the pool cannot prove are searched again)
@@ -381,10 +381,6 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
         (corpus columns 0, 1, ...) start every row's top-k, as in :func:`sweep_tiles`."""
         buffer, again = buffers.get(), 0
         held = {s: consumers(s) for s in starts}
-        if product is not None:  # fast mode has no bound on its products: no floors known in advance
-            bound = product_bound(torch.tensor([corpus_stats[2]]), torch.tensor([corpus_stats[1]]), *corpus_stats,
-                                  width, product)  # a corpus row's products: within it of their float64 scores
-            known_floors({s: held[s][0] for s in starts}, corpus_t, 2 * float(bound.max()))
         first = max(FIRST_COLUMNS, *(c.k for c in held[0][0]))
         for i, s in enumerate(progress(starts, desc=desc, total=len(starts)) if desc else starts):
             q64, q, blk = inputs(s)

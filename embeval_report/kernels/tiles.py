@@ -4,11 +4,9 @@ order (:class:`RunningTopK`), the rows' Gaussian potential (:class:`RowPotential
 :mod:`.neighbours` drives them."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .candidates import GROUP
-from .device import round_down
 
 #: plain rows are merged in buckets by their number of groups above the k-th score (at most 4, 5 to 8, more)
 GROUP_BUCKETS = (4, 8)
@@ -21,9 +19,6 @@ POTENTIAL_ROWS = 64
 FIRST_COLUMNS = 256
 #: groups of largest maxima a re-scored top-k (mutual proximity) merges first, before its floor is raised
 PRESCORED_GROUPS = 8
-#: columns of a seeded sample whose products give each row of a triangle sweep, before its first tile, a lower
-#: bound on its final k-th score (:func:`known_floors`), and the entries of each row among them that are scored
-SAMPLE_COLUMNS, SAMPLE_BEST = 2048, 64
 
 
 class RunningTopK:
@@ -47,7 +42,6 @@ class RunningTopK:
         self.scorer = rescore if self.tile_scores is None else None  # elementwise re-scoring, pruned by a floor
         self.values = torch.full((m, k), -torch.inf, dtype=dtype, device=device)
         self.indices = torch.zeros((m, k), dtype=torch.int64, device=device)
-        self.known = None  # per row a lower bound on its final k-th score (:func:`known_floors`), or None
 
     def _merge(self, at, values, column):  # rows ``at`` keep the top-k of their best and ``values`` (at ``column(pos)``)
         k = self.k
@@ -150,7 +144,7 @@ class RunningTopK:
 
     def _limit(self, rows, base: int) -> torch.Tensor:
         """Per row the product at or below which no column can enter its running top-k."""
-        kth = self.values[:, -1] if self.known is None else torch.maximum(self.values[:, -1], self.known)
+        kth = self.values[:, -1]
         return kth if self.scorer is None else self.scorer.floor(base + rows, kth)
 
 
@@ -182,39 +176,6 @@ class RowPotential:
         self.sums += self.tile_sums[:len(tile)]
         if columns is not None:
             columns.sums += column_sums
-
-
-def known_floors(blocks: dict[int, list[RunningTopK]], corpus_t: torch.Tensor, margin: float, seed: int = 0) -> None:
-    """Give each consumer of a self sweep (``blocks``: the consumers of the query block starting at each row) a lower
-    bound on every row's final k-th score (``RunningTopK.known``), so that its first tiles are pruned as if the
-    sweep were well under way.
-
-    The bound is the k-th best score among the row's :data:`SAMPLE_BEST` largest products with
-    :data:`SAMPLE_COLUMNS` seeded sample columns (the row itself left out): entries the sweep merges too, so its
-    k-th score can only end above. ``margin`` bounds how far two float32 products of one pair can differ (each is
-    within the product bound of the float64 score: twice the bound); the sample's products are lowered by it
-    first, and re-scored bounds by a further 2⁻²⁰ of their size (the re-scoring's own rounding), so that the
-    bound holds for the sweep's products. An entry at or below a row's bound cannot be in its final top-k."""
-    n = corpus_t.shape[1]
-    cols = torch.as_tensor(np.sort(np.random.default_rng(seed).choice(n, min(n, SAMPLE_COLUMNS), replace=False)),
-                           device=corpus_t.device)
-    if not len(cols):
-        return
-    sample_t = corpus_t[:, cols]
-    for s, tops in blocks.items():
-        m = len(tops[0].values)
-        products = corpus_t[:, s:s + m].T @ sample_t
-        own = ((cols >= s) & (cols < s + m)).nonzero().squeeze(1)
-        products[cols[own] - s, own] = -torch.inf
-        best = torch.topk(products, min(SAMPLE_BEST, len(cols)), dim=1)
-        lowered = round_down(best.values.double() - margin, torch.float32)
-        rows = torch.arange(s, s + m, device=corpus_t.device)[:, None]
-        for c in tops:
-            if best.values.shape[1] < c.k:
-                continue
-            scores = lowered if c.scorer is None else c.scorer.scores(rows, cols[best.indices], lowered)
-            kth = torch.topk(scores, c.k, dim=1).values[:, -1]
-            c.known = kth if c.scorer is None else kth - kth.abs() * 2.0**-20
 
 
 def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[RunningTopK], *,
