@@ -220,6 +220,49 @@ def test_mutual_proximity_merges_the_best_groups_first_and_rescores_less(monkeyp
     assert n_first < 0.8 * n_plain, (n_first, n_plain)
 
 
+def test_the_triangle_sweep_is_exact(monkeypatch):
+    """The set's own sweep on the CPU (the Gram's upper triangle in square tiles, each tile read transposed for the
+    rows of its columns): cosine and mutual-proximity lists equal to the float64 references and to the row-tile
+    sweep's, the potential the dense sum, on a clustered set with exact duplicates."""
+    from scipy.special import log_ndtr, logsumexp
+
+    from embeval_report.metrics import hubness_reduction as hr
+
+    rng = np.random.default_rng(12)
+    X = (rng.standard_normal((8, 16))[rng.integers(0, 8, 900)] + 0.3 * rng.standard_normal((900, 16))
+         ).astype(np.float32)
+    X[100:103] = X[5]  # four copies of one row (exact ties, within the pool's 4 extra candidates)
+    monkeypatch.setattr(nb, "CPU_TILE", (128, 4096))
+    views = []
+    real = nb.feed_view
+    monkeypatch.setattr(nb, "feed_view", lambda *a, **kw: (views.append(kw.get("transposed", False)), real(*a, **kw))[1])
+    cpu, k = torch.device("cpu"), 9
+
+    def sweep(Q):
+        mp = hr._MutualProximity(hr.cosine_mean_sd(X, device="cpu"), cpu)
+        return nb._search(X, Q, [(k, None), (k, mp)], "cosine", True, cpu, None, potential_t=2.0, product=nb.FP32)
+
+    ((cos_i, cos_v), (mp_i, mp_v)), potential = sweep(X)
+    assert views.count(True) == 2 * 28 and views.count(False) == 2 * 36  # 8 blocks: 28 tiles above the diagonal
+    S = _reference(X, X, "cosine", True)
+    _assert_exact(cos_i, cos_v, S, k, "cosine")
+    mu, sd = hr.cosine_mean_sd(X, device="cpu")
+    with np.errstate(divide="ignore"):
+        logmp = log_ndtr((S - mu[:, None]) / sd[:, None]) + log_ndtr((S - mu[None, :]) / sd[None, :])
+    order = np.argsort(-logmp, axis=1, kind="stable")
+    np.testing.assert_array_equal(mp_i, order[:, :k])
+    U = X / np.linalg.norm(X.astype(np.float64), axis=1, keepdims=True)
+    D = ((U[:, None, :] - U[None]) ** 2).sum(-1)
+    np.fill_diagonal(D, np.inf)
+    np.testing.assert_allclose(potential, logsumexp(-nb.SWEEP_POTENTIAL_T * D, axis=1), rtol=1e-7)
+    views.clear()
+    ((rows_cos_i, _), (rows_mp_i, _)), rows_potential = sweep(X.copy())  # queries that are a copy: row tiles
+    assert True not in views
+    np.testing.assert_array_equal(rows_cos_i, cos_i)
+    np.testing.assert_array_equal(rows_mp_i, mp_i)
+    np.testing.assert_allclose(rows_potential, potential, rtol=1e-7)
+
+
 def test_one_sweep_feeds_cosine_csls_mutual_proximity_and_the_potential(monkeypatch, enter):
     """One pass over small tiles yields the cosine, CSLS and mutual-proximity graphs (float64 order)
     and the rows' Gaussian potential, each against its dense float64 reference; each product is
