@@ -14,7 +14,7 @@ the lower index first, however many rows tie).
   (:func:`~.tiles.sweep_tiles`, :class:`~.tiles.RunningTopK`, :class:`~.tiles.RowPotential`) runs on float32
   products; its plain graph keeps :data:`RERANK` extra candidates, proven complete by the float32 bound or
   searched again (:func:`~.candidates._bounded_lists`). The set's own sweep on the CPU computes only the upper
-  triangle of the Gram and feeds each tile to both blocks (:func:`~.tiles.feed_view`).
+  triangle of the Gram and feeds each tile to both blocks (:func:`~.tiles.feed_views`).
 
 ``benchmarks/bench_knn.py`` gives the ratios to faiss-cpu, the float32 GEMM and scikit-learn.
 """
@@ -56,7 +56,7 @@ from .device import (
 from .graph_cache import cached_graph, cached_products, stored_product
 from .graph_cache import folder as graph_folder
 from .prefetch import read_rows
-from .tiles import FIRST_COLUMNS, RowPotential, RunningTopK, feed_view, sweep_tiles
+from .tiles import RowPotential, RunningTopK, feed_views, first_columns, sweep_tiles
 
 #: candidates per row beyond k in a search whose candidates come from bfloat16 or TF32 products, proven
 #: complete by their error bound (rows the pool cannot prove are searched again)
@@ -376,12 +376,12 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
     def symmetric() -> int:
         """Every block's lists and potential from the tiles of the Gram's upper triangle (the self sweep of an
         in-memory set on the CPU: half the products). Tile (s, t) of query blocks s <= t feeds block s's rows
-        (:func:`feed_view`) and, for t > s, block t's rows through its transpose; block s is finished once its
+        (:func:`~.tiles.feed_views`) and, for t > s, block t's rows through its transpose; block s is finished once its
         own row of tiles is done, as every column left of it came from the blocks before. The first columns
         (corpus columns 0, 1, ...) start every row's top-k, as in :func:`sweep_tiles`."""
         buffer, again = buffers.get(), 0
         held = {s: consumers(s) for s in starts}
-        first = max(FIRST_COLUMNS, *(c.k for c in held[0][0]))
+        first = first_columns(held[0][0])
         for i, s in enumerate(progress(starts, desc=desc, total=len(starts)) if desc else starts):
             q64, q, blk = inputs(s)
             m = len(q)
@@ -392,14 +392,9 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
                 torch.matmul(q, corpus_t[:, t:t + w], out=tile)
                 if t == s:
                     tile.diagonal().fill_(-torch.inf)  # the rows themselves
-                grouped = None
-                for c in tops:
-                    grouped = feed_view(c, tile, min(w, first) if t == 0 else 0, t, s, grouped=grouped)
+                feed_views(tops, tile, min(w, first) if t == 0 else 0, t, s)
                 if t != s:
-                    grouped = None
-                    for c in held[t][0]:
-                        grouped = feed_view(c, tile, min(m, first) if s == 0 else 0, s, t, transposed=True,
-                                            grouped=grouped)
+                    feed_views(held[t][0], tile, min(m, first) if s == 0 else 0, s, t, transposed=True)
                 if potential is not None:
                     potential.add_tile(tile, held[t][1] if t != s else None)
             again += finish(s, q64, blk, tops, potential)

@@ -207,15 +207,28 @@ def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[Running
             own = rows + self_start - j
             inside = (own >= 0) & (own < w)
             tile[rows[inside], own[inside]] = -torch.inf
-        first = min(w, max(FIRST_COLUMNS, *(c.k for c in consumers))) if j == 0 else 0
-        grouped = None  # of the products: computed once, shared by the consumers that prune on products
-        for c in consumers:
-            if c.tile_scores is None:
-                grouped = feed_view(c, tile, first, j, base, grouped=grouped)
-            else:
+        first = min(w, first_columns(consumers)) if j == 0 else 0
+        feed_views([c for c in consumers if c.tile_scores is None], tile, first, j, base)
+        for c in consumers:  # consumers that score the whole tile prune their own scores
+            if c.tile_scores is not None:
                 feed_view(c, c.tile_scores(tile, j, scratch[:m * w].view(m, w)), first, j, base)
         if potential is not None:
             potential.add_tile(tile)
+
+
+def first_columns(consumers: list[RunningTopK]) -> int:
+    """How many of a sweep's first corpus columns start every consumer's running top-k (one number for all, so
+    that they share the groups of the rest of the tile)."""
+    return max(FIRST_COLUMNS, *(c.k for c in consumers))
+
+
+def feed_views(consumers: list[RunningTopK], tile: torch.Tensor, first: int, offset: int, base: int, *,
+               transposed: bool = False) -> None:
+    """:func:`feed_view` of one tile to consumers that prune on its products: its groups and their maxima made
+    once, shared by all."""
+    grouped = None
+    for c in consumers:
+        grouped = feed_view(c, tile, first, offset, base, transposed=transposed, grouped=grouped)
 
 
 def feed_view(consumer: RunningTopK, tile: torch.Tensor, first: int, offset: int, base: int, *,

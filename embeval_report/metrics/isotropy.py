@@ -336,7 +336,8 @@ def apply_rows(X, transform, *, device="auto") -> np.ndarray | RowMap:
     step = cache_rows(len(X), X.shape[1] * 8 * 4, dev)
     for s, x in iter_chunks(X, device=dev):  # in cache-sized pieces (each row transformed alone: the same rows)
         for p in range(0, len(x), step):
-            rows[s + p:s + p + len(x[p:p + step])] = transform(x[p:p + step]).cpu()
+            piece = x[p:p + step]
+            rows[s + p:s + p + len(piece)] = transform(piece).cpu()
     return out
 
 
