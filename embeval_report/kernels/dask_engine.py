@@ -115,9 +115,10 @@ class FileRows:
 
     ndim = 2
 
-    def __init__(self, path: str | os.PathLike, offset: int, shape: tuple[int, int], dtype):
+    def __init__(self, path: str | os.PathLike, offset: int, shape: tuple[int, int], dtype, *, read_only: bool = True):
         self.path, self.offset = os.fspath(path), int(offset)
         self.shape, self.dtype = (int(shape[0]), int(shape[1])), np.dtype(dtype)
+        self.read_only = read_only  # False: the map they came from may be written through (mode "r+" or "w+")
         self._map = None
 
     @classmethod
@@ -132,7 +133,8 @@ class FileRows:
             root = root.base
         if not isinstance(root, np.memmap) or root.filename is None or root.mode == "c":
             return None
-        return cls(root.filename, root.offset + X.ctypes.data - root.ctypes.data, X.shape, X.dtype)
+        return cls(root.filename, root.offset + X.ctypes.data - root.ctypes.data, X.shape, X.dtype,
+                   read_only=root.mode == "r")
 
     def __len__(self) -> int:
         return self.shape[0]

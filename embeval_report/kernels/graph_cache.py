@@ -64,20 +64,13 @@ def fingerprint(X32: np.ndarray) -> str:
     if rows is None:
         h.update(memoryview(np.ascontiguousarray(X32, dtype=np.float32)).cast("B"))
         return h.hexdigest()
-    if not _read_only(X32):  # this process may write the rows through its map: read them each time
+    if not rows.read_only:  # this process may write the rows through its map: read them each time
         return _file_digest(h, rows, X32.nbytes)
     st = os.stat(rows.path)
     key = (os.path.realpath(rows.path), rows.offset, X32.shape, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     if key not in _file_prints:
         _file_prints[key] = _file_digest(h, rows, X32.nbytes)
     return _file_prints[key]
-
-
-def _read_only(X: np.ndarray) -> bool:
-    """Whether ``X`` is (a view of) a read-only memory map."""
-    while isinstance(X.base, np.ndarray):
-        X = X.base
-    return isinstance(X, np.memmap) and X.mode == "r"
 
 
 def _file_digest(h, rows, nbytes: int) -> str:
