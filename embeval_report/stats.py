@@ -103,9 +103,15 @@ def weighted_bootstrap(statistic: Callable[[np.ndarray], np.ndarray | float], n_
     times), the classical nonparametric bootstrap over units (Efron & Tibshirani 1993, ch. 6).
     Units are rows, or random blocks of rows (a block bootstrap). Returns ``(n_boot, ...)``.
     """
+    return np.array([statistic(w) for w in bootstrap_weights(n_units, n_boot, seed)])
+
+
+def bootstrap_weights(n_units: int, n_boot: int, seed: int = 0) -> np.ndarray:
+    """The multinomial unit weights of :func:`weighted_bootstrap`'s replicates, one row per replicate
+    ``(n_boot, n_units)``, for statistics computed for all replicates at once (e.g. on a GPU)."""
     rng = np.random.default_rng(seed)
     p = np.full(n_units, 1.0 / n_units)
-    return np.array([statistic(rng.multinomial(n_units, p).astype(float)) for _ in range(n_boot)])
+    return np.array([rng.multinomial(n_units, p).astype(float) for _ in range(n_boot)]).reshape(n_boot, n_units)
 
 
 def grouped_jackknife(statistic_without: Callable[[int], np.ndarray | float], n_groups: int) -> np.ndarray:

@@ -8,6 +8,7 @@ from scipy.stats import entropy
 from sklearn.metrics.pairwise import cosine_similarity
 
 from embeval_report import kernels
+from embeval_report.metrics import isotropy as iso
 from embeval_report.metrics.isotropy import (all_but_the_top, all_but_the_top_effect, cosine_moments, measure_isotropy,
                                              spectral_metrics)
 from delta_method import apcs_se
@@ -189,3 +190,20 @@ def test_all_but_the_top_in_one_pass_keeps_the_exact_apcs():
         assert row.apcs_std == pytest.approx(np.std(samples[int(D)]))
     with pytest.raises(ValueError, match="spread"):
         all_but_the_top_effect(X, spread="rough", device="cpu")
+
+
+def test_batched_bootstrap_replicates_equal_one_at_a_time(device, monkeypatch):
+    """The GPU's all-at-once bootstrap (one product of the weights with the blocks' moments, one batched float64
+    eigvalsh, one copy to the host) gives the one-replicate-at-a-time intervals to rounding, on each device; the
+    point values are the same bits, and a resident copy of the rows (one upload for all passes) changes nothing."""
+    rng = np.random.default_rng(3)
+    X = (rng.standard_normal((6000, 24)) * np.linspace(0.3, 2.5, 24) + 0.4).astype(np.float32)
+    one = iso.measure_isotropy(X, n_boot=60, device="cpu")
+    monkeypatch.setattr(iso, "BATCHED_REPLICATES", (device,))
+    batched = iso.measure_isotropy(X, n_boot=60, device=device)
+    assert one.plan.method == "bootstrap" and batched.plan == one.plan
+    for name, m in one.metrics.items():
+        b = batched.metrics[name]
+        assert b.value == pytest.approx(m.value, rel=1e-9, abs=1e-12), name
+        assert (b.ci_low, b.ci_high) == pytest.approx((m.ci_low, m.ci_high), rel=1e-9, abs=1e-12), name
+    np.testing.assert_allclose(batched.eigenvalues, one.eigenvalues, rtol=1e-9, atol=1e-12)

@@ -47,11 +47,11 @@ from ..kernels import (
 )
 from ..context import current
 from ..kernels import dask_engine
-from ..kernels.device import RowMap, cache_rows
+from ..kernels.device import RowMap, cache_rows, chunk_rows, resident
 from ..kernels.moments import resampled_moments
 from ..kernels.moments_cache import digest, remembered
 from ..kernels.prefetch import read_rows
-from ..stats import PlannedIntervals, ResamplingPlan
+from ..stats import PlannedIntervals, ResamplingPlan, bootstrap_weights
 from .spec import MetricSpec, specs
 from .thresholds import THRESHOLDS, worst
 
@@ -128,10 +128,16 @@ def cosine_moments(s: np.ndarray, G: np.ndarray, n: float, same_row_pairs: float
     ordered pairs that are one row with itself (``n``; more for a bootstrap replicate, where it is
     the sum of squared multiplicities); they are removed from numerator and denominator.
     """
+    return cosine_moments_of_sums(float(s @ s), float((G * G).sum()), n, same_row_pairs)
+
+
+def cosine_moments_of_sums(ss: float, gg: float, n: float, same_row_pairs: float | None = None
+                           ) -> tuple[float, float]:
+    r""":func:`cosine_moments` from :math:`s^\top s` and :math:`\lVert G\rVert_F^2`."""
     same = n if same_row_pairs is None else same_row_pairs
     denom = n * n - same
-    mean = (s @ s - same) / denom
-    mean_sq = ((G * G).sum() - same) / denom
+    mean = (ss - same) / denom
+    mean_sq = (gg - same) / denom
     return float(mean), float(math.sqrt(max(mean_sq - mean * mean, 0.0)))
 
 
@@ -211,8 +217,9 @@ def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, le
     if n < 2:
         raise ValueError("isotropy needs at least 2 vectors")
     dev = resolve_device(device)
-    plan, mean, cov_m = covariance_moments(X, n_boot=n_boot, seed=seed, device=dev)
-    cos_m = resampled_moments(plan, X, transform=unit_rows, seed=seed, device=dev, desc="cosine Gram")
+    with resident(X, dev):  # on a GPU: the rows uploaded once for the three passes
+        plan, mean, cov_m = covariance_moments(X, n_boot=n_boot, seed=seed, device=dev)
+        cos_m = resampled_moments(plan, X, transform=unit_rows, seed=seed, device=dev, desc="cosine Gram")
 
     scale = float(mean @ mean)
 
@@ -236,7 +243,11 @@ def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, le
     names = list(values)
     cis, corrected = {}, {}
     if plan.active:
-        reps = plan.replicates(lambda w: (lambda v: [v[k] for k in names])(compute(w)[0]), seed=seed)  # one eigvalsh each
+        if plan.method == "bootstrap" and dev.type in BATCHED_REPLICATES:
+            reps = np.array([[v[k] for k in names] for v in _batched_replicates(plan, cov_m, cos_m, d, scale, seed,
+                                                                                dev)])
+        else:
+            reps = plan.replicates(lambda w: (lambda v: [v[k] for k in names])(compute(w)[0]), seed=seed)
         for i, k in enumerate(names):
             cis[k] = plan.interval(values[k], reps[:, i], level, SPECS[k].range)
             corrected[k] = plan.bias_corrected(values[k], reps[:, i], SPECS[k].range)
@@ -253,6 +264,43 @@ def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, le
                   device=str(dev)),
         mean=mean, covariance=covariance_from_moments(*cov_m.total()),
     )
+
+
+#: devices whose bootstrap replicates are computed all at once (:func:`_batched_replicates`)
+BATCHED_REPLICATES = ("cuda",)
+
+
+def _batched_replicates(plan, cov_m, cos_m, d: int, scale: float, seed: int, dev) -> list[dict]:
+    """:func:`measure_isotropy`'s bootstrap replicates on ``dev`` at once, without a trip to the host per
+    replicate: the replicates' moments as one product of the weights (``bootstrap_weights``, the draws of
+    ``plan.replicates``) with the blocks' moments, their covariance spectra by one batched ``eigvalsh``
+    (float64), and one copy of the spectra and cosine sums to the host, where the metrics are read. Equal to the
+    one-replicate-at-a-time values to rounding."""
+    W = torch.as_tensor(bootstrap_weights(plan.units, plan.n_boot, seed), device=dev)
+
+    def up(a):
+        return torch.as_tensor(np.asarray(a, float), device=dev)
+
+    N, s, G = W @ up(cov_m.count), W @ up(cov_m.s), up(cov_m.G).reshape(plan.units, -1)
+    su, Gu = W @ up(cos_m.s), up(cos_m.G).reshape(plan.units, -1)
+    same = (W * W) @ up(cos_m.count)
+    eig, gg = [], []
+    step = chunk_rows(len(W), d * d * 8 * 3)
+    for r in range(0, len(W), step):
+        w = W[r:r + step]
+        m = s[r:r + step] / N[r:r + step, None]
+        cov = (w @ G).view(-1, d, d) / N[r:r + step, None, None] - m[:, :, None] * m[:, None, :]
+        eig.append(torch.linalg.eigvalsh(cov))
+        gg.append(((w @ Gu) ** 2).sum(1))
+    host = [t.cpu().numpy() for t in (torch.cat(eig), N, (su * su).sum(1), torch.cat(gg), same)]
+    out = []
+    for e, n_r, ss, g2, sm in zip(*host):
+        vals = spectral_metrics(e, d)
+        if no_variance(e, scale):
+            vals = {k: float("nan") for k in vals}
+        vals["apcs"], vals["apcs_std"] = cosine_moments_of_sums(float(ss), float(g2), float(n_r), float(sm))
+        out.append(vals)
+    return out
 
 
 def isotropy_by_group(X, groups, *, min_size: int = 20, n_boot: int = 100, seed: int = 0, device="auto"
