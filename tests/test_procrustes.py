@@ -1,10 +1,12 @@
 """Procrustes alignment and k-NN overlap against SciPy and closed-form expectations."""
 import numpy as np
 import pytest
+import torch
+from scipy.linalg import orthogonal_procrustes
 from scipy.spatial import procrustes as scipy_procrustes
 from scipy.stats import ortho_group
 
-from embeval_report.metrics.procrustes import aligned_cosines, knn_overlap, procrustes_align
+from embeval_report.metrics.procrustes import _procrustes_torch, aligned_cosines, knn_overlap, procrustes_align
 
 
 def test_pure_rotation_gives_perfect_alignment_and_overlap():
@@ -40,3 +42,68 @@ def test_different_dimensions_are_padded():
     A = rng.standard_normal((100, 4))
     B = np.hstack([A, np.zeros((100, 2))])
     assert np.allclose(aligned_cosines(A, B), 1.0)
+
+
+def _orthogonal(W: np.ndarray) -> bool:
+    return np.allclose(W.T @ W, np.eye(len(W)), atol=1e-10)
+
+
+@pytest.mark.parametrize("dims", [(7, 7), (7, 5), (5, 7)], ids=["same-d", "B-narrower", "A-narrower"])
+def test_torch_path_matches_scipy(device, dims):
+    """The torch fit (what a GPU runs) against the SciPy one on a rotated, noisy, shifted set; with different d the
+    zero-padded narrower set leaves the rotation's block on the padded directions free (any orthogonal completion,
+    which two SVD implementations may choose differently): there the paths agree up to an orthogonal transform."""
+    dA, dB = dims
+    rng = np.random.default_rng(11)
+    n, d = 300, max(dims)
+    X = rng.standard_normal((n, d)) * np.linspace(2.0, 0.5, d)
+    A = X[:, :dA] + 3.0
+    B = (X @ ortho_group.rvs(d, random_state=12))[:, :dB] + 0.1 * rng.standard_normal((n, dB)) - 1.0
+    ref = procrustes_align(A, B, device="cpu")
+    fit = _procrustes_torch(torch.as_tensor(A, device=device), B, True, torch.device(device))
+    for got in (fit.rotation, fit.aligned, fit.target):
+        assert isinstance(got, np.ndarray) and got.dtype == np.float64
+    assert isinstance(fit.disparity, float)
+    assert fit.disparity == pytest.approx(ref.disparity, abs=1e-10) and 0 < ref.disparity < 2
+    np.testing.assert_allclose(fit.target, ref.target, rtol=0, atol=1e-10)
+    R, R0 = fit.rotation, ref.rotation
+    assert _orthogonal(R)
+    if dB < d:  # B's padded rows of R: free up to a left orthogonal transform; aligned = B R does not see them
+        np.testing.assert_allclose(R[:dB], R0[:dB], rtol=0, atol=1e-10)
+        W = R[dB:] @ R0[dB:].T
+        assert _orthogonal(W)
+        np.testing.assert_allclose(R[dB:], W @ R0[dB:], rtol=0, atol=1e-10)
+        np.testing.assert_allclose(fit.aligned, ref.aligned, rtol=0, atol=1e-10)
+    elif dA < d:  # A's padded columns of R (and of aligned): free up to a right orthogonal transform
+        np.testing.assert_allclose(R[:, :dA], R0[:, :dA], rtol=0, atol=1e-10)
+        W = R0[:, dA:].T @ R[:, dA:]
+        assert _orthogonal(W)
+        np.testing.assert_allclose(R[:, dA:], R0[:, dA:] @ W, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(fit.aligned[:, :dA], ref.aligned[:, :dA], rtol=0, atol=1e-10)
+        np.testing.assert_allclose(fit.aligned[:, dA:], ref.aligned[:, dA:] @ W, rtol=0, atol=1e-10)
+    else:
+        np.testing.assert_allclose(R, R0, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(fit.aligned, ref.aligned, rtol=0, atol=1e-10)
+
+
+def test_torch_path_edge_cases(device):
+    """No spread gives a NaN disparity, as on the CPU; a row mismatch raises the same error."""
+    dev = torch.device(device)
+    A = np.ones((20, 3))
+    assert np.isnan(_procrustes_torch(A, np.random.default_rng(0).standard_normal((20, 3)), True, dev).disparity)
+    with pytest.raises(ValueError, match="same entities"):
+        _procrustes_torch(np.zeros((5, 3)), np.zeros((6, 3)), True, dev)
+
+
+def test_cpu_device_is_the_scipy_path():
+    """``device="cpu"`` (and ``"auto"`` without a GPU) is the NumPy/SciPy fit, bit for bit."""
+    rng = np.random.default_rng(13)
+    A, B = rng.standard_normal((50, 4)), rng.standard_normal((50, 3))
+    fit = procrustes_align(A, B, device="cpu")
+    Ap, Bp = A - A.mean(0), np.hstack([B, np.zeros((50, 1))])
+    Bp = Bp - Bp.mean(0)
+    R, _ = orthogonal_procrustes(Bp, Ap)
+    assert np.array_equal(fit.rotation, R) and np.array_equal(fit.aligned, Bp @ R) and np.array_equal(fit.target, Ap)
+    if not torch.cuda.is_available():
+        auto = procrustes_align(A, B)
+        assert np.array_equal(auto.rotation, R) and auto.disparity == fit.disparity

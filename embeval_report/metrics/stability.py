@@ -330,7 +330,7 @@ def measure_run_stability(runs, k: int = K_DEFAULT, *, labels=None, n_boot: int 
     for a, b in pair_index:
         ov = neighbour_sets_overlap(nbrs[a], nbrs[b])
         if dims[a] == dims[b]:
-            fit = procrustes_align(runs[a], runs[b])
+            fit = procrustes_align(runs[a], runs[b], device=dev)
             disparity = fit.disparity
             cs = row_cosines(fit.target, fit.aligned) if math.isfinite(fit.disparity) else np.full(n, np.nan)
         else:  # no shared space: no rotation aligns them

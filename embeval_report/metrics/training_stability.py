@@ -91,7 +91,7 @@ def compare_spaces(A, B, k: int = K_DEFAULT, *, device="auto") -> tuple[np.ndarr
     ov = neighbour_sets_overlap(knn(A, k, device=dev, desc=None)[0], knn(B, k, device=dev, desc=None)[0])
     if A.shape[1] != B.shape[1]:
         return ov, np.full(len(ov), np.nan), similarity_correlation(A, B, device=dev)
-    fit = procrustes_align(A, B)
+    fit = procrustes_align(A, B, device=dev)
     if math.isfinite(fit.disparity):
         cs = row_cosines(fit.target, fit.aligned)
     else:
