@@ -10,12 +10,12 @@ written there as ``.npy`` files that the next chapter's process memory-maps.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
+import xxhash
 
 from ..context import current
 
@@ -50,7 +50,8 @@ def clear_memory() -> None:
 
 
 def fingerprint(X32: np.ndarray) -> str:
-    """Hex digest of the shape and float32 bytes of a set: the identity of its vector space.
+    """Hex digest (XXH3, 128 bits: 17 GB/s against blake2b's 1 GB/s, so an in-memory set of 3 GB costs 0.2 s
+    instead of 3 s per call) of the shape and float32 bytes of a set: the identity of its vector space.
 
     The float32 rows of a memory map are read from its file, :data:`READ_BYTES` at a time, not through the map:
     its pages would stay in this process's resident memory (the runner's peak in ``run.json``) after the pass. A
@@ -58,7 +59,7 @@ def fingerprint(X32: np.ndarray) -> str:
     so a chapter that asks several caches about the run's set reads it once."""
     from .dask_engine import FileRows
 
-    h = hashlib.blake2b(digest_size=12)
+    h = xxhash.xxh3_128()
     h.update(np.asarray(X32.shape, dtype=np.int64).tobytes())
     rows = FileRows.of(X32) if isinstance(X32, np.ndarray) and X32.dtype == np.float32 else None
     if rows is None:
