@@ -720,8 +720,9 @@ def test_the_potential_is_summed_where_it_costs_no_extra_product(product, tmp_pa
 # ---------------------------------------------------------------------------------------------
 
 def test_gpu_tiles_are_sized_from_the_free_memory():
-    """Whole corpus rows per tile, as many query rows as 40% of the free memory holds GPU_TILE_COPIES times; at the boundary
-    one row; below it one row of whole 32-column groups (at least one group); never more rows than queries."""
+    """Whole corpus rows per tile (of a corpus up to GPU_TILE_COLS wide; wider: tiles of GPU_TILE_COLS columns), as
+    many query rows as 40% of the free memory holds GPU_TILE_COPIES times; at the boundary one row; below it one row
+    of whole 32-column groups (at least one group); never more rows than queries."""
     cuda = torch.device("cuda")  # only a name: nothing is allocated
     n = 10_000
     one_row = n * 4 * nb.GPU_TILE_COPIES / nb.GPU_TILE_SHARE  # free bytes holding one row's float32 tiles
@@ -731,8 +732,13 @@ def test_gpu_tiles_are_sized_from_the_free_memory():
     assert nb._tile_shape(500, n, cuda, free=int(one_row) - 64) == (1, (n - 1) // 32 * 32)  # below: whole groups
     assert nb._tile_shape(500, n, cuda, free=1000) == (1, nb.GROUP)
     assert nb._tile_shape(500, n, cuda, free=int(one_row * 3.5), itemsize=2) == (7, n)  # bfloat16 products (7 / 2)
+    cols, free = nb.GPU_TILE_COLS, int(one_row * 1000) + 64  # a wider corpus: column tiles from the same room
+    room = int(free * nb.GPU_TILE_SHARE) // (4 * nb.GPU_TILE_COPIES)
+    assert nb._tile_shape(50_000, 4 * cols, cuda, free=free) == (room // cols, cols)
+    assert nb._tile_shape(50_000, cols, cuda, free=free) == (room // cols, cols)  # one tile: whole rows
     rows, cols = nb._tile_shape(50_000, 10**6, cuda, free=80 * 2**30)  # 1M corpus on an 80 GB GPU
-    assert cols == 10**6 and rows == int(80 * 2**30 * nb.GPU_TILE_SHARE) // (4 * nb.GPU_TILE_COPIES) // 10**6 > 1000
+    assert cols == nb.GPU_TILE_COLS and rows == int(80 * 2**30 * nb.GPU_TILE_SHARE) // (4 * nb.GPU_TILE_COPIES) // cols
+    assert rows > 10_000
 
 
 def test_a_search_in_gpu_sized_tiles_equals_the_reference(monkeypatch):
@@ -744,7 +750,10 @@ def test_a_search_in_gpu_sized_tiles_equals_the_reference(monkeypatch):
     assert (rows, cols) == (70, 900)
     rows_small, cols_small = nb._tile_shape(900, 900, torch.device("cuda"), free=3000)
     assert rows_small == 1 and cols_small < 900
-    for shape in ((rows, cols), (37, cols_small)):
+    monkeypatch.setattr(nb, "GPU_TILE_COLS", 256)  # a corpus wider than a GPU tile: column tiles
+    wide = nb._tile_shape(900, 900, torch.device("cuda"), free=int(256 * 4 * nb.GPU_TILE_COPIES / nb.GPU_TILE_SHARE * 300))
+    assert wide == (300, 256)
+    for shape in ((rows, cols), (37, cols_small), wide):
         monkeypatch.setattr(nb, "CPU_TILE", shape)
         monkeypatch.setattr(nb, "CPU_COLLECT_TILE", shape)
         graph_cache.clear_memory()
@@ -777,6 +786,22 @@ def test_upload_narrows_on_the_host_and_widens_on_the_target():
     ro = np.lib.stride_tricks.as_strided(a32)  # a read-only view, as a memory map gives
     ro.flags.writeable = False
     assert torch.equal(to_tensor(ro, dtype=torch.float64, device="cpu"), torch.as_tensor(a32, dtype=torch.float64))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_a_resident_copy_serves_every_pass_on_the_gpu_cuda():
+    """Inside :func:`resident` every pass of :func:`iter_chunks` over the set reads its one device copy: the same
+    chunks and values as uploading each chunk, and the copy is dropped after the block."""
+    from embeval_report.kernels import device as kd
+
+    a32 = np.random.default_rng(31).standard_normal((1000, 7)).astype(np.float32)
+    cuda = torch.device("cuda")
+    plain = [c.cpu() for _, c in kd.iter_chunks(a32, device=cuda, rows=300)]
+    with kd.resident(a32, "cuda"):
+        assert id(a32) in kd._RESIDENT
+        held = [c.cpu() for _, c in kd.iter_chunks(a32, device=cuda, rows=300)]
+    assert id(a32) not in kd._RESIDENT and len(plain) == len(held) == 4
+    assert all(torch.equal(x, y) for x, y in zip(plain, held))
 
 
 def test_exact_matmul_guards_against_tf32_and_restores_the_callers_setting():
