@@ -21,6 +21,10 @@ On a machine where torch sees no CUDA device it prints one line saying so and ex
    computes it), since papermill and nbconvert need not be installed here; it gets the rest of the budget and
    says so when it does not finish.
 
+6. **Profiles** (only with ``--profile-dir``): ``torch.profiler`` tables and a ``cProfile`` of the exact search
+   (``--profile-n`` rows) and of the shared graph's sweep (half as many), one text file each, for the next step
+   when a target is missed.
+
 Prints one line per figure as it is measured and a summary table at the end. Each section runs in its own
 process (a fresh CUDA context; a timeout). ``--n``/``--d``/``--report-n`` shrink the sizes;
 ``--device cpu`` runs the same code on the CPU (a dry run of this script).
@@ -39,7 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 #: seconds each section may take at most (the intrinsic report: whatever is left of the budget)
-CAPS = {"tests": 100, "knn": 100, "isotropy": 45, "roundtrips": 45}
+CAPS = {"tests": 100, "knn": 140, "isotropy": 45, "roundtrips": 45, "profile": 90}
 TARGETS = {"knn": 10.0, "isotropy": 1.0, "report": 300.0}
 
 
@@ -77,6 +81,7 @@ def section_knn(a, dev) -> dict:
     import torch
 
     from embeval_report.kernels import neighbours as nb
+    from embeval_report.kernels.device import BF16
     from embeval_report.kernels.graph_cache import clear_memory
 
     k = 10
@@ -109,6 +114,9 @@ def section_knn(a, dev) -> dict:
     product = nb.exact_product(dev)
     t_search, ((idx2, _),) = _timed(lambda: nb._search(host, host, [(k, None)], "cosine", True, dev, None,
                                                         product=product)[0], dev)
+    torch.cuda.empty_cache() if dev.type == "cuda" else None
+    t_bf16, ((idx3, _),) = _timed(lambda: nb._search(host, host, [(k, None)], "cosine", True, dev, None,
+                                                      product=BF16)[0], dev)  # the other exact candidate product
     rows = np.sort(np.random.default_rng(1).choice(a.n, min(1000, a.n), replace=False))
     U64 = torch.nn.functional.normalize(X.double(), dim=1)
     S = U64[torch.as_tensor(rows, device=dev)] @ U64.T
@@ -118,6 +126,7 @@ def section_knn(a, dev) -> dict:
     order = torch.sort(sc, dim=1, descending=True, stable=True).indices[:, :k]
     ref = ref.gather(1, order).cpu().numpy()
     return dict(n=a.n, d=a.d, plain_s=t_plain, knn_s=t_knn, search_s=t_search, path=stats,
+                search_bf16_s=t_bf16, bf16_same=bool((idx3 == idx2).all()),
                 exact_rows=float((idx[rows] == ref).all(1).mean()), same_as_search=bool((idx == idx2).all()),
                 same_set_plain=float((np.sort(idx, 1) == np.sort(idx_plain, 1)).all(1).mean()))
 
@@ -172,6 +181,78 @@ def section_roundtrips(a, dev) -> dict:
     B = host @ np.linalg.qr(rng.standard_normal((a.d, a.d)))[0].astype(np.float32)
     pro = copies(lambda: procrustes_align(torch.as_tensor(host, device=dev), torch.as_tensor(B, device=dev)))
     return dict(n=n, boot10=b10, boot40=b40, procrustes=pro, cuda=dev.type == "cuda")
+
+
+def section_profile(a, dev) -> dict:
+    """Where the time of the exact search and of the shared graph's sweep goes: ``torch.profiler`` tables (by
+    device time and by host time) and a ``cProfile`` of the Python functions, at ``--profile-n`` rows, written to
+    ``--profile-dir`` (the next step's evidence when a target is missed)."""
+    import cProfile
+    import io
+    import pstats
+
+    import numpy as np
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from embeval_report.kernels import neighbours as nb
+    from embeval_report.kernels.graph_cache import clear_memory
+    from embeval_report.metrics.hubness_reduction import reduced_knn
+
+    os.makedirs(a.profile_dir, exist_ok=True)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    by = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"
+    out = {}
+    jobs = {"knn_search": (a.profile_n, lambda h: nb._search(h, h, [(10, None)], "cosine", True, dev, None,
+                                                             product=nb.exact_product(dev))),
+            "shared_graph": (a.profile_n // 2, lambda h: reduced_knn(h, 10, ("mutual_proximity",), with_cosine=True,
+                                                                      device=dev, desc=None))}
+    for name, (n, fn) in jobs.items():
+        host = _data(n, a.d, dev, seed=2).cpu().numpy()
+        clear_memory()
+        fn(host[:20_000])  # warm-up: kernels loaded, allocator primed
+        clear_memory()
+        prof_py = cProfile.Profile()
+        t = time.perf_counter()
+        with profile(activities=acts) as prof:
+            prof_py.enable()
+            fn(host)
+            _sync(dev)
+            prof_py.disable()
+        seconds = time.perf_counter() - t
+        text = io.StringIO()
+        pstats.Stats(prof_py, stream=text).sort_stats("cumulative").print_stats(40)
+        with open(os.path.join(a.profile_dir, f"{name}.txt"), "w") as f:
+            f.write(f"{name}: {n:,} x {a.d}, {seconds:.2f} s under the profilers\n\n")
+            f.write(prof.key_averages().table(sort_by=by, row_limit=30, max_name_column_width=60))
+            f.write("\n\n")
+            f.write(prof.key_averages().table(sort_by="cpu_time_total", row_limit=30, max_name_column_width=60))
+            f.write("\n\ncProfile, cumulative:\n" + text.getvalue())
+        out[name] = dict(n=n, seconds=seconds)
+        clear_memory()
+        torch.cuda.empty_cache() if dev.type == "cuda" else None
+    host = _data(a.profile_n, a.d, dev, seed=3).cpu().numpy()  # the pooled sweep: whole rows against column tiles
+    graphs, tiles = {}, {}
+    for cols in (None, nb.GPU_TILE_COLS):
+        nb.GPU_TILE_COLS = cols
+        clear_memory()
+        tiles[str(cols)], graphs[str(cols)] = _timed(lambda: reduced_knn(host, 10, ("mutual_proximity",),
+                                                                         with_cosine=True, device=dev, desc=None), dev)
+        torch.cuda.empty_cache() if dev.type == "cuda" else None
+    same = all(np.array_equal(x, y) for x, y in zip(*(_arrays(g) for g in graphs.values())))
+    out["sweep_cols"] = dict(n=a.profile_n, seconds=tiles, same=same)
+    return out
+
+
+def _arrays(found) -> list:
+    """The numpy arrays in a (nested) result, in order."""
+    import numpy as np
+
+    if isinstance(found, np.ndarray):
+        return [found]
+    if isinstance(found, dict):
+        found = list(found.values())
+    return [x for item in (found if isinstance(found, (list, tuple)) else []) for x in _arrays(item)]
 
 
 def section_report(a, dev) -> dict:
@@ -229,7 +310,7 @@ def _run_tests(timeout: float) -> dict:
 
 def _section(name: str, a, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--section", name, "--n", str(a.n), "--d", str(a.d), "--report-n",
-           str(a.report_n), "--device", a.device]
+           str(a.report_n), "--device", a.device, "--profile-n", str(a.profile_n), "--profile-dir", a.profile_dir]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, timeout), env=env)
@@ -251,7 +332,9 @@ def main() -> int:
     ap.add_argument("--d", type=int, default=768)
     ap.add_argument("--report-n", type=int, default=1_000_000)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip (tests, knn, isotropy, roundtrips, report)")
+    ap.add_argument("--profile-dir", default="", help="write profiles of the search and the shared graph here")
+    ap.add_argument("--profile-n", type=int, default=200_000, help="rows of the profiled search (the graph: half)")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip (tests, knn, isotropy, roundtrips, profile, report)")
     ap.add_argument("--section", help=argparse.SUPPRESS)
     a = ap.parse_args()
     import torch
@@ -259,7 +342,7 @@ def main() -> int:
     dev = torch.device(a.device)
     if a.section:
         fn = {"knn": section_knn, "isotropy": section_isotropy, "roundtrips": section_roundtrips,
-              "report": section_report}[a.section]
+              "profile": section_profile, "report": section_report}[a.section]
         print(json.dumps(fn(a, dev)), flush=True)
         return 0
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -276,8 +359,8 @@ def main() -> int:
         print(f"GPU tests (pytest -k cuda): {t['summary']} in {t['seconds']:.0f} s"
               + (f"; failed: {', '.join(t['failed'])}" if t["failed"] else "")
               + (f"; not importable here: {', '.join(t['uncollected'])}" if t["uncollected"] else ""), flush=True)
-    for sec in ("knn", "isotropy", "roundtrips", "report"):
-        if sec in skip:
+    for sec in ("knn", "isotropy", "roundtrips", "profile", "report"):
+        if sec in skip or (sec == "profile" and not a.profile_dir):
             continue
         left = a.budget - (time.perf_counter() - started)
         cap = left - 5 if sec == "report" else min(CAPS[sec], left - 5)
@@ -303,6 +386,9 @@ def _summary(res: dict, seconds: float) -> None:
                      "yes" if k["knn_s"] <= TARGETS["knn"] else "no"))
         rows.append(("  the search alone", f"{k['search_s']:.1f} s", f"{k['plain_s'] / k['search_s']:.2f} x torch",
                      "", ""))
+        rows.append(("  the search, bf16 candidates", f"{k['search_bf16_s']:.1f} s",
+                     f"{k['plain_s'] / k['search_bf16_s']:.2f} x torch", "same lists",
+                     "yes" if k["bf16_same"] else "NO"))
         rows.append(("  plain torch TF32 + topk", f"{k['plain_s']:.1f} s", "1.00", "", ""))
         rows.append(("  lists = float64 (1,000 rows)", f"{k['exact_rows']:.2%}", f"path {k['path'].get('product')}",
                      "100%", "yes" if k["exact_rows"] == 1.0 else "NO"))
@@ -331,6 +417,17 @@ def _summary(res: dict, seconds: float) -> None:
                      "no" if r["procrustes"][1] == 0 else "yes"))
     elif "roundtrips" in res:
         rows.append(("host round trips", res["roundtrips"].get("error", "?"), "", "", ""))
+    f = res.get("profile", {})
+    for name, v in f.items():
+        if name == "sweep_cols":
+            rows.append((f"shared graph {v['n']:,} rows: whole rows / column tiles",
+                         " / ".join(f"{x:.1f} s" for x in v["seconds"].values()), ", ".join(v["seconds"]),
+                         "same lists", "yes" if v["same"] else "NO"))
+        elif isinstance(v, dict):
+            rows.append((f"profile: {name} {v['n']:,} rows", f"{v['seconds']:.1f} s", "tables in --profile-dir", "",
+                         ""))
+        else:
+            rows.append(("profile", str(v), "", "", ""))
     p = res.get("report", {})
     if "total_s" in p:
         rows.append((f"intrinsic report {p['n']:,} x {p['d']}", f"{p['total_s']:.0f} s", "", f"<= {TARGETS['report']:.0f} s",
