@@ -788,18 +788,24 @@ def test_upload_narrows_on_the_host_and_widens_on_the_target():
     assert torch.equal(to_tensor(ro, dtype=torch.float64, device="cpu"), torch.as_tensor(a32, dtype=torch.float64))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-def test_a_resident_copy_serves_every_pass_on_the_gpu_cuda():
-    """Inside :func:`resident` every pass of :func:`iter_chunks` over the set reads its one device copy: the same
-    chunks and values as uploading each chunk, and the copy is dropped after the block."""
+def test_a_resident_copy_serves_every_pass(monkeypatch, device):
+    """Inside :func:`resident` (on a GPU; on the CPU the copy is put in place by hand) every pass of
+    :func:`iter_chunks` over the set reads its one device copy, uploading nothing: the same chunks and values as
+    uploading each chunk. The device may be named without its index (``cuda`` for ``cuda:0``)."""
     from embeval_report.kernels import device as kd
 
     a32 = np.random.default_rng(31).standard_normal((1000, 7)).astype(np.float32)
-    cuda = torch.device("cuda")
-    plain = [c.cpu() for _, c in kd.iter_chunks(a32, device=cuda, rows=300)]
-    with kd.resident(a32, "cuda"):
+    dev = torch.device(device)
+    plain = [c.cpu() for _, c in kd.iter_chunks(a32, device=dev, rows=300)]
+    with kd.resident(a32, device):
+        if dev.type == "cpu":
+            kd._RESIDENT[id(a32)] = (a32, torch.as_tensor(a32))
         assert id(a32) in kd._RESIDENT
-        held = [c.cpu() for _, c in kd.iter_chunks(a32, device=cuda, rows=300)]
+        monkeypatch.setattr(kd, "to_tensor", lambda *a, **k: pytest.fail("a chunk was uploaded"))
+        held = [c.cpu() for _, c in kd.iter_chunks(a32, device=dev, rows=300)]
+        monkeypatch.undo()
+        if dev.type == "cpu":
+            del kd._RESIDENT[id(a32)]
     assert id(a32) not in kd._RESIDENT and len(plain) == len(held) == 4
     assert all(torch.equal(x, y) for x, y in zip(plain, held))
 

@@ -283,8 +283,7 @@ def iter_chunks(X, *, device: torch.device, dtype=torch.float64, rows: int | Non
     starts = range(0, n, rows)
     if desc:
         starts = progress(starts, desc=desc, total=len(starts))
-    held = _RESIDENT.get(id(X))
-    held = held[1] if held is not None and held[0] is X and held[1].device == torch.device(device) else None
+    held = _resident_copy(X, torch.device(device))
     for s in starts:
         yield s, (to_tensor(X[s:s + rows], dtype=dtype, device=device) if held is None
                   else held[s:s + rows].to(dtype))
@@ -294,6 +293,15 @@ def iter_chunks(X, *, device: torch.device, dtype=torch.float64, rows: int | Non
 _RESIDENT: dict[int, tuple[np.ndarray, torch.Tensor]] = {}
 #: share of the free GPU memory a resident copy may take
 RESIDENT_SHARE = 0.25
+
+
+def _resident_copy(X, device: torch.device) -> torch.Tensor | None:
+    """The device copy of ``X`` made by :func:`resident` when it is on ``device`` (``cuda`` is ``cuda:0``'s name
+    when no index is given), else None."""
+    held = _RESIDENT.get(id(X))
+    if held is None or held[0] is not X or held[1].device.type != device.type:
+        return None
+    return held[1] if device.index is None or held[1].device.index == device.index else None
 
 
 @contextmanager
