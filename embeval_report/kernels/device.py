@@ -286,7 +286,7 @@ def iter_chunks(X, *, device: torch.device, dtype=torch.float64, rows: int | Non
     held = _resident_copy(X, torch.device(device))
     for s in starts:
         yield s, (to_tensor(X[s:s + rows], dtype=dtype, device=device) if held is None
-                  else held[s:s + rows].to(dtype))
+                  else held[s:s + rows].to(dtype, copy=True))  # a chunk of its own, as an upload gives
 
 
 #: arrays with a device copy (:func:`resident`): id -> (array, device tensor)
