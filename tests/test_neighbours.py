@@ -833,3 +833,19 @@ def test_exact_matmul_guards_against_tf32_and_restores_the_callers_setting():
     finally:
         cuda.fp32_precision, mkldnn.fp32_precision = saved
 
+
+
+def test_mask_indices_equal_torch_nonzero():
+    """The NumPy-backed indices of boolean masks equal torch's ``nonzero`` (row-major order, int64), also for
+    empty, transposed and strided masks."""
+    from embeval_report.kernels.device import mask_indices, true_indices
+
+    rng = np.random.default_rng(32)
+    for shape in [(5, 7), (0, 3), (4, 0), (300, 128)]:
+        mask = torch.from_numpy(rng.random(shape) < 0.1)
+        for m in (mask, mask.T, mask[::2]):
+            got, want = mask_indices(m), m.nonzero(as_tuple=True)
+            assert all(g.dtype == torch.int64 and torch.equal(g, w) for g, w in zip(got, want))
+    flat = torch.from_numpy(rng.random(50) < 0.3)
+    for m in (flat, flat[::3]):
+        assert torch.equal(true_indices(m), m.nonzero().squeeze(1))

@@ -207,6 +207,21 @@ def exact_product(device: torch.device, metric: str = "cosine") -> Product:
     return BF16 if cpu_has_bf16() and metric != "euclidean" else FP32
 
 
+def mask_indices(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``mask.nonzero(as_tuple=True)`` of a 2-D boolean mask: its (rows, columns) in row-major order. On the CPU by
+    NumPy's ``flatnonzero``, six times faster than torch's ``nonzero`` on the sparse masks of the sweeps' merges
+    (1,024 x 128: 0.02 against 0.13 ms)."""
+    if mask.device.type != "cpu":
+        return mask.nonzero(as_tuple=True)
+    rows, cols = np.divmod(np.flatnonzero(mask.numpy()), max(mask.shape[1], 1))
+    return torch.from_numpy(rows), torch.from_numpy(cols)
+
+
+def true_indices(mask: torch.Tensor) -> torch.Tensor:
+    """``mask.nonzero().squeeze(1)`` of a 1-D boolean mask (on the CPU by NumPy, as :func:`mask_indices`)."""
+    return torch.from_numpy(np.flatnonzero(mask.numpy())) if mask.device.type == "cpu" else mask.nonzero().squeeze(1)
+
+
 def chunk_budget() -> int:
     """Bytes one chunk of work may use: a sixteenth of the context's memory budget when one was set, else
     :data:`CHUNK_BYTES` (read at call time: tests shrink it to force many chunks)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from .candidates import GROUP
+from .device import mask_indices, true_indices
 
 #: plain rows are merged in buckets by their number of groups above the k-th score (at most 4, 5 to 8, more)
 GROUP_BUCKETS = (4, 8)
@@ -60,7 +61,7 @@ class RunningTopK:
             if floor is None:
                 values = self.scorer.scores(rows[:, None], cols, values)
             else:
-                r, c = (values > floor[:, None]).nonzero(as_tuple=True)
+                r, c = mask_indices(values > floor[:, None])
                 scored = torch.full_like(values, -torch.inf)
                 scored[r, c] = self.scorer.scores(rows[r], cols[r, c], values[r, c])
                 values = scored
@@ -95,14 +96,14 @@ class RunningTopK:
             hits = (group_max > limit[:, None]).sum(1)
             bounds = [0, *GROUP_BUCKETS, group_max.shape[1]]
             for low, high in zip(bounds, bounds[1:]):
-                at = ((hits > low) & (hits <= high)).nonzero().squeeze(1)
+                at = true_indices((hits > low) & (hits <= high))
                 if len(at):
                     chosen = torch.topk(group_max[at], min(self.k, int(hits[at].max())), dim=1).indices
                     values = groups[at[:, None], chosen].view(len(at), -1)
                     self._merge(at, values, lambda p: offset + chosen.gather(1, p // GROUP) * GROUP + p % GROUP)
             return
         if group_max.shape[1] > PRESCORED_GROUPS:
-            at = ((group_max > limit[:, None]).sum(1) > PRESCORED_GROUPS).nonzero().squeeze(1)
+            at = true_indices((group_max > limit[:, None]).sum(1) > PRESCORED_GROUPS)
             if len(at):
                 chosen = torch.topk(group_max[at], PRESCORED_GROUPS, dim=1).indices
                 self._merge_above(at.repeat_interleave(PRESCORED_GROUPS), chosen.flatten(), groups, limit, offset,
@@ -110,12 +111,12 @@ class RunningTopK:
                 group_max = group_max.clone()
                 group_max[at[:, None], chosen] = -torch.inf
                 limit = self._limit(rows, base)
-        self._merge_above(*(group_max > limit[:, None]).nonzero(as_tuple=True), groups, limit, offset, base)
+        self._merge_above(*mask_indices(group_max > limit[:, None]), groups, limit, offset, base)
 
     def _merge_above(self, r, g, groups, limit, offset: int, base: int) -> None:
         """Re-score and merge the entries above their row's ``limit`` in groups ``g`` of rows ``r`` (in order)."""
         vals = groups[r, g]
-        p, e = (vals > limit[r, None]).nonzero(as_tuple=True)
+        p, e = mask_indices(vals > limit[r, None])
         if len(p):
             at, cols = r[p], offset + g[p] * GROUP + e
             self._merge_entries(at, cols, self.scorer.scores(base + at, cols, vals[p, e]))
@@ -129,12 +130,12 @@ class RunningTopK:
         for low, high in zip(bounds, bounds[1:]):
             if high <= low:
                 continue
-            rows = ((counts > low) & (counts <= high)).nonzero().squeeze(1)
+            rows = true_indices((counts > low) & (counts <= high))
             if len(rows) == 0:
                 continue
             slot = torch.full_like(counts, -1)
             slot[rows] = torch.arange(len(rows), device=at.device)
-            mine = (slot[at] >= 0).nonzero().squeeze(1)
+            mine = true_indices(slot[at] >= 0)
             width = int(counts[rows].max())
             dense = torch.full((len(rows), width), -torch.inf, dtype=values.dtype, device=at.device)
             where = torch.zeros((len(rows), width), dtype=torch.int64, device=at.device)
