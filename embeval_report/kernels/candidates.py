@@ -60,13 +60,9 @@ class _Rows64:
     def __len__(self) -> int:
         return len(self.X32)
 
-    @property
-    def width(self) -> int:
-        return self.X32.shape[1]
-
     def gather(self, idx: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
         """``self[idx]`` for a 2-D index ``idx`` (m, c), written into the start of ``buffer`` (at least m c rows of
-        float64, :attr:`width` wide) when the float64 rows are held whole: the same rows, without allocating."""
+        float64, as wide as the rows) when the float64 rows are held whole: the same rows, without allocating."""
         if self.whole is None:
             return self[idx]
         flat = idx.reshape(-1)
@@ -242,7 +238,7 @@ def _exact_scores(corpus64: _Rows64, sq64, q64: torch.Tensor, cand: torch.Tensor
     if step >= len(cand):
         exact = torch.bmm(corpus64[cand], q64[:, :, None])[:, :, 0]
     else:  # the pieces' rows gathered into one buffer: a fresh 2 MiB allocation per piece took half the time
-        buffer = torch.empty(step * cand.shape[1], corpus64.width, dtype=torch.float64, device=cand.device)
+        buffer = torch.empty(step * cand.shape[1], q64.shape[1], dtype=torch.float64, device=cand.device)
         exact = torch.cat([torch.bmm(corpus64.gather(cand[s:s + step], buffer), q64[s:s + step, :, None])[:, :, 0]
                            for s in range(0, len(cand), step)])
     if metric == "euclidean":

@@ -226,13 +226,9 @@ def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, le
     def compute(w=None):
         N, s, G = cov_m.total(w)
         eig = np.linalg.eigvalsh(covariance_from_moments(N, s, G))
-        vals = spectral_metrics(eig, d)
-        if no_variance(eig, scale):
-            vals = {k: float("nan") for k in vals}
         _, su, Gu = cos_m.total(w)
         same = float(cos_m.count @ (np.ones_like(cos_m.count) if w is None else w ** 2))
-        vals["apcs"], vals["apcs_std"] = cosine_moments(su, Gu, N, same)
-        return vals, eig
+        return _moment_values(eig, d, scale, float(su @ su), float((Gu * Gu).sum()), N, same), eig
 
     values, eig = compute()
     if no_variance(eig, scale):
@@ -293,14 +289,18 @@ def _batched_replicates(plan, cov_m, cos_m, d: int, scale: float, seed: int, dev
         eig.append(torch.linalg.eigvalsh(cov))
         gg.append(((w @ Gu) ** 2).sum(1))
     host = [t.cpu().numpy() for t in (torch.cat(eig), N, (su * su).sum(1), torch.cat(gg), same)]
-    out = []
-    for e, n_r, ss, g2, sm in zip(*host):
-        vals = spectral_metrics(e, d)
-        if no_variance(e, scale):
-            vals = {k: float("nan") for k in vals}
-        vals["apcs"], vals["apcs_std"] = cosine_moments_of_sums(float(ss), float(g2), float(n_r), float(sm))
-        out.append(vals)
-    return out
+    return [_moment_values(e, d, scale, float(ss), float(g2), float(n_r), float(sm)) for e, n_r, ss, g2, sm in zip(*host)]
+
+
+def _moment_values(eig: np.ndarray, d: int, scale: float, ss: float, gg: float, n: float, same: float) -> dict:
+    """:func:`measure_isotropy`'s values of the set or one replicate: the spectral metrics of the covariance
+    spectrum ``eig`` (NaN when no variance is left) and the cosine mean and sd from the unit rows' sums
+    (:func:`cosine_moments_of_sums`)."""
+    vals = spectral_metrics(eig, d)
+    if no_variance(eig, scale):
+        vals = {k: float("nan") for k in vals}
+    vals["apcs"], vals["apcs_std"] = cosine_moments_of_sums(ss, gg, n, same)
+    return vals
 
 
 def isotropy_by_group(X, groups, *, min_size: int = 20, n_boot: int = 100, seed: int = 0, device="auto"
