@@ -220,6 +220,71 @@ def test_mutual_proximity_merges_the_best_groups_first_and_rescores_less(monkeyp
     assert n_first < 0.8 * n_plain, (n_first, n_plain)
 
 
+def test_the_triangle_sweep_on_two_workers_equals_one_thread(monkeypatch):
+    """With two torch threads the triangle's tiles run on two workers side by side (tiles.upper_triangle): every
+    list, float64 score and potential equals the one-thread row-by-row sweep's, bit for bit (8 blocks, exact
+    duplicates across blocks)."""
+    from embeval_report.metrics import hubness_reduction as hr
+
+    rng = np.random.default_rng(5)
+    X = (rng.standard_normal((6, 16))[rng.integers(0, 6, 1000)] + 0.3 * rng.standard_normal((1000, 16))
+         ).astype(np.float32)
+    X[np.r_[7, 400:405, 990]] = X[7]  # exact copies in three blocks
+    monkeypatch.setattr(nb, "CPU_TILE", (128, 4096))
+    cpu, saved, got = torch.device("cpu"), torch.get_num_threads(), {}
+    pools = []
+    real = nb.upper_triangle
+    monkeypatch.setattr(nb, "upper_triangle", lambda *a, **kw: (pools.append(a[4] is not None), real(*a, **kw))[1])
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            mp = hr._MutualProximity(hr.cosine_mean_sd(X, device="cpu"), cpu)
+            got[threads] = nb._search(X, X, [(9, None), (9, mp)], "cosine", True, cpu, None, potential_t=2.0,
+                                      product=nb.FP32)
+    finally:
+        torch.set_num_threads(saved)
+    assert pools == [False, True]
+    (one, one_potential), (two, two_potential) = got[1], got[2]
+    for (i1, v1), (i2, v2) in zip(one, two):
+        np.testing.assert_array_equal(i1, i2)
+        np.testing.assert_array_equal(v1, v2)
+    np.testing.assert_array_equal(one_potential, two_potential)
+
+
+def test_upper_triangle_keeps_each_blocks_order_on_two_workers():
+    """Side by side, a tile starts only after the tile left of it and the tile above it: each block sees its column's
+    tiles, then its row's, in order (as row by row), rows finish in order, and a tile's error reaches the caller."""
+    import queue
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    blocks, seen, finished, lock = 7, {b: [] for b in range(7)}, [], threading.Lock()
+
+    def tile(i, j, buffer):
+        time.sleep(0.001 * ((i * 7 + j) % 3))  # uneven tiles
+        with lock:
+            seen[i].append((i, j))
+            if j != i:
+                seen[j].append((i, j))
+
+    buffers = queue.SimpleQueue()
+    for _ in range(2):
+        buffers.put(None)
+    with ThreadPoolExecutor(2) as pool:
+        assert kt.upper_triangle(blocks, tile, lambda i: finished.append(i) or i, buffers, pool) == sum(range(7))
+    for b in range(blocks):  # block b: tiles (0, b) ... (b - 1, b), then (b, b) ... (b, 6)
+        assert seen[b] == [(i, b) for i in range(b)] + [(b, j) for j in range(b, blocks)]
+    assert finished == list(range(blocks))
+
+    def failing(i, j, buffer):
+        if (i, j) == (2, 4):
+            raise RuntimeError("tile (2, 4)")
+
+    with ThreadPoolExecutor(2) as pool, pytest.raises(RuntimeError, match="tile"):
+        kt.upper_triangle(blocks, failing, lambda i: 0, buffers, pool)
+
+
 def test_the_triangle_sweep_is_exact(monkeypatch):
     """The set's own sweep on the CPU (the Gram's upper triangle in square tiles, each tile read transposed for the
     rows of its columns): cosine and mutual-proximity lists equal to the float64 references and to the row-tile

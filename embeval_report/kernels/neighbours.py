@@ -14,7 +14,8 @@ the lower index first, however many rows tie).
   (:func:`~.tiles.sweep_tiles`, :class:`~.tiles.RunningTopK`, :class:`~.tiles.RowPotential`) runs on float32
   products; its plain graph keeps :data:`RERANK` extra candidates, proven complete by the float32 bound or
   searched again (:func:`~.candidates._bounded_lists`). The set's own sweep on the CPU computes only the upper
-  triangle of the Gram and feeds each tile to both blocks (:func:`~.tiles.feed_views`).
+  triangle of the Gram and feeds each tile to both blocks (:func:`~.tiles.feed_views`), two tiles at a time on
+  two workers (:func:`~.tiles.upper_triangle`).
 
 ``benchmarks/bench_knn.py`` gives the ratios to faiss-cpu, the float32 GEMM and scikit-learn.
 """
@@ -56,7 +57,7 @@ from .device import (
 from .graph_cache import cached_graph, cached_products, stored_product
 from .graph_cache import folder as graph_folder
 from .prefetch import read_rows
-from .tiles import RowPotential, RunningTopK, feed_views, first_columns, sweep_tiles
+from .tiles import RowPotential, RunningTopK, feed_views, first_columns, sweep_tiles, upper_triangle
 
 #: candidates per row beyond k in a search whose candidates come from bfloat16 or TF32 products, proven
 #: complete by their error bound (rows the pool cannot prove are searched again)
@@ -305,8 +306,9 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
     starts = range(0, len(Q), rows)
     out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]
     log_potential = np.empty(len(Q)) if potential_t is not None else None
+    pair = halves and torch.get_num_threads() > 1  # two workers take the triangle's tiles (symmetric)
     buffers = queue.SimpleQueue()
-    for _ in range(workers):
+    for _ in range(2 if pair else workers):
         buffers.put(torch.empty(rows * cols, dtype=dtype, device=dev))
     n_avail = n - int(drop_self)
 
@@ -382,37 +384,48 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
                     buffer=buffer)
         return finish(s, q64, blk, tops, potential)
 
-    def symmetric() -> int:
+    def symmetric(pool) -> int:
         """Every block's lists and potential from the tiles of the Gram's upper triangle (the self sweep of an
         in-memory set on the CPU: half the products). Tile (s, t) of query blocks s <= t feeds block s's rows
         (:func:`~.tiles.feed_views`) and, for t > s, block t's rows through its transpose; block s is finished once its
         own row of tiles is done, as every column left of it came from the blocks before. The first columns
-        (corpus columns 0, 1, ...) start every row's top-k, as in :func:`sweep_tiles`."""
-        buffer, again = buffers.get(), 0
+        (corpus columns 0, 1, ...) start every row's top-k, as in :func:`sweep_tiles`. ``pool``: two workers take
+        the tiles side by side (:func:`~.tiles.upper_triangle`; every block gets the same calls in the same order)."""
         held = {s: consumers(s) for s in starts}
         first = first_columns(held[0][0])
-        for i, s in enumerate(progress(starts, desc=desc, total=len(starts)) if desc else starts):
-            q64, q, blk = inputs(s)
-            m = len(q)
-            tops, potential = held.pop(s)
-            for t in starts[i:]:
-                w = min(rows, len(Q) - t)
-                tile = buffer[:m * w].view(m, w)
-                torch.matmul(q, corpus_t[:, t:t + w], out=tile)
-                if t == s:
-                    tile.diagonal().fill_(-torch.inf)  # the rows themselves
-                feed_views(tops, tile, min(w, first) if t == 0 else 0, t, s)
-                if t != s:
-                    feed_views(held[t][0], tile, min(m, first) if s == 0 else 0, s, t, transposed=True)
-                if potential is not None:
-                    potential.add_tile(tile, held[t][1] if t != s else None)
-            again += finish(s, q64, blk, tops, potential)
-        buffers.put(buffer)
-        return again
+        given = {}
+
+        def tile(i: int, j: int, buffer) -> None:
+            s, t = starts[i], starts[j]
+            if s == t:  # a row's first tile
+                given[s] = inputs(s)
+            q = given[s][1]
+            m, w = len(q), min(rows, len(Q) - t)
+            tile = buffer[:m * w].view(m, w)
+            torch.matmul(q, corpus_t[:, t:t + w], out=tile)
+            if t == s:
+                tile.diagonal().fill_(-torch.inf)  # the rows themselves
+            tops, potential = held[s]
+            feed_views(tops, tile, min(w, first) if t == 0 else 0, t, s)
+            if t != s:
+                feed_views(held[t][0], tile, min(m, first) if s == 0 else 0, s, t, transposed=True)
+            if potential is not None:
+                potential.add_tile(tile, held[t][1] if t != s else None)
+
+        def finish_row(i: int) -> int:
+            s = starts[i]
+            q64, _, blk = given.pop(s)
+            return finish(s, q64, blk, *held.pop(s))
+
+        return upper_triangle(len(starts), tile, finish_row, buffers, pool,
+                              rows=(lambda r: progress(r, desc=desc, total=len(starts))) if desc else None)
 
     with FP32.matmul() if product is None else product.matmul():
-        if halves:
-            searched_again = symmetric()
+        if halves and pair:
+            with _one_thread_each(2) as pool:
+                searched_again = symmetric(pool)
+        elif halves:
+            searched_again = symmetric(None)
         elif workers > 1:
             with _one_thread_each(workers) as pool:
                 done = pool.map(block, starts)

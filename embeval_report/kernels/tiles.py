@@ -4,6 +4,8 @@ order (:class:`RunningTopK`), the rows' Gaussian potential (:class:`RowPotential
 :mod:`.neighbours` drives them."""
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from .candidates import GROUP
@@ -259,3 +261,79 @@ def feed_view(consumer: RunningTopK, tile: torch.Tensor, first: int, offset: int
         cols = (offset + full + torch.arange(w - full, device=tile.device)).expand(m, -1)
         consumer.merge_columns(rows, tile[full:w].T if transposed else tile[:, full:w], cols, base)
     return grouped
+
+
+def upper_triangle(blocks: int, run_tile, finish_row, buffers, pool=None, workers: int = 2, rows=None) -> int:
+    """Run ``run_tile(i, j, buffer)`` for every tile i <= j of a triangle of ``blocks`` x ``blocks`` tiles and
+    ``finish_row(i)`` (returning a count, summed) once row i's tiles are done; ``buffers``: a queue of tile buffers.
+
+    Without ``pool``: row by row. With ``pool`` (an executor of ``workers`` threads): the workers take tiles side by
+    side, each tile (i, j) once (i, j - 1) and (i - 1, j) are done, so that the tiles touching a block (those of its
+    row and of its column) still run one at a time and in row order, and every block gets the same calls in the same
+    order as row by row; this thread finishes the rows in order. ``rows``: wraps the iterable of row numbers (a
+    progress bar)."""
+    order = rows or (lambda r: r)
+    if pool is None:
+        buffer, again = buffers.get(), 0
+        for i in order(range(blocks)):
+            for j in range(i, blocks):
+                run_tile(i, j, buffer)
+            again += finish_row(i)
+        buffers.put(buffer)
+        return again
+    state = threading.Condition()
+    done = [i - 1 for i in range(blocks)]  # per row: its last column done
+    running = [False] * blocks
+    left = [blocks * (blocks + 1) // 2]
+    failed: list[BaseException] = []
+
+    def ready():
+        for i in range(blocks):
+            j = done[i] + 1
+            if j < blocks and not running[i] and (i == 0 or done[i - 1] >= j):
+                return i, j
+        return None
+
+    def work() -> None:
+        buffer = buffers.get()
+        try:
+            while True:
+                with state:
+                    while not failed and left[0] and (tile := ready()) is None:
+                        state.wait()
+                    if failed or not left[0]:
+                        return
+                    running[tile[0]], left[0] = True, left[0] - 1
+                try:
+                    run_tile(*tile, buffer)
+                except BaseException as error:
+                    failed.append(error)
+                    raise
+                finally:
+                    with state:
+                        running[tile[0]], done[tile[0]] = False, tile[1]
+                        state.notify_all()
+        finally:
+            buffers.put(buffer)
+
+    running_workers = [pool.submit(work) for _ in range(workers)]
+    again = 0
+    try:
+        for i in order(range(blocks)):
+            with state:
+                while not failed and done[i] < blocks - 1:
+                    state.wait()
+            if failed:
+                break
+            again += finish_row(i)
+    except BaseException as error:
+        with state:
+            failed.append(error)
+            state.notify_all()
+        raise
+    finally:
+        for worker in running_workers:
+            worker.exception()
+    if failed:
+        raise failed[0]
+    return again
