@@ -63,7 +63,8 @@ def test_all_pairs_potential_and_uniformity_on_every_device(device, monkeypatch)
 @pytest.mark.parametrize("in_memory", [True, False])
 def test_pair_cosines_equal_scipy_with_zero_rows_and_a_transform(in_memory, monkeypatch):
     """Cosines of given pairs against scipy's cosine distance, a zero row giving 0 (as unit rows do), through a
-    row transform, with rows gathered directly (a set within the budget) or in one ascending read (beyond it)."""
+    row transform, with rows gathered directly (a set within the budget) or in one ascending read (beyond it);
+    with each row's norm once (many pairs) or each pair's (few) the same numbers."""
     from scipy.spatial.distance import cosine
 
     from embeval_report.context import ComputeContext
@@ -80,6 +81,8 @@ def test_pair_cosines_equal_scipy_with_zero_rows_and_a_transform(in_memory, monk
     X64 = X.astype(np.float64)
     want = np.array([0.0 if not X64[a].any() or not X64[b].any() else 1 - cosine(X64[a], X64[b]) for a, b in zip(i, j)])
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-14)
+    # fewer pairs than rows: each pair's norms, not each row's once; the same numbers, bit for bit
+    np.testing.assert_array_equal(pair_cosines(X, i[:20], j[:20], device="cpu"), got[:20])
     shift = np.linspace(-1, 1, 7)
     moved = pair_cosines(X, i, j, transform=lambda rows: rows + torch.as_tensor(shift), device="cpu")
     Y = X64 + shift
