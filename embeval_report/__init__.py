@@ -15,16 +15,33 @@ The functions a user calls most are importable from here, e.g.::
 
     from embeval_report import evaluate, compare, load_source, measure_isotropy
 """
-from .errors import ChapterSkipped, InputError, UndefinedMetricWarning  # noqa: E402
-from .io import EmbeddingSet, load_source, load_vectors  # noqa: E402
-from .metrics.isotropy import all_but_the_top, all_but_the_top_effect, measure_isotropy, spectral_metrics  # noqa: E402
-from .metrics.spec import Metric, MetricSpec  # noqa: E402
-from .chapters.recorder import Recorder  # noqa: E402
-from .settings import ChapterSettings  # noqa: E402
-from .version import __version__  # noqa: E402
-from .api import Comparison, Report, compare, evaluate  # noqa: E402
-from .stats import basic_interval, bootstrap_ci  # noqa: E402
+from __future__ import annotations
 
-__all__ = ["evaluate", "compare", "Report", "Comparison", "InputError", "ChapterSkipped", "UndefinedMetricWarning", "EmbeddingSet", "load_source", "load_vectors",
-           "measure_isotropy", "all_but_the_top", "all_but_the_top_effect", "spectral_metrics", "Metric",
-           "MetricSpec", "Recorder", "ChapterSettings", "bootstrap_ci", "basic_interval", "__version__"]
+import importlib
+
+#: the names importable from here -> the module that defines them, imported on first use (PEP 562), so that the
+#: command line starts without torch and can start the chapter kernels' template while it imports the rest
+_EXPORTS = {"ChapterSkipped": ".errors", "InputError": ".errors", "UndefinedMetricWarning": ".errors",
+            "EmbeddingSet": ".io", "load_source": ".io", "load_vectors": ".io",
+            "all_but_the_top": ".metrics.isotropy", "all_but_the_top_effect": ".metrics.isotropy",
+            "measure_isotropy": ".metrics.isotropy", "spectral_metrics": ".metrics.isotropy",
+            "Metric": ".metrics.spec", "MetricSpec": ".metrics.spec", "Recorder": ".chapters.recorder",
+            "ChapterSettings": ".settings", "__version__": ".version", "Comparison": ".api", "Report": ".api",
+            "compare": ".api", "evaluate": ".api", "basic_interval": ".stats", "bootstrap_ci": ".stats"}
+
+__all__ = ["evaluate", "compare", "Report", "Comparison", "InputError", "ChapterSkipped", "UndefinedMetricWarning",
+           "EmbeddingSet", "load_source", "load_vectors", "measure_isotropy", "all_but_the_top",
+           "all_but_the_top_effect", "spectral_metrics", "Metric", "MetricSpec", "Recorder", "ChapterSettings",
+           "bootstrap_ci", "basic_interval", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
