@@ -227,7 +227,13 @@ def test_a_second_run_into_the_same_folder_is_refused_or_waits(tmp_path, capsys)
     assert f"another run is writing this folder (pid {first.pid} on {socket.gethostname()}, started" in line
     assert "--wait" in line
 
-    waiting = _cli(["run", str(vecs), "--out", str(out), *RUN, "--wait"])
+    os.kill(first.pid, signal.SIGSTOP)  # the first run holds the lock until the second says it waits (not a race)
+    try:
+        waiting = _cli(["run", str(vecs), "--out", str(out), *RUN, "--wait"])
+        said = _lines_until(waiting.stderr, "waiting for the run writing this folder", timeout=120)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    assert f"waiting for the run writing this folder (pid {first.pid}" in said[-1]
     both = []  # the two runs' staging folders seen at the same time (never, with the lock)
     while first.poll() is None:
         if list(tmp_path.glob(f".o.partial-{first.pid}@*")) and list(tmp_path.glob(f".o.partial-{waiting.pid}@*")):
@@ -236,9 +242,26 @@ def test_a_second_run_into_the_same_folder_is_refused_or_waits(tmp_path, capsys)
     _, err1 = first.communicate(timeout=300)
     assert first.returncode == 0, err1
     _, err2 = waiting.communicate(timeout=300)
-    assert waiting.returncode == 0, err2
-    assert f"waiting for the run writing this folder (pid {first.pid}" in err2 and both == []
+    assert waiting.returncode == 0, "".join(said) + err2
+    assert both == []
     assert (out / "report.html").exists() and leftovers(tmp_path, "o") == []
+
+
+def _lines_until(stream, text: str, *, timeout: float) -> list[str]:
+    """The lines read from ``stream`` up to the first that contains ``text`` (failing after ``timeout`` seconds)."""
+    lines: list[str] = []
+
+    def read():
+        for line in stream:
+            lines.append(line)
+            if text in line:
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert lines and text in lines[-1], f"no line with {text!r} within {timeout} s: {''.join(lines)}"
+    return lines
 
 
 def test_the_lock_is_taken_over_from_a_run_that_is_gone(tmp_path):
