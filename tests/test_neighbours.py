@@ -223,7 +223,7 @@ def test_mutual_proximity_merges_the_best_groups_first_and_rescores_less(monkeyp
 def test_the_triangle_sweep_on_two_workers_equals_one_thread(monkeypatch):
     """With two torch threads the triangle's tiles run on two workers side by side (tiles.upper_triangle): every
     list, float64 score and potential equals the one-thread row-by-row sweep's, bit for bit (8 blocks, exact
-    duplicates across blocks)."""
+    duplicates across blocks); with four, two workers of two threads each give the same lists."""
     from embeval_report.metrics import hubness_reduction as hr
 
     rng = np.random.default_rng(5)
@@ -236,19 +236,24 @@ def test_the_triangle_sweep_on_two_workers_equals_one_thread(monkeypatch):
     real = nb.upper_triangle
     monkeypatch.setattr(nb, "upper_triangle", lambda *a, **kw: (pools.append(a[4] is not None), real(*a, **kw))[1])
     try:
-        for threads in (1, 2):
+        for threads in (1, 2, 4):
             torch.set_num_threads(threads)
             mp = hr._MutualProximity(hr.cosine_mean_sd(X, device="cpu"), cpu)
             got[threads] = nb._search(X, X, [(9, None), (9, mp)], "cosine", True, cpu, None, potential_t=2.0,
                                       product=nb.FP32)
     finally:
         torch.set_num_threads(saved)
-    assert pools == [False, True]
+    assert pools == [False, True, True]
     (one, one_potential), (two, two_potential) = got[1], got[2]
     for (i1, v1), (i2, v2) in zip(one, two):
         np.testing.assert_array_equal(i1, i2)
         np.testing.assert_array_equal(v1, v2)
     np.testing.assert_array_equal(one_potential, two_potential)
+    four, four_potential = got[4]  # two workers of two threads each: the same lists (sums to rounding)
+    for (i1, v1), (i4, v4) in zip(one, four):
+        np.testing.assert_array_equal(i1, i4)
+        np.testing.assert_allclose(v1, v4, rtol=1e-6)
+    np.testing.assert_allclose(one_potential, four_potential, rtol=1e-12)
 
 
 def test_upper_triangle_keeps_each_blocks_order_on_two_workers():

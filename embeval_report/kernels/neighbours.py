@@ -422,12 +422,12 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
 
     with FP32.matmul() if product is None else product.matmul():
         if halves and pair:
-            with _one_thread_each(2) as pool:
+            with _threads_each(2, torch.get_num_threads() // 2) as pool:  # half the threads each
                 searched_again = symmetric(pool)
         elif halves:
             searched_again = symmetric(None)
         elif workers > 1:
-            with _one_thread_each(workers) as pool:
+            with _threads_each(workers) as pool:
                 done = pool.map(block, starts)
                 searched_again = sum(progress(done, desc=desc, total=len(starts)) if desc else done)
         else:
@@ -440,14 +440,14 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
 
 
 @contextmanager
-def _one_thread_each(workers: int):
-    """A pool of ``workers`` threads whose torch operations each run on one thread (the process's torch thread
-    count is 1 inside the block and restored after): independent query blocks side by side, without the
+def _threads_each(workers: int, each: int = 1):
+    """A pool of ``workers`` threads whose torch operations, like this thread's, each run on ``each`` threads (the
+    process's torch thread count is restored after the block): independent work side by side, without the
     synchronisation of every small operation across threads."""
     saved = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(each)
     try:
-        with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(each,)) as pool:
             yield pool
     finally:
         torch.set_num_threads(saved)
