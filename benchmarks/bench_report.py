@@ -6,7 +6,7 @@ then runs ``embeval-report run`` on the set with HTML output only and reports ea
 seconds from ``run.json``, as seconds and as multiples of that GEMM. The issue's target for
 100 000 x 384 on the 2-core CPU machine: the whole report within 4 GEMMs.
 
-Usage: ``python benchmarks/bench_report.py [--n 100000] [--d 384] [--device auto] [--keep OUT]``
+Usage: ``python benchmarks/bench_report.py [--n 100000] [--d 384] [--device auto] [--keep OUT] [--bracket]``
 """
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ def main() -> None:
     ap.add_argument("--d", type=int, default=384)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--keep", help="write the report here instead of a temporary folder")
+    ap.add_argument("--bracket", action="store_true",
+                    help="time the GEMM again after the report and also give the ratio to the mean of both")
     a = ap.parse_args()
     device = a.device if a.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     rng = np.random.default_rng(0)
@@ -57,10 +59,14 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "embeval_report.cli", "run", os.path.join(tmp, "x.npy"), "--out", out,
                         "--formats", "html", "--device", device, "--force"], check=True)
         total = time.perf_counter() - t
+        after = gemm_seconds(X, device) if a.bracket else None
         run = json.load(open(os.path.join(out, "run.json")))
     print(f"intrinsic report, n = {a.n}, d = {a.d}, device = {device}, torch threads = {torch.get_num_threads()}")
     print(f"one {a.n} x {a.n} x {a.d} float32 GEMM: {gemm:.1f} s "
           f"({2 * a.n * a.n * a.d / gemm / 1e9:.0f} GFLOP/s)")
+    if after is not None:  # the machine's pace drifts: the same GEMM after the report, and the ratio to their mean
+        print(f"the same GEMM after the report: {after:.1f} s; whole run / mean of both: "
+              f"{total / ((gemm + after) / 2):.2f} GEMMs")
     print(f"{'chapter':<28} {'status':<8} {'seconds':>8} {'GEMMs':>6}")
     shared = run.get("neighbour_graph")
     if shared:
