@@ -331,15 +331,16 @@ def resident(X, device) -> Iterator[None]:
             or X.nbytes > RESIDENT_SHARE * torch.cuda.mem_get_info(device)[0]):
         yield
         return
-    _RESIDENT[id(X)] = (X, to_tensor(X, dtype=torch.as_tensor(np.empty(0, X.dtype)).dtype, device=device))
+    _RESIDENT[id(X)] = (X, to_tensor(X, dtype=None, device=device))
     try:
         yield
     finally:
         del _RESIDENT[id(X)]
 
 
-def to_tensor(a, *, dtype=torch.float32, device="cpu") -> torch.Tensor:
+def to_tensor(a, *, dtype: torch.dtype | None = torch.float32, device="cpu") -> torch.Tensor:
     """``a`` (numpy, possibly a read-only memory map) as a contiguous tensor; kernels never write into it.
+    ``dtype`` None: its own dtype (on the CPU a contiguous array is then a view, not a copy).
 
     To a GPU the rows travel in the narrower of their own and the target dtype (a float32 set asked
     for as float64 is uploaded as float32 and widened on the device, exactly; :func:`upload`).
@@ -349,7 +350,7 @@ def to_tensor(a, *, dtype=torch.float32, device="cpu") -> torch.Tensor:
         if torch.device(device).type != "cuda":
             return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype, device=device)
         host = torch.as_tensor(np.ascontiguousarray(a))
-    return upload(host, dtype=dtype, device=device)
+    return upload(host, dtype=host.dtype if dtype is None else dtype, device=device)
 
 
 def upload(host: torch.Tensor, *, dtype: torch.dtype, device, pin: bool | None = None) -> torch.Tensor:

@@ -288,7 +288,8 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
     width = X.shape[1] + int(sq64 is not None)
     dtype = torch.bfloat16 if product is None else product.dtype
     extra = FAST_RERANK if product is None else RERANK if product is FP32 else BOUND_POOL
-    workers = torch.get_num_threads() if collect and dev.type == "cpu" else 1
+    threads = torch.get_num_threads()
+    workers = threads if collect and dev.type == "cpu" else 1
     if current().fits(n * width * dtype.itemsize):
         corpus_t, corpus_stats = corpus64.transposed(sq64, product)
         rows, cols = _tile_shape(len(Q), n, dev, itemsize=dtype.itemsize, product=product if collect else None)
@@ -306,7 +307,7 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
     starts = range(0, len(Q), rows)
     out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]
     log_potential = np.empty(len(Q)) if potential_t is not None else None
-    pair = halves and torch.get_num_threads() > 1  # two workers take the triangle's tiles (symmetric)
+    pair = halves and threads > 1  # two workers take the triangle's tiles (symmetric), half the threads each
     buffers = queue.SimpleQueue()
     for _ in range(2 if pair else workers):
         buffers.put(torch.empty(rows * cols, dtype=dtype, device=dev))
@@ -421,8 +422,8 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
                               rows=(lambda r: progress(r, desc=desc, total=len(starts))) if desc else None)
 
     with FP32.matmul() if product is None else product.matmul():
-        if halves and pair:
-            with _threads_each(2, torch.get_num_threads() // 2) as pool:  # half the threads each
+        if pair:
+            with _threads_each(2, threads // 2) as pool:
                 searched_again = symmetric(pool)
         elif halves:
             searched_again = symmetric(None)

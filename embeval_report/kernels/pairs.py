@@ -46,7 +46,7 @@ def pair_cosines(X, i: np.ndarray, j: np.ndarray, *, transform=None, device="aut
     step = (cache_rows(len(i), X.shape[1] * 16, dev) if direct  # a piece's two float64 rows stay in cache
             else chunk_rows(len(i), X.shape[1] * 8 * 4))
     tiny = torch.finfo(torch.float64).tiny
-    rows = to_tensor(X, dtype=torch.from_numpy(np.empty(0, X.dtype)).dtype) if direct and dev.type == "cpu" else None
+    rows = to_tensor(X, dtype=None) if direct and dev.type == "cpu" else None  # a view of the set's rows
     norms = _row_norms(rows, dev) if rows is not None and transform is None and 2 * len(i) >= len(X) else None
     if rows is not None:
         I, J = (torch.as_tensor(np.ascontiguousarray(v, dtype=np.int64)) for v in (i, j))

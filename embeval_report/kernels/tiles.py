@@ -284,7 +284,7 @@ def upper_triangle(blocks: int, run_tile, finish_row, buffers, pool=None, worker
     state = threading.Condition()
     done = [i - 1 for i in range(blocks)]  # per row: its last column done
     running = [False] * blocks
-    left = [blocks * (blocks + 1) // 2]
+    left = blocks * (blocks + 1) // 2  # tiles not yet taken
     failed: list[BaseException] = []
 
     def ready():
@@ -295,15 +295,16 @@ def upper_triangle(blocks: int, run_tile, finish_row, buffers, pool=None, worker
         return None
 
     def work() -> None:
+        nonlocal left
         buffer = buffers.get()
         try:
             while True:
                 with state:
-                    while not failed and left[0] and (tile := ready()) is None:
+                    while not failed and left and (tile := ready()) is None:
                         state.wait()
-                    if failed or not left[0]:
+                    if failed or not left:
                         return
-                    running[tile[0]], left[0] = True, left[0] - 1
+                    running[tile[0]], left = True, left - 1
                 try:
                     run_tile(*tile, buffer)
                 except BaseException as error:
