@@ -214,6 +214,15 @@ def test_a_file_system_filling_up_during_the_run_is_one_line_and_exit_1(tmp_path
 # ------------------------------------------------------------------------------------- one run per folder
 
 
+def test_bad_input_on_the_command_line_is_one_line_on_stderr(tmp_path):
+    """The command as a user runs it: a missing vectors file gives exit status 2 and one line on stderr, nothing
+    else, also from the chapter kernels' template that ``run`` starts before reading its input."""
+    proc = _cli(["run", str(tmp_path / "missing.npy"), "--out", str(tmp_path / "o")])
+    _, err = proc.communicate(timeout=120)  # until every writer of stderr (the template too) has closed it
+    assert proc.returncode == 2
+    assert err.strip().splitlines() == [f"embeval-report: error: file not found: {tmp_path / 'missing.npy'}"], err
+
+
 def test_a_second_run_into_the_same_folder_is_refused_or_waits(tmp_path, capsys):
     vecs = small_set(tmp_path / "in")
     out = tmp_path / "o"

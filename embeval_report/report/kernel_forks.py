@@ -34,8 +34,11 @@ from jupyter_client.provisioning import LocalProvisioner
 SWITCH = "EMBEVAL_FORK_KERNELS"
 #: the kernel command jupyter_client's python3 kernel spec runs, after the interpreter
 LAUNCHER = ["-m", "ipykernel_launcher"]
-#: what the template imports before it forks (the chapters' common imports, then every chapter module)
-PRELOAD = ("embeval_report.chapters.setup", "matplotlib.pyplot", "seaborn", "ipykernel.kernelapp")
+#: what the template imports before it forks (the chapters' common imports, then every chapter module). The
+#: progress bars' ``tqdm.auto`` comes before IPython: imported after it, it looks for notebook widgets and warns
+#: on the run's stderr that they are missing (and falls back to the same console bars)
+PRELOAD = ("embeval_report.progress", "embeval_report.chapters.setup", "matplotlib.pyplot", "seaborn",
+           "ipykernel.kernelapp")
 #: seconds the runner waits for the template to answer a fork (its imports included)
 START_TIMEOUT = 120
 #: seconds a template waits for its next request before it ends (an idle process holds no memory of a run)
