@@ -59,9 +59,11 @@ class Report(Exploration):
 
 @dataclass(repr=False)
 class Comparison:
-    """A written comparison (:func:`compare`): ``path``, ``table`` (one row per pair of models × metric: the
-    difference B − A, its intervals, the adjusted p-value and the verdict), ``models`` (each model's
-    :class:`Report`), ``files`` and the MLflow run id of the comparison (``mlflow_run``)."""
+    """A written comparison (:func:`compare`): ``path``, ``table`` (one row per pair of models × metric measured
+    per unit on both: the difference B − A, its intervals, the adjusted p-value and the verdict; empty when the
+    models share no per-unit chapter), ``side_by_side`` (every metric all models recorded: each model's own value,
+    interval and verdict, not paired), ``models`` (each model's :class:`Report`), ``files`` and the MLflow run id
+    of the comparison (``mlflow_run``)."""
 
     path: Path
     table: pd.DataFrame
@@ -69,6 +71,7 @@ class Comparison:
     files: dict = field(default_factory=dict)
     mlflow_run: str | None = None
     _keep: object = None
+    side_by_side: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def rollup(self) -> list[str]:
         """Per pair of models and chapter: how many metrics each model wins, shows no difference, ..."""
@@ -76,8 +79,16 @@ class Comparison:
 
         return rollup_lines(self.table) if len(self.table) else []
 
+    @property
+    def note(self) -> str:
+        """One line when the models share no per-unit chapter (nothing is tested), else ""."""
+        from .report.compare import no_pairs_line
+
+        return "" if len(self.table) else no_pairs_line([m.run.get("name") or m.path.name for m in self.models])
+
     def __repr__(self) -> str:
-        return f"Comparison({str(self.path)!r}, {len(self.models)} models, {len(self.table)} comparisons)"
+        return (f"Comparison({str(self.path)!r}, {len(self.models)} models, {len(self.table)} comparisons, "
+                f"{len(self.side_by_side)} metrics side by side)")
 
     def _repr_html_(self) -> str:
         import html
@@ -87,9 +98,11 @@ class Comparison:
         report = self.path / "report.html"
         link = (f'<p><a href="{html.escape(_href(report))}">report.html</a> · {html.escape(str(self.path))}</p>'
                 if report.exists() else f"<p>{html.escape(str(self.path))}</p>")
-        items = "".join(f"<li>{html.escape(line)}</li>" for line in self.rollup()) or "<li>nothing compared</li>"
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in self.rollup()) or \
+            f"<li>{html.escape(self.note)}</li>"
         names = " vs ".join(html.escape(m.run.get("name") or m.path.name) for m in self.models)
-        return f"<div><h4>Model comparison: {names}</h4><ul>{items}</ul>{link}</div>"
+        side = "" if len(self.table) or not len(self.side_by_side) else self.side_by_side.to_html(index=False)
+        return f"<div><h4>Model comparison: {names}</h4><ul>{items}</ul>{side}{link}</div>"
 
 
 def evaluate(source, out=None, chapters=None, *, ids=None, name: str | None = None, **settings) -> Report:
@@ -138,7 +151,7 @@ def compare(*sources, out=None, names=None, chapters=None, correction: str = "ho
     manifest first). ``names``: one per model (default: each manifest's ``name:`` or the file name).
     """
     from .report import tracking as tr
-    from .report.compare import run_compare
+    from .report.compare import read_side_by_side, run_compare
     from .report.outdir import output_lock
 
     args = _arguments("compare", settings, chapters)
@@ -165,7 +178,8 @@ def compare(*sources, out=None, names=None, chapters=None, correction: str = "ho
         inputs.cleanup()
     models = tr.compared_models(folder)
     run_id = _log(tracking, tr.log_comparison, folder, models, dict(seed=chosen.seed, device=chosen.device))
-    return Comparison(folder, table, [Report.open(path) for _, path in models], files, run_id, keep)
+    return Comparison(folder, table, [Report.open(path) for _, path in models], files, run_id, keep,
+                      read_side_by_side(folder))
 
 
 # ------------------------------------------------------------------------------------------------ helpers

@@ -251,6 +251,7 @@ def tracked(tracking, log, *args, **kwargs) -> str | None:
 
 
 def _run(args, source, prepare=None) -> int:
+    from .chapters.findings import NOT_EVALUATED
     from .metrics.thresholds import SEVERITY
     from .report import tracking as tr
     from .report.outdir import output_lock
@@ -262,9 +263,8 @@ def _run(args, source, prepare=None) -> int:
         tracking.check()  # before any chapter
     with output_lock(args.out, wait=args.wait):  # one run per output folder
         result = run_report(source, args.out, prepare=prepare, **kwargs)
-    for o in sorted(result.outcomes, key=lambda o: o.chapter.order):
-        extra = f" ({o.reason})" if o.reason else ""
-        print(f"  {o.status:8s} {o.chapter.name}{extra}", file=sys.stderr)
+    for line in outcome_lines(result.outcomes):
+        print(line, file=sys.stderr)
     for fmt, err in result.render_errors.items():
         print(f"embeval-report: warning: {fmt} rendering failed: {err}", file=sys.stderr)
     for f in result.files.values():
@@ -272,8 +272,17 @@ def _run(args, source, prepare=None) -> int:
     print(result.out / "metrics.json")
     tracked(tracking, tr.log_report, result.out)
     status, findings = result.findings()
-    print(f"embeval-report: status {status or 'n/a'}: " + (", ".join(
-        f"{sum(f['severity'] == s for f in findings)} {s}" for s in ("problematic", "concerning"))), file=sys.stderr)
+    if status == NOT_EVALUATED:
+        print(f"embeval-report: status {status}: no chapter that evaluates the vectors ran ("
+              + ", ".join(f"{o.chapter.name} {o.status}" for o in result.outcomes if o.chapter.stage == 0
+                          and not (o.reason or "").startswith("not selected")) + ")", file=sys.stderr)
+        if args.fail_on:
+            print(f"embeval-report: nothing was evaluated, so --fail-on {args.fail_on} cannot pass", file=sys.stderr)
+            return ExitCode.GATE
+    else:
+        print(f"embeval-report: status {status or 'n/a'}: " + (", ".join(
+            f"{sum(f['severity'] == s for f in findings)} {s}" for s in ("problematic", "concerning"))),
+            file=sys.stderr)
     if args.fail_on and SEVERITY[status] >= SEVERITY[args.fail_on]:
         gating = [f for f in findings if SEVERITY[f["severity"]] >= SEVERITY[args.fail_on]]
         print(f"embeval-report: {len(gating)} finding(s) reached '{args.fail_on}' (--fail-on): "
@@ -286,6 +295,18 @@ def _run(args, source, prepare=None) -> int:
               file=sys.stderr)
         return ExitCode.CHAPTER
     return ExitCode.RENDER if result.render_errors and not result.files else ExitCode.OK
+
+
+def outcome_lines(outcomes) -> list[str]:
+    """One line per chapter's outcome, the chapters left out by ``--chapters`` counted in one line."""
+    from .report.runner import NOT_SELECTED
+
+    unselected = [o for o in outcomes if o.status == "skipped" and o.reason == NOT_SELECTED]
+    lines = [f"  {o.status:8s} {o.chapter.name}" + (f" ({o.reason})" if o.reason else "")
+             for o in sorted(outcomes, key=lambda o: o.chapter.order) if o not in unselected]
+    if unselected:
+        lines.append(f"  {'skipped':8s} {len(unselected)} chapter(s) {NOT_SELECTED}")
+    return lines
 
 
 def _chapters(args) -> int:
@@ -343,7 +364,8 @@ def _render(args) -> int:
 
 def _compare(args) -> int:
     from .report import tracking as tr
-    from .report.compare import model_names, regression_names, regressions, run_compare, terminal_lines
+    from .report.compare import (model_names, read_side_by_side, regression_names, regressions, run_compare,
+                                 terminal_lines)
     from .report.outdir import output_lock
 
     _check_formats(args.formats)
@@ -359,7 +381,7 @@ def _compare(args) -> int:
             correction=args.correction, renderer=args.renderer, pdf_engine=args.pdf_engine, formats=args.formats,
             title=args.title, timeout=args.timeout, force=args.force, jobs=args.jobs,
             embedding_cache=args.embedding_cache, progress=say)
-    for line in terminal_lines(table):
+    for line in terminal_lines(table, read_side_by_side(out), [name for name, _ in tr.compared_models(out)]):
         print(f"  {line}", file=sys.stderr)
     for f in files.values():
         print(f)

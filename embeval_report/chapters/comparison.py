@@ -15,13 +15,13 @@ import pandas as pd
 
 from ..metrics.paired import VERDICT_MEANING, VERDICTS, rollup
 from ..present.display import Badge, escape, show_figure, show_markdown, show_table
-from ..present.format import decimals, p_value
+from ..present.format import MARK, MARK_NOTE, decimals, p_value, scorecard_value
 from ..present.plotting import PALETTE, WIDTH, use_style
 
 __all__ = ["ComparisonReport", "CLIP", "detail_table", "difference_figure", "legend", "load", "method", "narrative",
-           "rollup_table", "ship_sentence", "show_differences", "show_method", "show_models",
-           "show_ranks", "show_rollup", "show_summary", "show_table_of_differences", "show_verdict",
-           "show_verdict_table", "show_wins", "verdict_table", "wins_figure"]
+           "rollup_table", "ship_sentence", "show_differences", "show_method", "show_models", "show_ranks",
+           "show_rollup", "show_side_by_side", "show_summary", "show_table_of_differences", "show_verdict",
+           "show_verdict_table", "show_wins", "side_by_side_table", "verdict_table", "wins_figure"]
 
 #: the badge colour of each verdict: B (the candidate) better green, A better red, equivalence blue, no answer grey
 VERDICT_KIND = {"B better": "healthy", "A better": "problematic", "no difference larger than E": "neutral",
@@ -50,6 +50,32 @@ def load(comparison_dir: str = "..") -> ComparisonReport:
     doc = json.loads((Path(comparison_dir) / "comparison.json").read_text())
     table = pd.DataFrame(doc["comparisons"])
     return ComparisonReport(doc, table, {k: pd.DataFrame(v) for k, v in doc["ranks"].items()})
+
+
+def side_by_side_table(rep: ComparisonReport) -> pd.DataFrame:
+    """Every metric all models recorded, each model's own value and interval (over its own set, not paired) and
+    its verdict where the metric has one (``comparison.json``'s ``side_by_side``)."""
+    names = [m["name"] for m in rep.doc["models"]]
+    rows = []
+    for r in rep.doc.get("side_by_side") or []:
+        row = {"metric": f"{r['chapter']} · {r['label']}", "better": r.get("direction") or ""}
+        for n in names:
+            cell = scorecard_value({"value": r.get(n), "ci_low": r.get(f"{n} ci_low"),
+                                    "ci_high": r.get(f"{n} ci_high"), "bias_corrected": r.get(f"{n} bias_corrected")})
+            row[n] = cell + (f" ({r[f'{n} verdict']})" if r.get(f"{n} verdict") else "")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["metric", "better", *names])
+
+
+def show_side_by_side(rep: ComparisonReport) -> None:
+    """The side-by-side table (nothing when no metric was recorded by every model)."""
+    table = side_by_side_table(rep)
+    if len(table):
+        marked = any(MARK in str(v) for v in table.iloc[:, 2:].to_numpy().ravel())
+        show_table(table, caption="Every metric each model recorded, side by side: each model's own value with its "
+                                  "95 % interval over its own set (not paired unit by unit, so no difference is "
+                                  "tested here), and its verdict where the metric has a threshold."
+                                  + (f" {MARK_NOTE}" if marked else ""), label="tbl-compare-side-by-side")
 
 
 def _missing(x) -> bool:
@@ -273,7 +299,9 @@ def narrative(rep: ComparisonReport) -> str:
     if not len(t):
         return (f"The reports of {escape(', '.join(names))} share no per-unit results to pair (no chapter that "
                 "records queries, test edges, entities or users ran on both with the same units), so no difference "
-                "can be tested. Run the same chapters with the same side data on each model.")
+                "can be tested: the table below shows each model's own numbers side by side. To test differences, "
+                "run a chapter with per-unit results (retrieval, link prediction, stability, drift, recommendation) "
+                "with the same side data on each model.")
     corr = {"holm": "Holm's correction", "bh": "the Benjamini–Hochberg correction", "none": "no correction"}[
         doc["correction"]]
     r0 = t.iloc[0]
@@ -368,9 +396,11 @@ def method(rep: ComparisonReport) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def show_verdict(rep: ComparisonReport) -> None:
-    """The ship sentence and the roll-up per chapter."""
+    """The ship sentence and the roll-up per chapter; without paired comparisons, why, and the side-by-side
+    table of every metric the models recorded."""
     if not len(rep.table):
         show_markdown(narrative(rep))
+        show_side_by_side(rep)
         return
     show_markdown(legend(rep) + "\n\n" + ship_sentence(rep))
     show_rollup(rep)
@@ -403,6 +433,8 @@ def show_models(rep: ComparisonReport) -> None:
             for m in rep.doc["models"]]
     show_table(pd.DataFrame(rows), caption="The models compared and the report of each (their chapters hold every "
                                            "number of each model on its own).", label="tbl-compare-models")
+    if len(rep.table):  # without paired comparisons the verdict above shows it
+        show_side_by_side(rep)
 
 
 def show_table_of_differences(rep: ComparisonReport) -> None:

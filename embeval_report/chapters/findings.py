@@ -30,6 +30,11 @@ from ..present.format import interval, number, p_value
 
 #: severities, mildest first
 SEVERITIES = ("healthy", "concerning", "problematic")
+#: the status of a report in which no content chapter ran (every one skipped or failed): never healthy, and no
+#: ``--fail-on`` gate passes it
+NOT_EVALUATED = "not evaluated"
+#: every status a report can have: a severity, or :data:`NOT_EVALUATED`
+STATUSES = (*SEVERITIES, NOT_EVALUATED)
 #: categories, in the order the Summary groups them
 CATEGORIES = ("model", "training process", "evaluation data", "protocol")
 #: report-wide adjusted p at or below which a test counts (the level of the report's Holm adjustment)
@@ -230,7 +235,8 @@ def worst(findings: list[Finding]) -> str:
     return max((f.severity for f in findings), key=SEVERITY.get, default="healthy")
 
 
-__all__ = ["ALPHA", "CATEGORIES", "ChapterResults", "Effect", "Finding", "SEVERITIES", "THRESHOLDS",
+__all__ = ["ALPHA", "CATEGORIES", "ChapterResults", "Effect", "Finding", "NOT_EVALUATED", "SEVERITIES", "STATUSES",
+           "THRESHOLDS",
            "json_safe", "metric_evidence", "number", "test_text", "threshold_findings", "value_text", "worst"]
 
 

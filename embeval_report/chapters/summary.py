@@ -12,7 +12,7 @@ from ..metrics.thresholds import SEVERITY
 from ..present.display import Link, escape, show_markdown, show_table
 from ..present.format import number, scorecard_value
 from .declaration import ChapterSpec
-from .findings import CATEGORIES, read_findings
+from .findings import CATEGORIES, NOT_EVALUATED, read_findings
 from .recorder import read_baseline, read_results
 
 STATUS_WORDS = {"ok": "ran", "failed": "failed", "skipped": "not run"}
@@ -35,6 +35,9 @@ STATUS_LEAD = {
     "problematic": "Do not ship this model as it is: {p} finding(s) must be fixed first{c}.",
     "concerning": "Nothing blocks shipping, but {c0} finding(s) are worth a look before you do.",
     "healthy": "Every check that ran passed: nothing in this report argues against shipping this model.",
+    NOT_EVALUATED: "No chapter that evaluates the vectors ran (each was skipped or failed; the chapter table below "
+                   "says why), so this report supports no decision about this model: give the missing input or fix "
+                   "the error and re-run.",
 }
 
 

@@ -25,10 +25,10 @@ from ..version import __version__
 from ..errors import InputError
 from ..metrics import paired
 from ..metrics.paired import rollup
-from ..present.format import decimals
+from ..present.format import MARK, MARK_NOTE, decimals, scorecard_value
 from ..metrics.effects import Effects
 from ..resources import notebooks_dir
-from ..chapters.registry import resolve_settings
+from ..chapters.registry import discover, resolve_settings
 from ..settings import ChapterSettings
 from .outdir import OutputFolder
 from .pairing import ModelReport, is_report_folder, compare_reports
@@ -140,9 +140,74 @@ def verdict_words(verdict: str, a: str, b: str) -> str:
     return {"B better": f"{b} better", "A better": f"{a} better"}.get(verdict, verdict)
 
 
-def terminal_lines(table: pd.DataFrame) -> list[str]:
+def side_by_side(reports: list[ModelReport]) -> pd.DataFrame:
+    """Every metric of a content chapter each model recorded (its own value over its own set, not paired), one row
+    per chapter × metric in the first model's order: ``chapter``, ``metric``, ``label``, ``direction``, then per model
+    ``<name>`` (the value), ``<name> ci_low``, ``<name> ci_high``, ``<name> bias_corrected`` (where the interval
+    is a basic bootstrap one that excludes the value) and ``<name> verdict``."""
+    names = [r.name for r in reports]
+    columns = ["chapter", "metric", "label", "direction"] + [f"{n}{s}" for n in names for s in SIDE_SUFFIXES]
+    content = {c.name for c in discover() if c.stage == 0}  # not the rigor chapter's counts of tests
+    rows = []
+    for chapter, doc in reports[0].records.items():
+        if chapter not in content:
+            continue
+        for metric, m in (doc.get("metrics") or {}).items():
+            mine = [r.records.get(chapter, {}).get("metrics", {}).get(metric) for r in reports]
+            if any(x is None for x in mine):
+                continue
+            row = {"chapter": chapter, "metric": metric, "label": m.get("label") or metric,
+                   "direction": m.get("direction")}
+            for n, x in zip(names, mine):
+                row.update({f"{n}{s}": x.get(s.strip() or "value") for s in SIDE_SUFFIXES})
+            rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
+
+#: the per-model columns of :func:`side_by_side`, after the model's name
+SIDE_SUFFIXES = ("", " ci_low", " ci_high", " bias_corrected", " verdict")
+
+
+def read_side_by_side(folder) -> pd.DataFrame:
+    """:func:`side_by_side` as ``comparison.json`` stored it (an empty table for a comparison made before)."""
+    doc = json.loads((Path(folder) / COMPARISON_FILE).read_text())
+    names = [m["name"] for m in doc.get("models", [])]
+    columns = ["chapter", "metric", "label", "direction"] + [f"{n}{s}" for n in names for s in SIDE_SUFFIXES]
+    return pd.DataFrame(doc.get("side_by_side") or [], columns=columns)
+
+
+def no_pairs_line(names: list[str]) -> str:
+    """What ``compare`` says when the models share no per-unit chapter."""
+    return (f"{' and '.join(names) if len(names) == 2 else ', '.join(names)} share no per-unit chapter (queries, "
+            "test edges, entities or users measured on both), so no difference is tested; their metrics are "
+            "shown side by side (run retrieval, link prediction, stability, drift or recommendation on the same "
+            "side data to test differences)")
+
+
+def side_by_side_lines(side: pd.DataFrame, names: list[str]) -> list[str]:
+    """One line per metric of :func:`side_by_side`: ``chapter.metric: a 0.512 [0.50, 0.52] · b 0.498 [...]``."""
+    lines = []
+    for _, r in side.iterrows():
+        cells = [f"{n} " + scorecard_value({k: _num(r[f"{n}{s}"]) for k, s in zip(("value", "ci_low", "ci_high",
+                                                                                  "bias_corrected"), SIDE_SUFFIXES)})
+                 for n in names]
+        lines.append(f"{r['chapter']}.{r['metric']}: " + " · ".join(cells))
+    return lines
+
+
+def _num(v):
+    return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
+
+
+def terminal_lines(table: pd.DataFrame, side: pd.DataFrame | None = None, names: list[str] | None = None) -> list[str]:
     """What ``compare`` prints: per pair of models, the interval level, the roll-up per chapter, and one line per
-    metric with B − A, its interval (the one the verdict uses), E, the adjusted p and the verdict in names."""
+    metric with B − A, its interval (the one the verdict uses), E, the adjusted p and the verdict in names. Without
+    any paired comparison: one line saying so, then ``side`` (:func:`side_by_side`) line by line."""
+    if not len(table):
+        names = names or []
+        side = side if side is not None else pd.DataFrame()
+        lines = [f"  {line}" for line in side_by_side_lines(side, names)] or ["  no metric was recorded by every model"]
+        return [no_pairs_line(names)] + lines + ([f"  {MARK_NOTE}"] if any(MARK in line for line in lines) else [])
     lines = []
     for (a, b), part in table.groupby(["a", "b"], sort=False):
         r0 = part.iloc[0]
@@ -180,7 +245,9 @@ def write_comparison(folder: Path, reports: list[ModelReport], table: pd.DataFra
                primary_test="paired randomisation (sign-flip) test, two-sided",
                comparisons=[{k: json_safe(v) for k, v in row.items()} for row in table.to_dict(orient="records")],
                ranks={k: [{c: json_safe(v) for c, v in r.items()} for r in t.to_dict(orient="records")]
-                      for k, t in ranks.items()})
+                      for k, t in ranks.items()},
+               side_by_side=[{k: json_safe(v) for k, v in row.items()}
+                             for row in side_by_side(reports).to_dict(orient="records")])
     (folder / COMPARISON_FILE).write_text(json_text(doc, indent=2))
     metrics = dict(version=__version__, seed=seed, correction=correction, effect=effect,
                    models={r.name: _model_metrics(r) for r in reports},

@@ -2,7 +2,8 @@
 
 Every chapter that ran turns its records into findings (its declaration's ``effects`` and ``findings`` rule,
 :mod:`embeval_report.chapters.findings`); a chapter that failed is a protocol finding of its own. The list is
-sorted worst first, then by category, then in report order; its worst severity is the report's ``status``.
+sorted worst first, then by category, then in report order; its worst severity is the report's ``status``, or
+``"not evaluated"`` when no content chapter ran (every one skipped or failed).
 The Summary, the cover, ``metrics.json`` and ``--fail-on`` read this file.
 """
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..chapters.findings import FINDINGS_FILE, ChapterResults, Finding, threshold_findings, worst
+from ..chapters.findings import FINDINGS_FILE, NOT_EVALUATED, ChapterResults, Finding, threshold_findings, worst
 from ..chapters.recorder import read_adjusted, read_baseline, read_results
 from .baseline import regression_findings
 
@@ -61,10 +62,12 @@ def derive_findings(results_dir: Path, chapters: list, outcomes: dict) -> list[F
     found += [(order.get(f.chapter, len(order)), f) for f in regression_findings(read_baseline(results_dir))]
     found.sort(key=lambda of: (*of[1].rank, of[0]))
     findings = [f for _, f in found]
-    write_findings(results_dir, findings)
+    evaluated = any(outcomes.get(spec.name, ("skipped",))[0] == "ok" for spec in chapters if spec.stage == 0)
+    write_findings(results_dir, findings, None if evaluated else NOT_EVALUATED)
     return findings
 
 
-def write_findings(results_dir: Path, findings: list[Finding]) -> None:
-    doc = {"status": worst(findings), "findings": [f.to_json() for f in findings]}
+def write_findings(results_dir: Path, findings: list[Finding], status: str | None = None) -> None:
+    """:data:`FINDINGS_FILE`: the status (``status``, else the worst finding's severity) and the findings."""
+    doc = {"status": status or worst(findings), "findings": [f.to_json() for f in findings]}
     (Path(results_dir) / FINDINGS_FILE).write_text(json.dumps(doc, indent=2, allow_nan=False))

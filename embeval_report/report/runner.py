@@ -20,6 +20,7 @@ from pathlib import Path
 from ..chapters.declaration import ChapterSpec
 from ..chapters.recorder import json_text
 from ..chapters.registry import discover, resolve_settings, select
+from ..errors import InputError
 from ..io import load_source, save_prepared
 from ..io.model_source import embedded_source
 from ..io.side_data import load_side_data
@@ -36,6 +37,10 @@ from .outdir import OutputFolder, raise_write_fault
 from .render import render_report
 from .rigor import adjust_report
 from .shared_graph import dask_client, shared_graph
+
+
+#: the reason of a chapter left out by ``--chapters``
+NOT_SELECTED = "not selected (--chapters)"
 
 
 @dataclass
@@ -73,6 +78,7 @@ class Run:
     done: dict[str, ChapterOutcome] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     baseline: Path | None = None     # an earlier report of the previous model (--baseline)
+    requested: bool = False          # the chapters were named (--chapters): one that lacks its input is an error
 
     @property
     def cache(self) -> Path:
@@ -114,7 +120,18 @@ def prepare_input(run: Run, source, *, prepare=None, embedding_cache=None) -> No
 
 def select_chapters(run: Run) -> None:
     """Split the content chapters into those that run and those skipped with the reason (a missing input, or a
-    set too degenerate for the chapter: its precheck, run here and nowhere else; within the memory budget)."""
+    set too degenerate for the chapter: its precheck, run here and nowhere else; within the memory budget). A
+    chapter named in ``--chapters`` whose input is missing is an error (one line naming it), before any runs."""
+    if run.requested:
+        from ..io.manifest import describe_input
+
+        for ch in run.content:
+            missing = ch.missing(run.es)
+            if missing:
+                raise InputError(f"--chapters {ch.name}: cannot run on {run.es.name}: it needs "
+                                 f"{ch.needs or ', '.join(map(describe_input, missing))}; add it to the manifest "
+                                 "(`embeval-report chapters SOURCE` lists what each chapter needs) or leave "
+                                 f"{ch.name} out of --chapters")
     with run.settings.compute():  # a precheck that reads the rows reads them in chunks of the budget
         for ch in run.content:
             reason = ch.check(run.es, run.side, run.settings)
@@ -259,8 +276,8 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
     everything = discover()
     chosen = select(everything, chapters)
     run = Run(target, target.staging(), settings, chosen,
-              [ChapterOutcome(c, "skipped", "not selected (--chapters)") for c in everything if c not in chosen],
-              baseline=baseline)
+              [ChapterOutcome(c, "skipped", NOT_SELECTED) for c in everything if c not in chosen],
+              baseline=baseline, requested=bool(chapters))
     client = None
     forks = KernelForks.shared()  # the chapter kernels' template: its imports overlap the preparation of the input
     try:

@@ -12,8 +12,10 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...chapters.findings import SEVERITIES, STATUSES
 from ...chapters.recorder import read_adjusted
 from ...present.display import APPENDIX_TAG
+from ...safe_files import replace_file
 from ..rigor import with_adjusted_tests
 from .references import cite_html, cite_markdown, cite_text, references_markdown
 
@@ -102,8 +104,6 @@ class ChapterDoc:
 
 #: the References appendix (always the last one)
 REFERENCES_ANCHOR = "appendix-references"
-#: severities, mildest first (as in results/findings.json)
-SEVERITIES = ("healthy", "concerning", "problematic")
 
 
 def _slug(s: str) -> str:

@@ -26,7 +26,8 @@ from pathlib import Path
 import yaml
 
 from .common import _atomic_write, _quarto_template, load_chapters, read_header, strip_ansi, templates_dir
-from .pdf import _typst_str, report_parts
+from .pdf import report_parts
+from .sanitize import sanitize_page
 
 log = logging.getLogger(__name__)
 

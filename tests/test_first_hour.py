@@ -1,0 +1,116 @@
+"""A user's first hour (issue 45): what a new user tries first works and says what it did.
+
+compare of two models that share no per-unit chapter, a requested chapter that cannot run, a report in which
+nothing was evaluated, readable --baseline regressions, pandas in, the metrics table's own flags, MLflow's
+names and credentials, monitor's p-values and the notebook helpers."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from embeval_report.cli import main
+
+
+def _label_set(folder, seed: int, name: str, n: int = 90, classes: int = 3):
+    """Vectors, ids and a label column only: isotropy, node classification and clustering can run, no chapter
+    records per-unit values."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    np.save(folder / "vectors.npy", rng.standard_normal((n, 8)).astype(np.float32))
+    ids = [f"i{i}" for i in range(n)]
+    (folder / "ids.txt").write_text("\n".join(ids) + "\n")
+    pd.DataFrame({"id": ids, "label": [f"c{i % classes}" for i in range(n)]}).to_csv(folder / "metadata.csv",
+                                                                                     index=False)
+    (folder / "m.yaml").write_text(f"name: {name}\nvectors: vectors.npy\nids: ids.txt\nmetadata: metadata.csv\n")
+    return folder / "m.yaml"
+
+
+@pytest.fixture(scope="module")
+def label_only(tmp_path_factory):
+    """``embeval-report compare`` of two label-only models (isotropy): its exit status, stderr and folder."""
+    tmp = tmp_path_factory.mktemp("label-only")
+    a, b = _label_set(tmp / "a", 0, "a"), _label_set(tmp / "b", 1, "b")
+    out = tmp / "cmp"
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["compare", str(a), str(b), "--out", str(out), "--chapters", "isotropy", "--formats", "html",
+                   "--device", "cpu"])
+    return rc, err.getvalue(), out
+
+
+# ------------------------------------------------------------------------------------------ 1. compare
+
+
+def test_compare_without_shared_units_says_so_and_shows_the_metrics_side_by_side(label_only):
+    rc, err, out = label_only
+    assert rc == 0, err
+    assert "Traceback" not in err and err.count("share no per-unit chapter") == 1
+    models = {m: json.loads((out / "models" / m / "metrics.json").read_text())["chapters"]["isotropy"]["metrics"]
+              for m in ("a", "b")}
+    line = next(x for x in err.splitlines() if "isotropy.apcs:" in x)
+    for m in ("a", "b"):  # each model's own value and interval, as its report recorded them
+        apcs = models[m]["apcs"]
+        assert f"{m} {apcs['value']:.4g} [{apcs['ci_low']:.4g}, {apcs['ci_high']:.4g}]" in line
+    side = pd.DataFrame(json.loads((out / "comparison.json").read_text())["side_by_side"])
+    assert set(side["metric"]) == set(models["a"]) and set(side["chapter"]) == {"isotropy"}
+    row = side.set_index("metric").loc["apcs"]
+    assert row["b"] == models["b"]["apcs"]["value"] and row["a ci_high"] == models["a"]["apcs"]["ci_high"]
+    html = (out / "report.html").read_text()
+    assert "tbl-compare-side-by-side" in html and "share no per-unit results" in html
+
+
+def test_compare_from_python_without_shared_units(label_only, tmp_path):
+    from embeval_report import compare
+
+    _, _, out = label_only
+    cmp = compare(out / "models" / "a", out / "models" / "b", out=tmp_path / "again", formats="html")
+    assert len(cmp.table) == 0 and "share no per-unit chapter" in cmp.note
+    assert len(cmp.side_by_side) == len(json.loads((out / "comparison.json").read_text())["side_by_side"]) > 0
+    assert "metrics side by side" in repr(cmp) and "apcs" in cmp._repr_html_()
+
+
+# ------------------------------------------------------------------------------------ 2. nothing evaluated
+
+
+def test_a_requested_chapter_without_its_input_is_one_line_and_exit_2(tmp_path, capsys):
+    _label_set(tmp_path / "s", 0, "s")
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "s" / "vectors.npy"), "--chapters", "retrieval", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("embeval-report: error: --chapters retrieval: cannot run")
+    assert "qrels" in err[0] and not out.exists()
+
+
+def test_a_report_in_which_nothing_ran_is_not_evaluated_and_fails_every_gate(tmp_path, capsys):
+    _label_set(tmp_path / "s", 0, "s", classes=1)  # one class: node classification cannot run (its precheck)
+    out = tmp_path / "out"
+    rc = main(["run", str(tmp_path / "s" / "m.yaml"), "--chapters", "node_classification", "--out", str(out),
+               "--formats", "html", "--fail-on", "problematic"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "status not evaluated" in err and "--fail-on problematic cannot pass" in err
+    assert err.count("not selected (--chapters)") == 1  # one line for the chapters left out
+    doc = json.loads((out / "metrics.json").read_text())
+    assert doc["status"] == "not evaluated"
+    html = (out / "report.html").read_text()
+    assert 'verdict-not-evaluated">not evaluated<' in html and "Status: not evaluated." in html
+
+
+def test_every_content_chapter_failed_is_not_evaluated(tmp_path):
+    from embeval_report.chapters.registry import discover
+    from embeval_report.report.findings import derive_findings
+
+    chapters = [c for c in discover() if c.name in ("isotropy", "hubness", "rigor")]
+    (tmp_path / "results").mkdir()
+    derive_findings(tmp_path / "results", chapters, {"isotropy": ("failed", "boom"), "hubness": ("failed", "boom"),
+                                                     "rigor": ("ok", "")})
+    doc = json.loads((tmp_path / "results" / "findings.json").read_text())
+    assert doc["status"] == "not evaluated" and len(doc["findings"]) == 2
+    derive_findings(tmp_path / "results", chapters, {"isotropy": ("ok", ""), "hubness": ("failed", "boom"),
+                                                     "rigor": ("ok", "")})
+    assert json.loads((tmp_path / "results" / "findings.json").read_text())["status"] == "concerning"
