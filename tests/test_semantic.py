@@ -86,6 +86,31 @@ def test_word_pair_cosines_equal_gensim_similarity(lee_kv):
     assert r.n_used == len(t) == r.n_pairs - r.n_oov
 
 
+@pytest.mark.parametrize("vector_size,seed", [(50, 1), (64, 2), (32, 1)])
+def test_word_pair_spearman_equals_float64_reference_on_real_vectors(vector_size, seed):
+    """Word2vec models of gensim's Lee corpus cover "bank money" and "money bank" of WordSim-353: the two must tie,
+    as in a float64 reference (cosines dot / (|a| |b|) of the float64 rows) and in gensim's evaluate_word_pairs.
+    The kernel's cosines divided by one norm, then the other, and broke the tie at 50 and 64 dimensions."""
+    kv = Word2Vec(LineSentence(datapath("lee_background.cor")), vector_size=vector_size, min_count=2, epochs=10,
+                  seed=seed, workers=1).wv
+    from scipy import stats
+    for path in (WORDSIM, SIMLEX):
+        r = msem.word_pair_correlation(kv.vectors, kv.index_to_key, path, n_boot=0, device="cpu")
+        t = r.table[r.table["in_vocab"]]
+        vocab = msem.Vocabulary.build(kv.index_to_key)
+        X = kv.vectors.astype(np.float64)
+        a, b = X[vocab.lookup(t["word1"])], X[vocab.lookup(t["word2"])]
+        ref = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+        np.testing.assert_allclose(t["cosine"], ref, rtol=0, atol=1e-15)
+        rho = stats.spearmanr(t["human"], ref).statistic
+        assert r.spearman == pytest.approx(rho, rel=0, abs=1e-12)
+        _, gensim_rho, _ = kv.evaluate_word_pairs(path)
+        assert r.spearman == pytest.approx(gensim_rho.statistic, rel=0, abs=1e-12)
+    words = {(w1.upper(), w2.upper()): c for w1, w2, c in zip(*(msem.word_pair_correlation(
+        kv.vectors, kv.index_to_key, WORDSIM, n_boot=0, device="cpu").table[k] for k in ("word1", "word2", "cosine")))}
+    assert words[("BANK", "MONEY")] == words[("MONEY", "BANK")]  # the reversed pair is in the vocabulary: a tie
+
+
 def test_correlation_ci_is_a_paired_bootstrap(lee_kv):
     r = msem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=WORDSIM, n_boot=300, device="cpu")
     m = r.metrics["word_pairs_spearman"]
