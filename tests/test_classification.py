@@ -451,7 +451,7 @@ def test_label_problem_without_any_label_and_for_usable_labels():
 def test_compute_skips_with_the_reason_as_a_second_line_of_defence(chapter):
     labels = ["a"] * 299 + ["b"]
     es = SimpleNamespace(metadata=pd.DataFrame({"label": labels}), n=300, vectors=np.ones((300, 4), np.float32))
-    ctx = SimpleNamespace(es=es, settings=ChapterSettings(), sample_size=None, seed=0, level=0.95, device="cpu")
+    ctx = SimpleNamespace(es=es, side=None, settings=ChapterSettings(), sample_size=None, seed=0, level=0.95, device="cpu")
     with pytest.raises(ChapterSkipped, match=REASON) as e:
         chapter.compute(ctx)
     assert "'a': 299, 'b': 1" in str(e.value)

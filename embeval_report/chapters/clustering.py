@@ -24,7 +24,9 @@ from ..present.display import definitions_markdown, escape, show_definitions, sh
 from ..present.display import metrics_table as metric_rows
 from ..present.plotting import PALETTE, WIDTH
 from .recorder import read_results
-from .node_classification import LABEL_COLUMN, chapter_labels, exclusion_text, plain, precheck, share_heatmap
+from ..context import current
+from ..metrics.scoring import Aggregate, TaskScorer
+from .node_classification import LABEL_COLUMN, LabelInputs, exclusion_text, label_inputs, plain, precheck, share_heatmap
 from .declaration import INF, ChapterSpec, Option
 
 if TYPE_CHECKING:
@@ -56,16 +58,40 @@ def recorded_probe(results_dir) -> dict | None:
         return None
 
 
+def clustering_plan(inputs: LabelInputs, settings) -> cl.ClusterPlan:
+    """k-means' k, seed and settings and the silhouette sample, from the labels and the seed."""
+    try:
+        return cl.cluster_plan(inputs.labels, inputs.ids, silhouette_sample=settings.option("silhouette_sample"),
+                               seed=settings.seed)
+    except InputError as e:
+        raise ChapterSkipped(str(e).split(": ", 1)[-1]) from None
+
+
+def _weighted(metric: str):
+    return lambda table, W: cl.weighted_partition_scores(table, W)[metric]
+
+
+#: k-means against the labels, scored per entity: its cluster and its silhouettes
+SCORER = TaskScorer(
+    unit="entities", key="entity", columns=("label", "y", "cluster", "silhouette", "label_silhouette"),
+    aggregates=(Aggregate("ari", fn=cl.partition_ari, boot=_weighted("ari")),
+                Aggregate("nmi", fn=cl.partition_nmi, boot=_weighted("nmi")),
+                Aggregate("ami", fn=cl.partition_ami, boot=_weighted("ami")),
+                Aggregate("silhouette", mean_of="silhouette"),
+                Aggregate("label_silhouette", mean_of="label_silhouette")),
+    inputs=label_inputs, plan=clustering_plan,
+    score=lambda X, inputs, plan: cl.cluster_units(X, plan, device=current().device))
+
+
 def compute(ctx: ChapterContext) -> ClusteringReport:
     """k-means against the labels (and within each kind), the t-SNE map; record every number."""
     es, meta = ctx.es, ctx.es.metadata
-    labels = chapter_labels(ctx)
-    sample = ctx.option("silhouette_sample")
-    try:
-        result = cl.evaluate_clustering(es.vectors, labels, silhouette_sample=sample, level=ctx.level, seed=ctx.seed,
-                                        device=ctx.device, column=LABEL_COLUMN)
-    except InputError as e:
-        raise ChapterSkipped(str(e).split(": ", 1)[-1]) from None
+    inputs = SCORER.inputs(es, ctx.side, ctx.settings)
+    plan = SCORER.plan(inputs, ctx.settings)
+    units = SCORER.units(es.vectors, inputs, plan)
+    labels, sample = inputs.labels, ctx.option("silhouette_sample")
+    result = cl.evaluate_clustering(es.vectors, labels, level=ctx.level, device=ctx.device, column=LABEL_COLUMN,
+                                    plan=plan, units=units)
     col = kind_column(meta)
     kinds = meta[col].to_numpy() if col else None
     by_kind = (cl.clustering_by_group(es.vectors, meta[LABEL_COLUMN], kinds, column=col, silhouette_sample=sample,
@@ -73,6 +99,7 @@ def compute(ctx: ChapterContext) -> ClusteringReport:
     agreement = cl.partition_agreement(result.clusters, kinds[result.labels.rows]) if col else None
     projection = cl.project(es.vectors, result.labels, method="tsne", seed=ctx.seed, device=ctx.device)
     ctx.rec.add(*result.metrics.values())
+    ctx.rec.scored(SCORER, units, plan)
     ctx.rec.note(**clustering_record(result, by_kind, col, agreement),
                  projection={"method": projection.method, "points": int(len(projection.positions))})
     return ClusteringReport(result, col, kinds, by_kind, agreement, projection, recorded_probe(ctx.rec.results_dir))
@@ -465,5 +492,5 @@ CHAPTER = ChapterSpec(
     name="clustering", title="Clustering alignment", order=96,
     description="Do the natural groups match the labels? k-means with k = number of classes on unit vectors: ARI, NMI, AMI, cosine silhouette, t-SNE coloured by class and cluster, k sweep (seed 000 §218.4).",
     requires=("metadata.label",),
-    options=(SILHOUETTE_SAMPLE,),
+    options=(SILHOUETTE_SAMPLE,), scorer=SCORER,
 )

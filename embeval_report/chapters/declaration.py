@@ -99,6 +99,7 @@ class ChapterSpec:
     demo: str | None = None          # the module of :mod:`embeval_report.demo` that writes its demo side data
     effects: tuple = ()              # :class:`~.findings.Effect` groups of related thresholded metrics
     findings: Callable | None = None  # (ChapterResults) -> list[Finding]: baselines, events, groups; :mod:`.findings`
+    scorer: Any = None               # a task chapter's :class:`~embeval_report.metrics.scoring.TaskScorer`
     stage: int = 0                   # 0: content; 1, 2: after every content chapter, in stage order (read results)
     module: str = ""                 # set by the registry: the module declaring it
 

@@ -77,7 +77,7 @@ def compute(ctx: ChapterContext) -> FairnessReport:
     tests = side.association_tests if "association_tests" in side else None
     attrs = tuple(spec.attributes) if spec else ()
     label = spec.label if spec else "label"
-    budget = probe_budget(ctx)
+    budget = probe_budget(ctx.settings)
     result = fm.evaluate_fairness(es.vectors, es.metadata, attrs, ids=es.ids, label_column=label,
                                   association_tests=tests or (), k=int(ctx.option("k")),
                                   min_group_size=int(ctx.option("min_group_size")),

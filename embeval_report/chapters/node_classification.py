@@ -18,7 +18,9 @@ from ..errors import ChapterSkipped, InputError
 from ..io import kind_column
 from ..metrics import classification as nc
 from ..metrics.labels import LabelSet, label_problem, prepare_labels
+from ..metrics.scoring import Aggregate, TaskScorer
 from ..present.display import definitions_markdown, escape, show_definitions, show_figure, show_markdown, show_table
+from ..present.escape import mathtext
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import INF, ChapterSpec, Option
@@ -47,30 +49,58 @@ def precheck(es, side, settings) -> str | None:
     return label_problem(meta[LABEL_COLUMN], column=LABEL_COLUMN)
 
 
-def chapter_labels(ctx: ChapterContext) -> LabelSet:
+def chapter_labels(es) -> LabelSet:
     """The label set both label chapters evaluate; :class:`ChapterSkipped` with the reason when unusable."""
-    labels = ctx.es.metadata[LABEL_COLUMN]
+    labels = es.metadata[LABEL_COLUMN]
     try:
-        return prepare_labels(labels, n=ctx.es.n, column=LABEL_COLUMN)
+        return prepare_labels(labels, n=es.n, column=LABEL_COLUMN)
     except InputError as e:
         raise ChapterSkipped(label_problem(labels, column=LABEL_COLUMN) or str(e)) from None
+
+
+@dataclass(frozen=True)
+class LabelInputs:
+    """The scorer's inputs: the label set and the set's ids."""
+
+    labels: LabelSet
+    ids: np.ndarray
+
+
+def label_inputs(es, side, settings) -> LabelInputs:
+    """The labels of the ``label`` column (classes of at least 5 members) and the ids."""
+    return LabelInputs(chapter_labels(es), es.ids)
+
+
+def probe_plan(inputs: LabelInputs, settings) -> nc.ProbePlan:
+    """The evaluated sample and its folds, from the labels and the seed (:func:`~.classification.probe_plan`)."""
+    try:
+        return nc.probe_plan(inputs.labels, inputs.ids, max_entities=probe_budget(settings), seed=settings.seed)
+    except InputError as e:  # e.g. a sample_size too small to keep 2 classes
+        raise ChapterSkipped(str(e).split(": ", 1)[-1]) from None
+
+
+#: the probe, scored per entity: its out-of-fold prediction on the plan's folds
+SCORER = TaskScorer(
+    unit="entities", key="entity", columns=("fold", "label", "predicted", "y", "y_pred", "correct"),
+    aggregates=(Aggregate("accuracy", fn=nc.fold_accuracy, unit_column="correct"),
+                Aggregate("macro_f1", fn=nc.fold_macro_f1, unit_column="correct")),
+    inputs=label_inputs, plan=probe_plan, score=lambda X, inputs, plan: nc.probe_units(X, plan))
 
 
 def compute(ctx: ChapterContext) -> NodeClassificationReport:
     """Run the probe (and the probe within each kind of entity) and record every number."""
     es, meta = ctx.es, ctx.es.metadata
-    labels = chapter_labels(ctx)
-    budget = probe_budget(ctx)
-    try:
-        result = nc.evaluate_node_classification(es.vectors, labels, max_entities=budget, level=ctx.level,
-                                                 seed=ctx.seed, column=LABEL_COLUMN)
-    except InputError as e:  # e.g. a sample_size too small to keep 2 classes
-        raise ChapterSkipped(str(e).split(": ", 1)[-1]) from None
+    inputs = SCORER.inputs(es, ctx.side, ctx.settings)
+    plan = SCORER.plan(inputs, ctx.settings)
+    units = SCORER.units(es.vectors, inputs, plan)
+    result = nc.evaluate_node_classification(es.vectors, inputs.labels, level=ctx.level, column=LABEL_COLUMN,
+                                             plan=plan, units=units)
     col = kind_column(meta)
     by_kind = (nc.node_classification_by_group(es.vectors, meta[LABEL_COLUMN], meta[col], column=col,
-                                               max_entities=budget, level=ctx.level, seed=ctx.seed,
-                                               label_column=LABEL_COLUMN) if col else None)
+                                               max_entities=probe_budget(ctx.settings), level=ctx.level,
+                                               seed=ctx.seed, label_column=LABEL_COLUMN) if col else None)
     ctx.rec.add(*result.metrics.values())
+    ctx.rec.scored(SCORER, units, plan)
     ctx.rec.note(**classification_record(result, by_kind, col))
     return NodeClassificationReport(result, col, by_kind)
 
@@ -259,9 +289,8 @@ def classification_narrative(r: nc.ClassificationResult, by_group: pd.DataFrame 
 # Figures
 # ---------------------------------------------------------------------------------------------
 
-def plain(s) -> str:
-    """A user string safe for matplotlib text (no mathtext)."""
-    return str(s).replace("$", r"\$")
+#: a user string as matplotlib text (shown literally, no mathtext)
+plain = mathtext
 
 
 def learning_curve_figure(r: nc.ClassificationResult) -> plt.Figure:
@@ -401,10 +430,10 @@ PROBE_ENTITIES = Option("probe_entities", nc.MAX_PROBE_ENTITIES, "node classific
                         "probes use at most (a stratified sample); --sample-size caps it too", bounds=(1, INF))
 
 
-def probe_budget(ctx: ChapterContext) -> int:
+def probe_budget(settings) -> int:
     """Entities the probes use: the ``probe_entities`` option, capped by ``--sample-size`` when it is given."""
-    n = int(ctx.option("probe_entities"))
-    return n if ctx.sample_size is None else min(n, int(ctx.sample_size))
+    n = int(settings.option("probe_entities"))
+    return n if settings.sample_size is None else min(n, int(settings.sample_size))
 
 
 CHAPTER = ChapterSpec(
@@ -412,5 +441,5 @@ CHAPTER = ChapterSpec(
     description="Is the label linearly decodable? A logistic-regression probe with stratified 5-fold CV: accuracy, micro- and macro-F1 against majority and stratified baselines, learning curve, per-class F1, confusion matrix (seed 000 §218.3).",
     requires=("metadata.label",),
     options=(PROBE_ENTITIES,), precheck=precheck,
-    findings=findings,
+    findings=findings, scorer=SCORER,
 )

@@ -65,7 +65,18 @@ class Recorder:
             self.tests[t.name] = t.to_record()
         self.save()
 
-    def units(self, frame, *, key: str, unit: str, means, labels: dict | None = None) -> None:
+    def scored(self, scorer, table, plan=None) -> None:
+        """Record a task scorer's unit table (:class:`~embeval_report.metrics.scoring.TaskScorer`): every column it
+        declares, its mean aggregates as :meth:`units` records means, the names of its whole-table aggregates
+        (paired by a bootstrap over units) and the fingerprint of the plan it was scored on."""
+        from ..metrics.scoring import plan_fingerprint
+
+        self.units(table, key=scorer.key, unit=scorer.unit, means=[a.metric for a in scorer.aggregates if a.is_mean],
+                   aggregates=[a.metric for a in scorer.aggregates if not a.is_mean], columns=scorer.columns,
+                   plan=None if plan is None else plan_fingerprint(plan))
+
+    def units(self, frame, *, key: str, unit: str, means, labels: dict | None = None, aggregates=(), columns=(),
+              plan: str | None = None) -> None:
         """Record per-unit values (one row per query, test edge, entity, ...; ``key`` the unit id column) to
         ``results/units/<chapter>.csv`` for the rigor chapter and ``embeval-report compare`` (which pairs
         two models' units by id), and record ``mde_<metric>`` for each column in ``means`` whose recorded
@@ -79,7 +90,7 @@ class Recorder:
         from ..metrics.spec import Metric
         from ..stats import POWER_TEST, minimum_detectable_effect
 
-        columns = [key, *means]
+        columns = [key, *means, *[c for c in columns if c not in means and c != key]]
         missing = [c for c in columns if c not in frame.columns]
         if missing:
             raise ValueError(f"units of {self.chapter}: no column(s) {', '.join(missing)}")
@@ -102,7 +113,9 @@ class Recorder:
             folder = Path(self.results_dir) / "units"
             folder.mkdir(parents=True, exist_ok=True)
             frame[columns].to_csv(folder / f"{self.chapter}.csv", index=False)
-        self.note(units=dict(key=key, unit=unit, means=list(means), stats=stats))
+        self.note(units=dict(key=key, unit=unit, means=list(means), stats=stats,
+                             **({"aggregates": list(aggregates)} if aggregates else {}),
+                             **({"plan": plan} if plan else {})))
 
     def note(self, **info) -> None:
         """Record JSON-serialisable context (parameters used, sample sizes, ...)."""

@@ -111,10 +111,92 @@ class ClassificationResult(OnLabels):
                              "majority_accuracy": g["majority_accuracy"].mean()}).reset_index()
 
 
+@dataclass(frozen=True)
+class ProbePlan:
+    """The probe's protocol, fixed before any vector is read: the evaluated entities (a stratified sample of at
+    most ``max_entities``), their ids and the stratified fold of each, from the labels and the seed only."""
+
+    labels: LabelSet       # the evaluated entities and their classes
+    ids: np.ndarray        # their unit ids (str)
+    folds: np.ndarray      # fold 0..n_folds-1 of each evaluated entity
+    n_folds: int
+    seed: int
+    C: float = PROBE_C
+    max_iter: int = PROBE_MAX_ITER
+
+
+def probe_plan(labels: LabelSet, ids=None, *, n_folds: int = N_FOLDS,
+               max_entities: int | None = MAX_PROBE_ENTITIES, seed: int = 0, C: float = PROBE_C,
+               max_iter: int = PROBE_MAX_ITER) -> ProbePlan:
+    """The stratified sample and folds of the probe (StratifiedKFold, shuffled with ``seed``). ``ids``: the set's
+    ids (row numbers as text when ``None``)."""
+    if n_folds < 2:
+        raise ValueError("n_folds must be at least 2")
+    ls = stratified_subsample(labels, max_entities, seed=seed)
+    folds = np.empty(ls.n, dtype=np.int64)
+    cv = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
+    for f, (_, te) in enumerate(cv.split(np.zeros((ls.n, 1)), ls.codes)):
+        folds[te] = f
+    unit_ids = (np.asarray(ids, dtype=object)[ls.rows] if ids is not None else ls.rows).astype(str)
+    return ProbePlan(ls, unit_ids, folds, n_folds, seed, C, max_iter)
+
+
+def fold_splits(folds: np.ndarray, n_folds: int):
+    """(train, test) positions of each fold, in fold order, as StratifiedKFold yields them (both sorted)."""
+    for f in range(n_folds):
+        test = folds == f
+        yield np.flatnonzero(~test), np.flatnonzero(test)
+
+
+def probe_units(X, plan: ProbePlan) -> pd.DataFrame:
+    """The probe's out-of-fold prediction of every evaluated entity: columns ``entity``, ``fold``, ``label`` and
+    ``predicted`` (class names), ``y`` and ``y_pred`` (their codes, largest class first, as the plan's label set
+    codes them) and ``correct`` (1/0). ``attrs["not_converged"]``: the fits that hit ``max_iter``."""
+    X = as_numpy(X)
+    ls = plan.labels
+    Xl, y = np.asarray(X[ls.rows], dtype=np.float64), ls.codes
+    oof = np.empty(ls.n, dtype=np.int64)
+    with threads(*Xl.shape), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        for tr, te in fold_splits(plan.folds, plan.n_folds):
+            oof[te] = make_probe(plan.C, plan.max_iter, plan.seed).fit(Xl[tr], y[tr]).predict(Xl[te])
+        not_converged = sum(issubclass(w.category, ConvergenceWarning) for w in caught)
+    names = np.asarray(ls.classes, dtype=object)
+    units = pd.DataFrame({"entity": plan.ids, "fold": plan.folds, "label": names[y], "predicted": names[oof],
+                          "y": y, "y_pred": oof, "correct": (oof == y).astype(np.int64)})
+    units.attrs["not_converged"] = int(not_converged)
+    return units
+
+
+def fold_accuracy(units: pd.DataFrame) -> float:
+    """Accuracy per fold, averaged over the folds (what the chapter reports): the mean of ``correct`` in each fold,
+    then over folds."""
+    f = units["fold"].to_numpy()
+    per_fold = np.bincount(f, weights=units["correct"].to_numpy(float)) / np.maximum(np.bincount(f), 1)
+    return float(per_fold[np.bincount(f) > 0].mean())
+
+
+def fold_macro_f1(units: pd.DataFrame) -> float:
+    r"""Macro-F1 per fold over every class of the table, averaged over the folds:
+    :math:`F_1^c = 2\,TP_c / (n^{\mathrm{true}}_c + n^{\mathrm{pred}}_c)` (0 when both are 0), as scikit-learn's
+    ``f1_score(average="macro", zero_division=0)`` computes it."""
+    f, y, p = (units[c].to_numpy(np.int64) for c in ("fold", "y", "y_pred"))
+    classes = np.unique(y)
+    C, F = int(max(y.max(), p.max())) + 1, int(f.max()) + 1
+    tp = np.bincount(f * C + y, weights=(y == p).astype(float), minlength=F * C).reshape(F, C)
+    true = np.bincount(f * C + y, minlength=F * C).reshape(F, C).astype(float)
+    pred = np.bincount(f * C + p, minlength=F * C).reshape(F, C).astype(float)
+    denom = true + pred
+    f1 = np.divide(2.0 * tp, denom, out=np.zeros_like(tp), where=denom > 0)[:, classes]
+    present = np.bincount(f, minlength=F) > 0
+    return float(np.mean([row.mean() for row in f1[present]]))
+
+
 def evaluate_node_classification(X, labels, *, n_folds: int = N_FOLDS, train_fractions=TRAIN_FRACTIONS,
                                  n_repeats: int = N_REPEATS, C: float = PROBE_C, max_iter: int = PROBE_MAX_ITER,
                                  max_entities: int | None = MAX_PROBE_ENTITIES, level: float = 0.95, seed: int = 0,
-                                 column: str = "label") -> ClassificationResult:
+                                 column: str = "label", plan: ProbePlan | None = None,
+                                 units: pd.DataFrame | None = None) -> ClassificationResult:
     r"""Linear-probe node classification with stratified k-fold CV, chance baselines and a learning curve.
 
     Parameters
@@ -125,6 +207,8 @@ def evaluate_node_classification(X, labels, *, n_folds: int = N_FOLDS, train_fra
     train_fractions, n_repeats : learning curve (empty ``train_fractions`` skips it)
     C, max_iter : the logistic regression's inverse L2 strength and iteration cap
     max_entities : stratified subsample above this many labelled entities (``None``: all)
+    plan, units : the probe's plan (:func:`probe_plan`; made from the other arguments when ``None``) and its
+        out-of-fold predictions (:func:`probe_units`; computed when ``None``)
 
     Metrics (all higher is better; no seed threshold, so no verdict): ``accuracy``,
     ``micro_f1`` and ``macro_f1`` — means over the folds with a Student-t interval over folds.
@@ -140,25 +224,27 @@ def evaluate_node_classification(X, labels, *, n_folds: int = N_FOLDS, train_fra
     1.0
     """
     X = as_numpy(X)
-    if n_folds < 2:
-        raise ValueError("n_folds must be at least 2")
-    ls = stratified_subsample(as_labelset(labels, len(X), n_folds, column), max_entities, seed=seed)
+    if plan is None:
+        plan = probe_plan(as_labelset(labels, len(X), n_folds, column), n_folds=n_folds, max_entities=max_entities,
+                          seed=seed, C=C, max_iter=max_iter)
+    n_folds, seed, C, max_iter = plan.n_folds, plan.seed, plan.C, plan.max_iter
+    if units is None:
+        units = probe_units(X, plan)
+    ls = plan.labels
+    y, n_cls, oof = ls.codes, ls.n_classes, units["y_pred"].to_numpy(np.int64)
     Xl = np.asarray(X[ls.rows], dtype=np.float64)
-    y, n_cls = ls.codes, ls.n_classes
-    cv = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
-    rows, oof, not_converged = [], np.empty(ls.n, dtype=np.int64), 0
+    rows = []
     with threads(*Xl.shape), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
-        for f, (tr, te) in enumerate(cv.split(Xl, y)):
-            models = {"probe": make_probe(C, max_iter, seed), "majority": DummyClassifier(strategy="most_frequent"),
-                      "stratified": DummyClassifier(strategy="stratified", random_state=seed + f)}
-            for name, model in models.items():
+        for f, (tr, te) in enumerate(fold_splits(plan.folds, n_folds)):
+            rows.append(dict(fold=f + 1, model="probe", n_test=len(te), **fold_scores(y[te], oof[te], n_cls)))
+            for name, model in (("majority", DummyClassifier(strategy="most_frequent")),
+                                ("stratified", DummyClassifier(strategy="stratified", random_state=seed + f))):
                 pred = model.fit(Xl[tr], y[tr]).predict(Xl[te])
-                if name == "probe":
-                    oof[te] = pred
                 rows.append(dict(fold=f + 1, model=name, n_test=len(te), **fold_scores(y[te], pred, n_cls)))
         learning = _learning_curve(Xl, y, train_fractions, n_repeats, C, max_iter, seed)
-        not_converged = sum(issubclass(w.category, ConvergenceWarning) for w in caught)
+        not_converged = units.attrs.get("not_converged", 0) + sum(issubclass(w.category, ConvergenceWarning)
+                                                                   for w in caught)
     folds = pd.DataFrame(rows)
     values = {}
     ci_method = (f"{level:.0%} Student-t interval over the {n_folds} stratified CV folds (mean ± t·sd/√k; "

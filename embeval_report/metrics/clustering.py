@@ -225,11 +225,121 @@ def unit_vectors(X) -> np.ndarray:
     return unit_rows(torch.as_tensor(X, dtype=torch.float32 if X.dtype == np.float32 else torch.float64)).numpy()
 
 
+@dataclass(frozen=True)
+class ClusterPlan:
+    """The clustering protocol, fixed before any vector is read: the labelled entities, their ids, k (the number
+    of classes), the k-means settings and seed, and the seeded sample the silhouettes are computed within."""
+
+    labels: LabelSet
+    ids: np.ndarray
+    n_init: int
+    seed: int
+    minibatch_threshold: int
+    sample: np.ndarray       # positions (into labels.rows) of the silhouette sample
+
+    @property
+    def k(self) -> int:
+        return self.labels.n_classes
+
+
+def cluster_plan(labels: LabelSet, ids=None, *, n_init: int = KMEANS_N_INIT,
+                 silhouette_sample: int | None = SILHOUETTE_SAMPLE, seed: int = 0,
+                 minibatch_threshold: int = MINIBATCH_THRESHOLD) -> ClusterPlan:
+    """The plan of :func:`evaluate_clustering` (``ids``: the set's ids; row numbers as text when ``None``)."""
+    if labels.n <= labels.n_classes:
+        raise InputError(f"metadata column '{labels.column}': clustering needs more labelled entities ({labels.n}) "
+                         f"than classes ({labels.n_classes})")
+    unit_ids = (np.asarray(ids, dtype=object)[labels.rows] if ids is not None else labels.rows).astype(str)
+    return ClusterPlan(labels, unit_ids, n_init, seed, minibatch_threshold,
+                       sample_positions(labels.n, silhouette_sample, seed, 1))
+
+
+def cluster_units(X, plan: ClusterPlan, *, device="auto") -> pd.DataFrame:
+    """k-means (k = the plan's classes) on the L2-normalised vectors of the plan's entities: one row per entity
+    with ``entity``, ``label`` (class name), ``y`` (its code), ``cluster``, and its cosine ``silhouette`` in the
+    k-means partition and ``label_silhouette`` in the classes (NaN outside the silhouette sample, or where
+    undefined). ``attrs``: ``inertia``, ``algorithm`` and why each silhouette is undefined ("" when defined)."""
+    ls = plan.labels
+    U = unit_vectors(as_numpy(X)[ls.rows])
+    clusters, inertia, algorithm = kmeans_fit(U, plan.k, n_init=plan.n_init, seed=plan.seed,
+                                              minibatch_threshold=plan.minibatch_threshold)
+    y, sample = ls.codes, plan.sample
+    sil, sil_why = _sample_silhouettes(U[sample], clusters[sample], "the k-means clusters", device)
+    lab_sil, lab_why = _sample_silhouettes(U[sample], y[sample], f"the '{ls.column}' classes", device)
+    per_sil, per_lab = np.full(ls.n, np.nan), np.full(ls.n, np.nan)
+    per_sil[sample], per_lab[sample] = sil, lab_sil
+    units = pd.DataFrame({"entity": plan.ids, "label": np.asarray(ls.classes, dtype=object)[y], "y": y,
+                          "cluster": clusters, "silhouette": per_sil, "label_silhouette": per_lab})
+    units.attrs.update(inertia=inertia, algorithm=algorithm, silhouette_why=sil_why, label_silhouette_why=lab_why)
+    return units
+
+
+def partition_ari(units: pd.DataFrame) -> float:
+    """ARI of the clusters with the classes (scikit-learn ``adjusted_rand_score``)."""
+    return float(adjusted_rand_score(units["y"], units["cluster"]))
+
+
+def partition_nmi(units: pd.DataFrame) -> float:
+    """NMI of the clusters with the classes (scikit-learn ``normalized_mutual_info_score``, arithmetic mean)."""
+    return float(normalized_mutual_info_score(units["y"], units["cluster"]))
+
+
+def partition_ami(units: pd.DataFrame) -> float:
+    """AMI of the clusters with the classes (scikit-learn ``adjusted_mutual_info_score``)."""
+    return float(adjusted_mutual_info_score(units["y"], units["cluster"]))
+
+
+def weighted_partition_scores(units: pd.DataFrame, W: np.ndarray) -> dict[str, np.ndarray]:
+    r"""ARI, NMI and AMI of the clusters with the classes when the entities carry the weights of each row of
+    ``W`` (resamples × entities, the counts of bootstrap draws), all rows at once from the weighted contingency
+    tables :math:`n_{ij}` (row sums :math:`a_i`, column sums :math:`b_j`, total :math:`n`):
+    :math:`\mathrm{ARI}` by Hubert & Arabie's formula, :math:`I = \sum_{ij} rac{n_{ij}}n \lograc{n\,n_{ij}}{a_i b_j}`,
+    :math:`\mathrm{NMI} = I / 	frac12(H_Y + H_K)`, :math:`\mathrm{AMI} = (I - E[I]) / (	frac12(H_Y + H_K) - E[I])`
+    with the expected mutual information :math:`E[I]` of the unweighted table held fixed (its change over
+    resamples is of order :math:`E[I]/\sqrt n`, far below the spread of :math:`I`; computing it per resample
+    costs ~50 ms). With ``W`` all ones the three equal scikit-learn's to rounding."""
+    from scipy import sparse
+    from sklearn.metrics.cluster import contingency_matrix
+    from sklearn.metrics.cluster._expected_mutual_info_fast import expected_mutual_information
+
+    y, c = units["y"].to_numpy(np.int64), units["cluster"].to_numpy(np.int64)
+    ky, kc = int(y.max()) + 1, int(c.max()) + 1
+    onehot = sparse.csr_matrix((np.ones(len(y)), (np.arange(len(y)), y * kc + c)), shape=(len(y), ky * kc))
+    N = np.asarray(onehot.T @ np.asarray(W, float).T).T.reshape(len(W), ky, kc)
+    a, b, n = N.sum(2), N.sum(1), N.sum((1, 2))
+
+    def comb2(x):
+        return (x * (x - 1) / 2).sum(-1)
+
+    s_ij, s_a, s_b, s_n = comb2(N.reshape(len(W), -1)), comb2(a), comb2(b), n * (n - 1) / 2
+    expected = s_a * s_b / s_n
+    top = (s_a + s_b) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ari = np.where(top == expected, 1.0, (s_ij - expected) / (top - expected))
+        p = N / n[:, None, None]
+        outer = a[:, :, None] * b[:, None, :] / n[:, None, None] ** 2
+        mi = np.where(N > 0, p * np.log(np.where(N > 0, p, 1.0) / np.where(N > 0, outer, 1.0)), 0.0).sum((1, 2))
+        mi = np.clip(mi, 0.0, None)
+
+        def entropy(m):
+            q = m / n[:, None]
+            return -np.where(m > 0, q * np.log(np.where(m > 0, q, 1.0)), 0.0).sum(1)
+
+        mean_h = (entropy(a) + entropy(b)) / 2
+        nmi = np.where(mean_h > 0, mi / mean_h, 1.0)
+        emi = float(expected_mutual_information(contingency_matrix(y, c, sparse=True), len(y)))
+        denom = mean_h - emi
+        denom = np.where(denom < 0, np.minimum(denom, -np.finfo(float).eps), np.maximum(denom, np.finfo(float).eps))
+        ami = np.where(mean_h > 0, (mi - emi) / denom, 1.0)
+    return {"ari": ari, "nmi": nmi, "ami": ami}
+
+
 def evaluate_clustering(X, labels, *, n_init: int = KMEANS_N_INIT, n_seed_runs: int = N_SEED_RUNS,
                         silhouette_sample: int | None = SILHOUETTE_SAMPLE, sweep: bool = True,
                         minibatch_threshold: int = MINIBATCH_THRESHOLD, min_class_size: int = N_FOLDS,
                         n_boot: int = 1000, level: float = 0.95, seed: int = 0, device="auto",
-                        column: str = "label") -> ClusteringResult:
+                        column: str = "label", plan: ClusterPlan | None = None,
+                        units: pd.DataFrame | None = None) -> ClusteringResult:
     r"""k-means with k = number of classes on the L2-normalised vectors, scored against the labels.
 
     Parameters
@@ -242,6 +352,8 @@ def evaluate_clustering(X, labels, *, n_init: int = KMEANS_N_INIT, n_seed_runs: 
         :data:`N_SEED_RUNS_LARGE` above ``minibatch_threshold`` entities)
     silhouette_sample : silhouettes within a seeded sample of at most this many entities (``None``: all)
     sweep : also run k from max(2, C − 2) to C + 3 (the seed's range)
+    plan, units : the plan (:func:`cluster_plan`; from the arguments above when ``None``) and the scored entities
+        (:func:`cluster_units`; computed when ``None``): the headline numbers are their aggregates
 
     Metrics (higher is better; no seed threshold, so no verdict): ``ari``, ``nmi``, ``ami``,
     ``silhouette`` (k-means partition) and ``label_silhouette`` (classes), cosine distance.
@@ -249,13 +361,14 @@ def evaluate_clustering(X, labels, *, n_init: int = KMEANS_N_INIT, n_seed_runs: 
     ``normalized_mutual_info_score``, ``adjusted_mutual_info_score``, ``silhouette_score``.
     """
     X = as_numpy(X)
-    ls = as_labelset(labels, len(X), min_class_size, column)
-    U = unit_vectors(X[ls.rows])
-    y, k = ls.codes, ls.n_classes
-    if ls.n <= k:
-        raise InputError(f"metadata column '{ls.column}': clustering needs more labelled entities ({ls.n}) than "
-                         f"classes ({k})")
-    clusters, inertia, algorithm = kmeans_fit(U, k, n_init=n_init, seed=seed, minibatch_threshold=minibatch_threshold)
+    if plan is None:
+        plan = cluster_plan(as_labelset(labels, len(X), min_class_size, column), n_init=n_init,
+                            silhouette_sample=silhouette_sample, seed=seed, minibatch_threshold=minibatch_threshold)
+    ls, k, n_init, seed, minibatch_threshold = plan.labels, plan.k, plan.n_init, plan.seed, plan.minibatch_threshold
+    if units is None:
+        units = cluster_units(X, plan, device=device)
+    U, y, sample = unit_vectors(X[ls.rows]), ls.codes, plan.sample
+    clusters, inertia, algorithm = units["cluster"].to_numpy(np.int64), units.attrs["inertia"], units.attrs["algorithm"]
     values = _partition_scores(y, clusters)
     values["inertia"] = inertia
     if ls.n > minibatch_threshold:
@@ -265,9 +378,8 @@ def evaluate_clustering(X, labels, *, n_init: int = KMEANS_N_INIT, n_seed_runs: 
         c, inert, _ = kmeans_fit(U, k, n_init=n_init, seed=seed + r, minibatch_threshold=minibatch_threshold)
         runs.append(dict(seed=seed + r, inertia=inert, **_partition_scores(y, c)))
     seed_runs = pd.DataFrame(runs, columns=["seed", "inertia", "ari", "nmi", "ami"])
-    sample = sample_positions(ls.n, silhouette_sample, seed, 1)
-    sil, sil_why = _sample_silhouettes(U[sample], clusters[sample], "the k-means clusters", device)
-    lab_sil, lab_why = _sample_silhouettes(U[sample], y[sample], f"the '{ls.column}' classes", device)
+    sil, lab_sil = units["silhouette"].to_numpy()[sample], units["label_silhouette"].to_numpy()[sample]
+    sil_why, lab_why = units.attrs["silhouette_why"], units.attrs["label_silhouette_why"]
     values["silhouette"], values["label_silhouette"] = float(sil.mean()), float(lab_sil.mean())
     cont = np.zeros((k, k), dtype=np.int64)
     np.add.at(cont, (y, clusters), 1)

@@ -54,11 +54,13 @@ from ..stats import DEFAULT_LEVEL, adjust_pvalues, mean_ci, minimum_detectable_e
 #: sign flips of the paired randomisation test
 RANDOMISATION_RESAMPLES = 4999
 #: values per batch of sign flips (bounds the memory of the randomisation test on many units)
-BATCH_VALUES = 20_000_000
+BATCH_VALUES = 500_000
 #: fewest units for which a sampled p-value at its floor is replaced by the sign-flip null's normal limit
 ASYMPTOTIC_UNITS = 30
 #: bootstrap resamples of the rank intervals
 RANK_RESAMPLES = 1000
+#: bootstrap resamples of a paired comparison of a whole-table metric (:func:`paired_aggregate`)
+AGGREGATE_RESAMPLES = 1000
 VERDICTS = ("B better", "A better", "no difference larger than E", "underpowered", "inconclusive")
 #: what each verdict means, in words (tables, narrative, docs)
 VERDICT_MEANING = {
@@ -143,6 +145,72 @@ def paired_comparison(a, b, *, direction: str = "higher", level: float = DEFAULT
                             mde=mde)
 
 
+def paired_aggregate(fn, a: pd.DataFrame, b: pd.DataFrame, *, direction: str = "higher",
+                     level: float = DEFAULT_LEVEL, seed: int = 0, n_resamples: int = AGGREGATE_RESAMPLES,
+                     units: str = "units", unit_column: str | None = None,
+                     boot=None) -> tuple[PairedComparison, np.ndarray]:
+    r"""Compare a whole-table metric ``fn`` (macro-F1, ARI, Spearman's ρ, ROC-AUC: not a mean over units) of
+    model A's and model B's unit tables ``a`` and ``b`` (the same units, row for row) by the paired bootstrap:
+    the units are resampled with replacement, the same draw for both models, and
+    :math:`\delta^* = \mathrm{fn}(b^*) - \mathrm{fn}(a^*)` recomputed (Efron & Tibshirani 1993, ch. 16).
+
+    Returns the comparison and the replicates :math:`\delta^*` (finite ones). The interval is the percentile
+    interval of :math:`\delta^*`; the p-value tests :math:`\delta = 0` with the centred replicates,
+    :math:`p = (1 + \#\{|\delta^* - \hat\delta| \ge |\hat\delta|\}) / (R + 1)`, and where that is within
+    twice its floor, the normal (Wald) form :math:`2\bar\Phi(|\hat\delta| / \mathrm{se}^*)`.
+    ``sd_diff`` is :math:`\mathrm{se}^*\sqrt n`, the per-unit spread a paired mean over ``n`` units would need for
+    that standard error, so the minimum detectable effect reads the same for both kinds of rows.
+    ``unit_column``: a per-unit column whose paired differences give the wins, ties and losses. ``boot(table,
+    W)``: ``fn`` of ``table`` under the unit weights of each row of ``W`` (the counts of each draw), for many
+    draws at once (:class:`~embeval_report.metrics.scoring.Aggregate`); the same draws as without it.
+    """
+    if direction not in ("higher", "lower"):
+        raise ValueError(f"direction must be 'higher' or 'lower', not {direction!r}")
+    if len(a) != len(b):
+        raise ValueError(f"paired tables need the same units: {len(a)} vs {len(b)} rows")
+    n = len(a)
+    va, vb = float(fn(a)), float(fn(b))
+    diff = vb - va
+    rng = np.random.default_rng([seed, 41])
+    reps = np.full(n_resamples, math.nan)
+    if n >= 2:
+        step = max(1, min(n_resamples, BATCH_VALUES // (8 * n)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for s in range(0, n_resamples, step):
+                draws = [rng.integers(0, n, n) for _ in range(min(step, n_resamples - s))]
+                if boot is not None:
+                    W = np.stack([np.bincount(idx, minlength=n) for idx in draws]).astype(float)
+                    reps[s:s + len(draws)] = np.asarray(boot(b, W), float) - np.asarray(boot(a, W), float)
+                else:
+                    reps[s:s + len(draws)] = [float(fn(b.iloc[idx])) - float(fn(a.iloc[idx])) for idx in draws]
+    reps = reps[np.isfinite(reps)]
+    if len(reps) >= 2 and np.isfinite(diff):
+        q = (1 - level) / 2
+        lo, hi = (float(x) for x in np.quantile(reps, [q, 1 - q]))
+        se = float(reps.std(ddof=1))
+        p = (1 + int(np.sum(np.abs(reps - diff) >= abs(diff) - TIE))) / (len(reps) + 1)
+        if p <= 4.0 / (len(reps) + 1):
+            p = float(2.0 * sps.norm.sf(abs(diff) / se)) if se > 0 else (0.0 if abs(diff) > TIE else 1.0)
+    else:
+        lo = hi = se = p = math.nan
+    wins = ties = losses = 0
+    if unit_column is not None:
+        d = paired_differences(a[unit_column], b[unit_column])
+        sign = 1.0 if direction == "higher" else -1.0
+        wins, losses = int((sign * d > TIE).sum()), int((sign * d < -TIE).sum())
+        ties = len(d) - wins - losses
+    sd = se * math.sqrt(n) if np.isfinite(se) else math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        mde = minimum_detectable_effect(sd, n) if np.isfinite(sd) and n >= 2 else math.nan
+    how = (f"{level:.0%} paired percentile bootstrap over the {n:,} shared {units} ({len(reps)} resamples)"
+           if np.isfinite(lo) else "")
+    return PairedComparison(n=n, mean_a=va, mean_b=vb, diff=diff, ci_low=lo, ci_high=hi, ci_method=how, sd_diff=sd,
+                            d_z=diff / sd if np.isfinite(sd) and sd > 0 else math.nan, wins=wins, ties=ties,
+                            losses=losses, p_t=math.nan, p_wilcoxon=math.nan, p_randomisation=p, mde=mde), reps
+
+
 def randomisation_pvalue(d, *, n_resamples: int = RANDOMISATION_RESAMPLES, seed: int = 0) -> float:
     r"""Two-sided paired randomisation test of mean(d) = 0: each difference's sign flipped at random
     (:func:`scipy.stats.permutation_test`, ``permutation_type="samples"``; exact when 2^n ≤ ``n_resamples``).
@@ -211,11 +279,26 @@ def equivalence(d, effect: float, alpha: float) -> tuple[float, float, float]:
     return float(lo), float(hi), float(w.ttost_mean(-effect, effect)[0])
 
 
+def equivalence_normal(diff: float, se: float, effect: float, alpha: float) -> tuple[float, float, float]:
+    r""":func:`equivalence` for a difference known by its estimate and bootstrap standard error ``se`` (a
+    whole-table metric, :func:`paired_aggregate`): the normal interval at level 1 − ``alpha`` and the TOST p-value
+    :math:`\max(\Phi((\hat\delta - E)/\mathrm{se}),\ \bar\Phi((\hat\delta + E)/\mathrm{se}))`; the interval lies
+    inside (−E, E) exactly when that p-value is at most ``alpha``/2."""
+    if not (np.isfinite(diff) and np.isfinite(se) and np.isfinite(effect)):
+        return math.nan, math.nan, math.nan
+    if se == 0:
+        return diff, diff, 0.0 if abs(diff) < effect else 1.0
+    z = float(sps.norm.ppf(1 - alpha / 2))
+    p = max(float(sps.norm.cdf((diff - effect) / se)), float(sps.norm.sf((diff + effect) / se)))
+    return diff - z * se, diff + z * se, p
+
+
 def compare_table(rows: list[dict], *, correction: str = "holm", effects=None, alpha: float = 0.05
                   ) -> pd.DataFrame:
     """The comparison table: ``rows`` (one per model pair × metric: ``a``, ``b``, ``chapter``, ``metric``,
     ``label``, ``direction``, a :class:`PairedComparison` under ``"result"`` and its per-unit differences under
-    ``"differences"``) with every field, and per row: ``p_adjusted`` (the randomisation p adjusted over all rows;
+    ``"differences"``, or ``None`` there for a whole-table metric compared by :func:`paired_aggregate`, whose
+    equivalence interval is then the normal one of its bootstrap standard error, :func:`equivalence_normal`) with every field, and per row: ``p_adjusted`` (the randomisation p adjusted over all rows;
     ``correction``: holm, bh or none), ``effect`` and ``effect_rule`` (``effects``: an
     :class:`~.effects.Effects`, its text, or one absolute number; the base of a relative effect is A's mean),
     ``alpha_test``, ``sim_level``, ``sim_low``/``sim_high`` (the simultaneous interval), ``interval``
@@ -235,7 +318,9 @@ def compare_table(rows: list[dict], *, correction: str = "holm", effects=None, a
     m = int(np.isfinite(p).sum())
     a_test = per_test_alpha(correction, m, alpha)
     eff = [effects.for_metric(r["chapter"], r["metric"], r["result"].mean_a) for r in rows]
-    eq = [equivalence(r["differences"], e, a_test) for r, (e, _) in zip(rows, eff)]
+    eq = [equivalence(r["differences"], e, a_test) if r.get("differences") is not None else
+          equivalence_normal(r["result"].diff, r["result"].sd_diff / math.sqrt(max(r["result"].n, 1)), e, a_test)
+          for r, (e, _) in zip(rows, eff)]
     mde = [_unit_mde(int(n), a_test) * sd if np.isfinite(sd) else math.nan
            for sd, n in zip(table["sd_diff"], table["n"])]
     cols = dict(p_adjusted=p_adjusted, effect=[e for e, _ in eff], effect_rule=[how for _, how in eff],

@@ -14,6 +14,8 @@ import pandas as pd
 from ..chapters.recorder import read_results
 from ..errors import InputError
 from ..metrics import paired
+from .earlier import is_report
+from ..metrics.scoring import joined_units
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,9 @@ class ModelReport:
 
 
 def is_report_folder(path) -> bool:
-    """Whether ``path`` is an earlier report (a folder with run.json and results/)."""
-    p = Path(path)
-    return p.is_dir() and (p / "run.json").exists() and (p / "results").is_dir()
+    """Whether ``path`` is an earlier report (a folder with results/ whose run.json embeval-report wrote:
+    :func:`.earlier.is_report`)."""
+    return is_report(path)
 
 
 def paired_rows(reports: list[ModelReport], *, level: float = 0.95, seed: int = 0, progress=None) -> list[dict]:
@@ -71,18 +73,44 @@ def paired_rows(reports: list[ModelReport], *, level: float = 0.95, seed: int = 
                     "give both models the same side data (the same ids)")
             for metric in [m for m in ia["means"] if m in ib["means"]]:
                 jobs.append((A, B, chapter, metric, ia, joined, len(ua), len(ub)))
+            for metric in [m for m in ia.get("aggregates", ()) if m in ib.get("aggregates", ())]:
+                jobs.append((A, B, chapter, metric, ia, (ua, ub), len(ua), len(ub)))
     rows = []
     for A, B, chapter, metric, ia, joined, na, nb in follow(jobs, desc="comparing metrics", total=len(jobs)):
         spec = A.records[chapter]["metrics"].get(metric, {})
         direction = spec.get("direction", "higher")
-        a, b = joined[f"{metric}_a"], joined[f"{metric}_b"]
-        result = paired.paired_comparison(a, b, direction=direction, level=level, seed=seed, units=ia["unit"])
+        if isinstance(joined, tuple):  # a whole-table metric (macro-F1, ARI, ...): the scorer's aggregate
+            aggregate = scorer_of(chapter).aggregate(metric)
+            ta, tb = joined_units(*joined, ia["key"])
+            result, _ = paired.paired_aggregate(aggregate.fn, ta, tb, direction=direction, level=level, seed=seed,
+                                                units=ia["unit"], unit_column=aggregate.unit_column,
+                                                boot=aggregate.boot)
+            differences = None
+        else:
+            a, b = joined[f"{metric}_a"], joined[f"{metric}_b"]
+            result = paired.paired_comparison(a, b, direction=direction, level=level, seed=seed, units=ia["unit"])
+            differences = paired.paired_differences(a, b)
         if result.n < 2:
             continue
         rows.append(dict(a=A.name, b=B.name, chapter=chapter, metric=metric, label=spec.get("label") or metric,
                          direction=direction, unit=ia["unit"], units_a=na, units_b=nb, result=result,
-                         differences=paired.paired_differences(a, b)))
+                         differences=differences, same_plan=_same_plan(ia, B.records[chapter]["info"]["units"])))
     return _short_labels(rows)
+
+
+def scorer_of(chapter: str):
+    """The task scorer a chapter declares (its whole-table aggregates pair two reports' unit tables)."""
+    from ..chapters.registry import chapter as declared
+
+    scorer = declared(chapter).scorer
+    if scorer is None:
+        raise InputError(f"compare: chapter {chapter} records whole-table metrics but declares no scorer")
+    return scorer
+
+
+def _same_plan(ia: dict, ib: dict) -> bool | None:
+    """Whether both reports scored the chapter on the same plan (folds, negatives, samples); None when unknown."""
+    return ia["plan"] == ib["plan"] if ia.get("plan") and ib.get("plan") else None
 
 
 def _short_labels(rows: list[dict]) -> list[dict]:
@@ -110,8 +138,8 @@ def rank_tables(reports: list[ModelReport], table: pd.DataFrame, *, level: float
         return {}
     out = {}
     for (chapter, metric), part in table.groupby(["chapter", "metric"], sort=False):
-        if any(chapter not in r.units for r in reports):
-            continue
+        if any(chapter not in r.units or metric not in r.units[chapter] for r in reports):
+            continue  # a whole-table metric has no per-unit column to rank by
         key = reports[0].records[chapter]["info"]["units"]["key"]
         frames = [r.units[chapter].drop_duplicates(key).set_index(key)[metric] for r in reports]
         common = frames[0].index
