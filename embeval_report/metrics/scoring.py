@@ -194,3 +194,26 @@ def joined_units(a: pd.DataFrame, b: pd.DataFrame, key: str) -> tuple[pd.DataFra
     ia = a.set_index(key).loc[common].reset_index()
     ib = b.set_index(key).loc[common].reset_index()
     return ia, ib
+
+
+def compare_units(a: pd.DataFrame, b: pd.DataFrame, *, key: str, metric: str, direction: str = "higher",
+                  aggregate: Aggregate | None = None, level: float = 0.95, seed: int = 0, units: str = "units"):
+    """One metric of two unit tables (model A, model B) over the units both hold: ``(comparison, differences)``.
+
+    A mean metric (``aggregate`` None or a ``mean_of`` aggregate; the column named ``metric``) is compared unit by
+    unit (:func:`~embeval_report.metrics.paired.paired_comparison`; ``differences``: the per-unit B − A), a
+    whole-table one by the paired bootstrap of its function (:func:`~embeval_report.metrics.paired.paired_aggregate`;
+    ``differences`` None)."""
+    from . import paired
+
+    if aggregate is not None and not aggregate.is_mean:
+        ta, tb = joined_units(a, b, key)
+        result, _ = paired.paired_aggregate(aggregate.fn, ta, tb, direction=direction, level=level, seed=seed,
+                                            units=units, unit_column=aggregate.unit_column, boot=aggregate.boot)
+        return result, None
+    column = aggregate.mean_of if aggregate is not None else metric
+    joined = a[[key, column]].merge(b[[key, column]], on=key, suffixes=("_a", "_b"))
+    x, y = joined[f"{column}_a"], joined[f"{column}_b"]
+    return (paired.paired_comparison(x, y, direction=direction, level=level, seed=seed, units=units),
+            paired.paired_differences(x, y))
+

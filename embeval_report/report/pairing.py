@@ -15,7 +15,7 @@ from ..chapters.recorder import read_results
 from ..errors import InputError
 from ..metrics import paired
 from .earlier import is_report
-from ..metrics.scoring import joined_units
+from ..metrics.scoring import compare_units
 
 
 @dataclass(frozen=True)
@@ -65,35 +65,25 @@ def paired_rows(reports: list[ModelReport], *, level: float = 0.95, seed: int = 
                 continue
             key = ia["key"]
             ua, ub = A.units[chapter].drop_duplicates(key), B.units[chapter].drop_duplicates(key)
-            joined = ua.merge(ub, on=key, suffixes=("_a", "_b"))
-            if not len(joined):
+            if not ua[key].isin(ub[key]).any():
                 raise InputError(
                     f"compare: {A.name} and {B.name} share no {ia['unit']} in chapter {chapter} (e.g. {A.name}: "
                     f"{', '.join(map(str, ua[key].head(3)))}; {B.name}: {', '.join(map(str, ub[key].head(3)))}); "
                     "give both models the same side data (the same ids)")
             for metric in [m for m in ia["means"] if m in ib["means"]]:
-                jobs.append((A, B, chapter, metric, ia, joined, len(ua), len(ub)))
+                jobs.append((A, B, chapter, metric, ia, ua, ub, None))
             for metric in [m for m in ia.get("aggregates", ()) if m in ib.get("aggregates", ())]:
-                jobs.append((A, B, chapter, metric, ia, (ua, ub), len(ua), len(ub)))
+                jobs.append((A, B, chapter, metric, ia, ua, ub, scorer_of(chapter).aggregate(metric)))
     rows = []
-    for A, B, chapter, metric, ia, joined, na, nb in follow(jobs, desc="comparing metrics", total=len(jobs)):
+    for A, B, chapter, metric, ia, ua, ub, aggregate in follow(jobs, desc="comparing metrics", total=len(jobs)):
         spec = A.records[chapter]["metrics"].get(metric, {})
         direction = spec.get("direction", "higher")
-        if isinstance(joined, tuple):  # a whole-table metric (macro-F1, ARI, ...): the scorer's aggregate
-            aggregate = scorer_of(chapter).aggregate(metric)
-            ta, tb = joined_units(*joined, ia["key"])
-            result, _ = paired.paired_aggregate(aggregate.fn, ta, tb, direction=direction, level=level, seed=seed,
-                                                units=ia["unit"], unit_column=aggregate.unit_column,
-                                                boot=aggregate.boot)
-            differences = None
-        else:
-            a, b = joined[f"{metric}_a"], joined[f"{metric}_b"]
-            result = paired.paired_comparison(a, b, direction=direction, level=level, seed=seed, units=ia["unit"])
-            differences = paired.paired_differences(a, b)
+        result, differences = compare_units(ua, ub, key=ia["key"], metric=metric, direction=direction,
+                                            aggregate=aggregate, level=level, seed=seed, units=ia["unit"])
         if result.n < 2:
             continue
         rows.append(dict(a=A.name, b=B.name, chapter=chapter, metric=metric, label=spec.get("label") or metric,
-                         direction=direction, unit=ia["unit"], units_a=na, units_b=nb, result=result,
+                         direction=direction, unit=ia["unit"], units_a=len(ua), units_b=len(ub), result=result,
                          differences=differences, same_plan=_same_plan(ia, B.records[chapter]["info"]["units"])))
     return _short_labels(rows)
 
