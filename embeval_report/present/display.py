@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import escape as _escape
 from .format import MARK, MARK_NOTE, interval, is_missing, marked_value, number, p_value
 
 __all__ = ["escape", "Badge", "Link", "Table", "show_table", "show_figure", "show_markdown", "callout", "metrics_table",
@@ -36,11 +37,6 @@ __all__ = ["escape", "Badge", "Link", "Table", "show_table", "show_figure", "sho
 #: the cell tag of a chapter notebook's reference material (Method, Protocol, Hypothesis tests): the report puts
 #: tagged cells in the chapter's appendix (PDF) or its collapsed part (HTML), after every chapter
 APPENDIX_TAG = "appendix"
-
-# Characters with a meaning in (pandoc / CommonMark) markdown that a plain string must not trigger.
-# ``<>&"'`` are handled by HTML escaping; ``-+.:=`` only matter at the start of a line.
-_MD_SPECIALS = re.compile(r"([\\`*_{}\[\]#|$~^@])")
-_MD_LINE_START = re.compile(r"^(\s*)(?:([-+:=])|(\d+)([.)]))", re.MULTILINE)
 
 VERDICT_COLORS = {"healthy": "#2e7d32", "concerning": "#b26a00", "problematic": "#c62828", "neutral": "#2f6fb3"}
 CALLOUT_KINDS = ("note", "warning", "danger", "success")
@@ -54,21 +50,16 @@ _FIGURE_DPI = 150
 
 
 def escape(text: Any) -> str:
-    """Make a user string safe inside markdown *and* HTML.
+    """Make a user string safe inside markdown *and* HTML (:func:`.escape.markdown`).
 
     HTML-escapes ``<>&"'`` and backslash-escapes markdown specials (``*_`[]#|$`` ...), so an id
-    like ``a_b*<c>`` shows literally in both renderings. ``None`` becomes ``""``.
+    like ``a_b*<c>`` shows literally in both renderings; bidi controls show as ``<U+202E>``. ``None`` becomes ``""``.
     """
-    if text is None:
-        return ""
-    s = _MD_SPECIALS.sub(r"\\\1", str(text))
-    s = _MD_LINE_START.sub(lambda m: m.group(1) + ("\\" + m.group(2) if m.group(2)
-                                                   else m.group(3) + "\\" + m.group(4)), s)
-    return _html.escape(s, quote=True)
+    return _escape.markdown(text)
 
 
 def _html_text(text: Any) -> str:
-    return "" if text is None else _html.escape(str(text), quote=True)
+    return _escape.html_text(text)
 
 
 def _one_line(s: str) -> str:
@@ -345,6 +336,42 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return 0, 0
 
 
+def _save_png(fig, buf) -> None:
+    """The figure as PNG. A text that is not valid mathtext (a user string with ``$`` the chapter did not pass
+    through :func:`.escape.mathtext`) is shown literally rather than failing the figure; should drawing still
+    fail on one, every text of the figure is drawn without mathtext."""
+    import matplotlib
+
+    def save():
+        fig.savefig(buf, format="png", dpi=_FIGURE_DPI, bbox_inches="tight", facecolor="white")
+
+    try:
+        return save()
+    except ValueError:
+        from matplotlib.mathtext import MathTextParser
+        from matplotlib.text import Text
+
+        parser = MathTextParser("path")
+        for t in fig.findobj(Text):
+            try:
+                parser.parse(t.get_text())
+            except ValueError:
+                t.set_text(_escape.mathtext(t.get_text()))
+    buf.seek(0)
+    buf.truncate()
+    try:
+        return save()
+    except ValueError:
+        from matplotlib.text import Text
+
+        for t in fig.findobj(Text):
+            t.set_parse_math(False)
+        buf.seek(0)
+        buf.truncate()
+        with matplotlib.rc_context({"text.parse_math": False}):
+            save()
+
+
 def show_figure(fig, caption: str, label: str | None = None) -> None:
     """Display a matplotlib figure as PNG (150 dpi) followed by its caption, then close it.
 
@@ -357,7 +384,7 @@ def show_figure(fig, caption: str, label: str | None = None) -> None:
     if not hasattr(fig, "savefig"):  # seaborn grids, axes
         fig = getattr(fig, "figure", None) or getattr(fig, "fig", None) or fig
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_FIGURE_DPI, bbox_inches="tight", facecolor="white")
+    _save_png(fig, buf)
     try:
         import matplotlib.pyplot as plt
         plt.close(fig)
@@ -444,11 +471,11 @@ def with_mark_note(table, caption: str) -> str:
 
 def definitions_markdown(metrics) -> str:
     """A bullet list giving each metric's formula (where it has one), direction and reference."""
-    def item(m):
+    def item(m):  # the formula is the package's LaTeX; the label and reference may carry user strings
         formula = f"${m.formula}$ — " if m.formula else ""
         direction = f"{m.direction} is better" if m.direction else "a count: neither way is better"
-        reference = f"; {m.reference}" if m.reference else ""
-        return f"- **{m.label or m.name}** (`{m.name}`): {formula}{direction}{reference}."
+        reference = f"; {escape(m.reference)}" if m.reference else ""
+        return f"- **{escape(m.label or m.name)}** ({_escape.markdown_code(m.name)}): {formula}{direction}{reference}."
     return "\n".join(item(m) for m in metrics.values() if m.formula or m.reference)
 
 
