@@ -9,7 +9,39 @@ embeval-report pandoc filter (HTML and Typst output).
 * Typst only: internal links (#id) whose target does not exist in the document are unlinked
   (Typst refuses links to missing labels). Ids known to exist elsewhere (other chapters
   converted separately) can be passed as metadata "embeval-ids" (comma separated).
+* Links keep their target only with a relative URL, a #fragment or an http, https or mailto
+  scheme (a javascript: link in the content is its text).
+* Typst only: raw Typst in the report's content (```{=typst} blocks, `...`{=typst} inlines) is
+  refused: shown as code, never run. The only Typst code is the renderer's own (the template,
+  this filter's callouts and badges, the chapter-break marker the renderer splits on).
 ]]
+
+-- the renderer's chapter-break marker (embeval_report.report.render.common._CHAPTER_BREAK)
+local CHAPTER_BREAK = "// embeval-chapter-break"
+
+local function is_typst(format)
+  return format == "typst" or format:match("^typst") ~= nil
+end
+
+-- a link keeps its target only with a relative URL, a #fragment or an http(s)/mailto scheme
+local SAFE_SCHEMES = { http = true, https = true, mailto = true }
+
+local function safe_link(l)
+  local target = l.target:gsub("[%c%s]", ""):lower()
+  local scheme = target:match("^(%a[%w+.-]*):")
+  if scheme and not SAFE_SCHEMES[scheme] then return l.content end
+end
+
+local function refuse_raw_typst(doc)
+  return doc:walk({
+    RawBlock = function(b)
+      if is_typst(b.format) and b.text ~= CHAPTER_BREAK then return pandoc.CodeBlock(b.text) end
+    end,
+    RawInline = function(r)
+      if is_typst(r.format) then return pandoc.Code(r.text) end
+    end,
+  })
+end
 
 local KINDS = { note = true, warning = true, danger = true, success = true }
 
@@ -80,8 +112,9 @@ local function typst_badge(span)
 end
 
 function Pandoc(doc)
-  -- 1. callouts (in every block list)
+  -- 1. callouts (in every block list); no javascript: (or other scheme's) link
   doc = doc:walk({ Blocks = convert_callouts })
+  doc = doc:walk({ Link = safe_link })
 
   if not FORMAT:match("typst") then
     -- HTML: chapters are converted separately; prefix their heading ids (metadata
@@ -106,7 +139,10 @@ function Pandoc(doc)
     end })
   end
 
-  -- 2. collect ids
+  -- 2. no Typst from the content
+  doc = refuse_raw_typst(doc)
+
+  -- 3. collect ids
   local ids = {}
   local extra = doc.meta["embeval-ids"]
   if extra then
@@ -118,7 +154,7 @@ function Pandoc(doc)
   doc:walk({ Header = add, Div = add, Span = add, Table = add, Figure = add, Image = add,
              CodeBlock = add, Code = add, Link = add })
 
-  -- 3. unlink dangling internal links, typeset callouts and badges
+  -- 4. unlink dangling internal links, typeset callouts and badges
   return doc:walk({
     Link = function(l)
       local target = l.target:match("^#(.+)$")

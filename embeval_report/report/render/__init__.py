@@ -31,22 +31,24 @@ from pathlib import Path
 
 from .common import load_chapters, quarto_available, read_header
 from .html import render_html
-from .pdf import render_pdf
+from .pdf import PDF_TIMEOUT, PdfTimeout, render_pdf
 from .quarto import PDF_ENGINES, _render_quarto
 
-__all__ = ["render_report", "quarto_available"]
+__all__ = ["render_report", "quarto_available", "PDF_TIMEOUT", "PdfTimeout"]
 
 log = logging.getLogger(__name__)
 
 
 def render_report(out_dir, *, title: str | None = None, formats=("html", "pdf"),
-                  renderer: str = "auto", pdf_engine: str = "typst") -> dict[str, Path]:
+                  renderer: str = "auto", pdf_engine: str = "typst",
+                  pdf_timeout: float | None = PDF_TIMEOUT) -> dict[str, Path]:
     """Render ``out_dir/chapters/*.ipynb`` into ``out_dir/report.html`` and/or ``report.pdf``.
 
     ``renderer``: ``"auto"`` (Quarto when on PATH, else builtin; a format Quarto fails on is
     rendered by the builtin renderer), ``"quarto"`` or ``"builtin"``. ``pdf_engine`` (Quarto
-    only): ``"typst"`` (bundled with Quarto) or ``"latex"`` (needs TeX). Returns ``{format: path}``
-    of the files written.
+    only): ``"typst"`` (bundled with Quarto) or ``"latex"`` (needs TeX). ``pdf_timeout``: the PDF's wall-clock
+    limit in seconds (None: none); past it the PDF is not written and :class:`PdfTimeout` says so in one line
+    (the other formats are written first). Returns ``{format: path}`` of the files written.
     """
     out_dir = Path(out_dir)
     if isinstance(formats, str):
@@ -66,7 +68,9 @@ def render_report(out_dir, *, title: str | None = None, formats=("html", "pdf"),
     result: dict[str, Path] = {}
     if renderer == "quarto" or (renderer == "auto" and quarto_available()):
         try:
-            return _render_quarto(out_dir, final_title, formats, header_items, pdf_engine)
+            return _render_quarto(out_dir, final_title, formats, header_items, pdf_engine, pdf_timeout)
+        except PdfTimeout:
+            raise
         except Exception as exc:
             if renderer == "quarto":
                 raise
@@ -78,5 +82,5 @@ def render_report(out_dir, *, title: str | None = None, formats=("html", "pdf"),
     if "html" in formats and "html" not in result:
         result["html"] = render_html(out_dir, load_chapters(out_dir), final_title, header_items, meta)
     if "pdf" in formats and "pdf" not in result:
-        result["pdf"] = render_pdf(out_dir, load_chapters(out_dir), final_title, header_items, meta)
+        result["pdf"] = render_pdf(out_dir, load_chapters(out_dir), final_title, header_items, meta, pdf_timeout)
     return result

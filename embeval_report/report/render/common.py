@@ -301,7 +301,7 @@ def read_findings(out_dir: Path) -> dict | None:
     if not doc:
         doc = _read_json(Path(out_dir) / "metrics.json")
     status, findings = doc.get("status"), doc.get("findings")
-    if status not in SEVERITIES or not isinstance(findings, list):
+    if status not in STATUSES or not isinstance(findings, list):
         return None
     return {"status": status, "findings": [f for f in findings if isinstance(f, dict)]}
 
@@ -430,6 +430,9 @@ def read_header(out_dir: Path, title: str | None = None) -> tuple[str, list[tupl
     final_title = title or meta.get("title") or DEFAULT_TITLE
     items = [(label, str(meta[key])) for key, label in HEADER_FIELDS if key in meta]
     items = [(lab, f"embeval-report {val}" if lab == "Version" else val) for lab, val in items]
+    since = baseline_item(out_dir, run)
+    if since:
+        items.append(since)
     findings = read_findings(out_dir)
     if findings is not None:
         meta["status"] = findings["status"]
@@ -442,6 +445,21 @@ def read_header(out_dir: Path, title: str | None = None) -> tuple[str, list[tupl
 TOP_FINDINGS = 3
 
 
+def baseline_item(out_dir: Path, run: dict) -> tuple[str, str] | None:
+    """The header's line for a ``--baseline`` run: ``("Since v13", "Retrieval: 2 better, 9 worse of 15 · …")``."""
+    from ...chapters.recorder import read_baseline
+    from ...chapters.summary import baseline_counts_text
+
+    try:
+        base = read_baseline(Path(out_dir) / "results")
+    except (OSError, ValueError):
+        return None
+    if not base or not base.get("comparisons"):
+        return None
+    titles = {c.get("name"): c.get("title") for c in run.get("chapters", []) if isinstance(c, dict)}
+    return f"Since {base.get('name')}", baseline_counts_text(base, titles, sep=" · ")
+
+
 def _cover_finding(f: dict, out_dir: Path) -> dict:
     """A finding as the cover shows it: severity, title, its number and the section it links to."""
     return {"severity": f.get("severity"), "title": str(f.get("title") or ""),
@@ -450,8 +468,10 @@ def _cover_finding(f: dict, out_dir: Path) -> dict:
 
 def finding_number(f: dict, out_dir: Path | None = None) -> str:
     """The number a finding rests on, named: ``Mean pairwise cosine (APCS) 0.5843 [0.5705, 0.5946]``, with the
-    baseline's value when it is compared with one (``… vs a most-popular list 0.4649``); empty when the evidence
-    does not say what its value is."""
+    baseline's value when it is compared with one (``… vs a most-popular list 0.4649``), or, for a regression since
+    ``--baseline``, this model's value with its own interval and the change with its interval, each labelled
+    (``Precision@1 0.35 [0.33, 0.37] (this model); change since v13 −0.06 [−0.106, −0.014]``); empty when the
+    evidence does not say what its value is."""
     from ...present.format import scorecard_value
 
     ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
@@ -464,6 +484,14 @@ def finding_number(f: dict, out_dir: Path | None = None) -> str:
             f["metrics"][0]) or {}
         if isinstance(m.get("value"), (int, float)) and math.isclose(m["value"], v, rel_tol=1e-9, abs_tol=1e-12):
             label = m.get("label") or f["metrics"][0]
+    change = ev.get("difference_ci")
+    if "previous" in ev and isinstance(change, list) and len(change) == 2:  # a regression since --baseline
+        def signed(x):
+            ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            return format(x, "+.3g").replace("-", "−") if ok else "—"
+        return (f"{label + ' ' if label else ''}{scorecard_value(ev)} (this model); change since "
+                f"{ev.get('baseline') or 'the baseline'} {signed(ev.get('difference'))} "
+                f"[{signed(change[0])}, {signed(change[1])}]")
     bv = ev.get("baseline_value")
     versus = (f" vs {ev.get('baseline') or 'the baseline'} {scorecard_value({'value': bv})}"
               if isinstance(bv, (int, float)) and not isinstance(bv, bool) and math.isfinite(bv) else "")
@@ -473,13 +501,15 @@ def finding_number(f: dict, out_dir: Path | None = None) -> str:
 
 
 def _atomic_write(target: Path, data: bytes) -> None:
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, target)
+    """A rendered file, whole or not at all, never through a link at its name (``render DIR`` writes into a
+    report folder in place)."""
+    replace_file(target, data, "render:")
 
 
 def _md_codeblock(text) -> str:
-    text = str(text or "").rstrip("\n")
+    from ...present.escape import visible
+
+    text = visible(text).rstrip("\n")  # a bidi control would reorder even code
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}\n{text}\n{fence}"

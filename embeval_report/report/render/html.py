@@ -1,4 +1,5 @@
-"""The built-in HTML renderer: one self-contained file (CSS inlined, figures as data URIs, MathML, no scripts)."""
+"""The built-in HTML renderer: one self-contained file (CSS inlined, figures as data URIs, MathML, no scripts),
+through the allow-list sanitizer with its Content-Security-Policy (:mod:`.sanitize`)."""
 
 import html as _html
 import logging
@@ -15,6 +16,7 @@ from .common import (
     references,
     templates_dir,
 )
+from .sanitize import sanitize_page
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +101,7 @@ class _Exporter:
         self.markdown = _MarkdownHTML(id_prefix, self.tdir / "embeval.lua")
         self.markdown.prime(_markdown_texts(nb))
         body, _ = self.exporter.from_notebook_node(nb, resources={"embeval": {"chapter": chapter}})
-        return _sanitize(body).strip()
+        return body.strip()
 
 
 def _chapter_html(ch: ChapterDoc, export: _Exporter) -> None:
@@ -126,15 +128,6 @@ def number_captions(page: str) -> str:
         tag = "caption" if kind == "table" else "figcaption"
         return (f'<{tag}{attrs or ""}><span class="caption-label">{kind.capitalize()} {counts[kind]}:</span> ')
     return _CAPTION.sub(one, page)
-
-
-_UNSAFE = re.compile(r"<script\b.*?</script\s*>|<script\b[^>]*/?>|<iframe\b.*?</iframe\s*>|<link\b[^>]*>|"
-                     r"<meta\b[^>]*>|<base\b[^>]*>", re.S | re.I)
-
-
-def _sanitize(body: str) -> str:
-    """No scripts, frames or linked resources in the report (self-contained, no network)."""
-    return _UNSAFE.sub("", body)
 
 
 def render_html(out_dir: Path, chapters: list[ChapterDoc], title: str, header_items, meta: dict) -> Path:
@@ -168,7 +161,7 @@ def render_html(out_dir: Path, chapters: list[ChapterDoc], title: str, header_it
         references={"anchor": REFERENCES_ANCHOR, "letter": _next_letter(appendices), "body": Markup(refs_html)}
         if refs_html else None)
     target = Path(out_dir) / "report.html"
-    _atomic_write(target, number_captions(page).encode("utf-8"))
+    _atomic_write(target, sanitize_page(number_captions(page)).encode("utf-8"))
     return target
 
 

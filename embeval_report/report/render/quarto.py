@@ -19,14 +19,16 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
 
 import yaml
 
+from ...present.escape import typst_string
 from .common import _atomic_write, _quarto_template, load_chapters, read_header, strip_ansi, templates_dir
-from .pdf import report_parts
+from .pdf import PDF_TIMEOUT, PdfTimeout, report_parts
 from .sanitize import sanitize_page
 
 log = logging.getLogger(__name__)
@@ -66,10 +68,12 @@ class QuartoError(RuntimeError):
         self.errors, self.files = errors, files
 
 
-def _render_quarto(out_dir: Path, title: str, formats, header_items, pdf_engine: str = "typst") -> dict[str, Path]:
+def _render_quarto(out_dir: Path, title: str, formats, header_items, pdf_engine: str = "typst",
+                   pdf_timeout: float | None = PDF_TIMEOUT) -> dict[str, Path]:
     """Render ``formats`` with Quarto into ``out_dir/report.html`` / ``report.pdf``.
 
-    Raises :class:`QuartoError` (after trying every format) when some could not be rendered.
+    Raises :class:`QuartoError` (after trying every format) when some could not be rendered, and
+    :class:`~.pdf.PdfTimeout` when the PDF takes longer than ``pdf_timeout`` seconds.
     """
     exe = shutil.which("quarto")
     if not exe:
@@ -84,7 +88,10 @@ def _render_quarto(out_dir: Path, title: str, formats, header_items, pdf_engine:
         for fmt in formats:
             to = _QUARTO_TO["html" if fmt == "html" else pdf_engine]
             try:
-                files[fmt] = _render_one(exe, stage, out_dir, to, front + _document(body, to, appendix, meta))
+                files[fmt] = _render_one(exe, stage, out_dir, to, front + _document(body, to, appendix, meta),
+                                         None if fmt == "html" else pdf_timeout)
+            except PdfTimeout:
+                raise
             except Exception as exc:  # the other formats still render
                 errors[fmt] = _one_line(str(exc))
     if errors:
@@ -137,7 +144,7 @@ def _status_block(meta: dict, anchors: set) -> str:
 
     if not meta.get("status"):
         return ""
-    lines = [f"**Status** [{meta['status']}]{{.verdict .verdict-{meta['status']}}}", ""]
+    lines = [f"**Status** [{meta['status']}]{{.verdict .verdict-{meta['status'].replace(' ', '-')}}}", ""]
     if meta.get("top_findings"):
         lines += ["**Top findings**", ""]
         for i, f in enumerate(meta["top_findings"], 1):
@@ -153,7 +160,7 @@ def _front_matter(title: str, header_items) -> str:
     ``date``: Quarto would reformat it, dropping its time and zone), then the packaged options."""
     from ...present.display import escape
 
-    doc = {"title": escape(title), "pagetitle": title}
+    doc = {"title": escape(title), "pagetitle": escape(title)}  # markdown both: raw HTML would leave <title>
     if header_items:
         doc["subtitle"] = "\\\n".join(f"{k}: {escape(v)}" for k, v in header_items)  # one line each (hard breaks)
     options = yaml.safe_load(_quarto_template().read_text(encoding="utf-8")) or {}
@@ -175,7 +182,7 @@ def _document(parts: list[str], to: str, appendix: list[str] = (), meta: dict | 
     if to == "pdf":
         text = _PIPE_TABLE.sub(_latex_column_widths, text)
     if to == "typst":
-        text = _BADGE.sub(lambda m: f"`#badge(kind: {_typst_str(m.group(2))}, {_typst_str(_plain(m.group(1)))})`"
+        text = _BADGE.sub(lambda m: f"`#badge(kind: {typst_string(m.group(2))}, {typst_string(_plain(m.group(1)))})`"
                                     "{=typst}", text)
     ids = set(_ID.findall(text))
     return _LINK.sub(lambda m: m.group(0) if m.group(2) in ids else m.group(1), text)
@@ -240,8 +247,8 @@ def _callout(to: str, kind: str, title: str, body: str) -> str:
     """A boxed note: Quarto's callout in HTML; the built-in one in Typst (Quarto's imports a Typst
     package from the network); a block quote in LaTeX (Quarto's needs the fontawesome5 package)."""
     if to == "typst":
-        title_arg = f", title: {_typst_str(_plain(title))}" if title else ""
-        return (f'```{{=typst}}\n#embeval-callout(kind: {_typst_str(kind)}{title_arg})[\n```\n\n{body}\n\n'
+        title_arg = f", title: {typst_string(_plain(title))}" if title else ""
+        return (f'```{{=typst}}\n#embeval-callout(kind: {typst_string(kind)}{title_arg})[\n```\n\n{body}\n\n'
                 "```{=typst}\n]\n```\n")
     if to == "pdf":
         quoted = "\n".join(f"> {ln}" if ln.strip() else ">" for ln in body.split("\n"))
@@ -255,14 +262,14 @@ def _tex_installed() -> bool:
     return any(shutil.which(c) for c in _TEX_COMMANDS) or (Path.home() / ".TinyTeX").is_dir()
 
 
-def _render_one(exe: str, stage: Path, out_dir: Path, to: str, document: str) -> Path:
-    """``quarto render report.qmd --to TO`` in ``stage``; the result copied into ``out_dir``."""
+def _render_one(exe: str, stage: Path, out_dir: Path, to: str, document: str, timeout: float | None = None) -> Path:
+    """``quarto render report.qmd --to TO`` in ``stage`` (killed after ``timeout`` seconds: :class:`PdfTimeout`);
+    the result copied into ``out_dir``."""
     if to == "pdf" and not _tex_installed():
         raise RuntimeError(_INSTALL_TEX)
     (stage / "report.qmd").write_text(document, encoding="utf-8")
     env = dict(os.environ, NO_COLOR="1")
-    proc = subprocess.run([exe, "render", "report.qmd", "--to", to], cwd=stage, capture_output=True, text=True,
-                          env=env)
+    proc = _run_quarto([exe, "render", "report.qmd", "--to", to], stage, env, timeout)
     if proc.returncode != 0:
         raise RuntimeError(_quarto_message(proc.stderr or proc.stdout))
     suffix = ".html" if to == "html" else ".pdf"
@@ -270,8 +277,31 @@ def _render_one(exe: str, stage: Path, out_dir: Path, to: str, document: str) ->
     if not produced.exists():
         raise RuntimeError(f"quarto render --to {to} wrote no report{suffix}")
     target = out_dir / f"report{suffix}"
-    _atomic_write(target, produced.read_bytes())
+    data = produced.read_bytes()
+    if to == "html":  # the allow-list and the CSP (Quarto's own scripts allowed by hash, none in the content)
+        data = sanitize_page(data.decode("utf-8"), scripts=True).encode("utf-8")
+    _atomic_write(target, data)
     return target
+
+
+def _run_quarto(args, cwd: Path, env: dict, timeout: float | None) -> subprocess.CompletedProcess:
+    """Quarto in a session of its own: past ``timeout`` seconds it and every process it started (Deno, pandoc,
+    Typst) are killed and :class:`PdfTimeout` is raised."""
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=os.name == "posix")
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            if os.name == "posix":
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise PdfTimeout(timeout) from None
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def _quarto_message(output: str) -> str:
