@@ -17,6 +17,7 @@ from ..io.anomaly_scores import anomaly_labels, event_columns, label_column
 from ..metrics import anomaly as an
 from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
+from ..present.escape import mathtext
 from ..present.format import percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
@@ -216,7 +217,7 @@ def curves_figure(rep: AnomalyReport) -> plt.Figure:
         tp, fp = d.ranked.counts()
         fpr, tpr = an.roc_points(tp, fp)
         lw = 2.0 if i == 0 else 1.2
-        a.plot(fpr, tpr, color=_colour(i), lw=lw, label=d.label, drawstyle="default")
+        a.plot(fpr, tpr, color=_colour(i), lw=lw, label=mathtext(d.label), drawstyle="default")
         keep = fpr > 0
         b.plot(fpr[keep], tpr[keep], color=_colour(i), lw=lw)
         rec, prec = an.pr_points(d.ranked)
@@ -260,7 +261,7 @@ def distribution_figure(rep: AnomalyReport) -> plt.Figure:
                 label="normal")
         ax.hist(np.clip(s[y == 1], lo, hi), bins=bins, density=True, color=PALETTE["reference"], alpha=0.55,
                 label="anomaly")
-        ax.set_title(d.label, fontsize=9)
+        ax.set_title(mathtext(d.label), fontsize=9)
         ax.set_xlabel("score")
         ax.set_yticks([])
     axes[0][0].set_ylabel("density")
@@ -274,7 +275,7 @@ def cost_figure(rep: AnomalyReport) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(WIDTH * 0.62, 3.2))
     for i, d in enumerate(r.detectors):
         pc, cost = an.cost_curve(d.ranked)
-        ax.plot(pc, cost, color=_colour(i), lw=2.0 if i == 0 else 1.2, label=d.label)
+        ax.plot(pc, cost, color=_colour(i), lw=2.0 if i == 0 else 1.2, label=mathtext(d.label))
     ax.plot([0, 1], [0, 1], color=PALETTE["muted"], ls="--", lw=0.8, label="flag nothing / everything")
     ax.plot([0, 1], [1, 0], color=PALETTE["muted"], ls="--", lw=0.8)
     ours = an.probability_cost(p["prevalence"], p["cost_fn"], p["cost_fp"])

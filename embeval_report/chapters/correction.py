@@ -168,10 +168,10 @@ def show_summary(rep: CorrectionReport) -> None:
 def show_comparison(rep: CorrectionReport) -> None:
     c = rep.comparison
     hubness = (f"k-occurrence skewness and antihub share of the cosine {c.k}-NN graph (hubness chapter)"
-               if c.sampling is None else f"the {c.k}-NN {escape(c.sampling)} (the antihub share needs every point's "
+               if c.sampling is None else f"the {c.k}-NN {c.sampling} (the antihub share needs every point's "
                                           "N_k and is not estimated)")
     show_table(display_table(c),
-               caption=(f"{escape(c.subsample)} " if c.subsample else "")
+               caption=(f"{c.subsample} " if c.subsample else "")  # a caption is plain text: show_table escapes it
                + f"Each setting: APCS, PR/d and κ (isotropy chapter), uniformity (t = 2, over all pairs unless "
                        f"a note below says sampled), {hubness}, the share of the original k-NN lists kept, and the "
                        "share of neighbours with the same label (when labels exist)."
@@ -211,5 +211,5 @@ CHAPTER = ChapterSpec(
     name="correction", title="Anisotropy correction", order=50,
     description="Centring, all-but-the-top and whitening: isotropy, uniformity and hubness before and after, and what they cost the neighbourhoods (seed 000 §217.0.9, §217.0.12).",
     requires=("vectors",),
-    options=(K,), graph=True, precheck=precheck,
+    options=(K,), graph=True, precheck=precheck, kind="diagnostic",
 )

@@ -17,6 +17,7 @@ from ..metrics import drift as dr
 from ..metrics.thresholds import SEVERITY, THRESHOLDS
 from ..present.display import callout, escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
+from ..present.escape import mathtext
 from ..present.format import interval, number, percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import INF, ChapterSpec, Option
@@ -382,17 +383,12 @@ def alert_callout(result: dr.DriftResult) -> dict:
 # Figures
 # ---------------------------------------------------------------------------------------------
 
-def _plain(text) -> str:
-    """A user string shown literally by matplotlib (no mathtext)."""
-    return str(text).replace("$", r"\$")
-
-
 def _time_axis(ax, result: dr.DriftResult, *, label: bool = True, crowded: int = 6) -> np.ndarray:
     """Snapshots at x = 1..T, labelled by name (slanted when more than ``crowded``)."""
     x = np.arange(1, len(result.snapshots) + 1)
     slant = len(x) > crowded
     ax.set_xticks(x)
-    ax.set_xticklabels([_plain(s.name) for s in result.snapshots], rotation=30 if slant else 0,
+    ax.set_xticklabels([mathtext(s.name) for s in result.snapshots], rotation=30 if slant else 0,
                        ha="right" if slant else "center")
     ax.set_xlim(0.5, len(x) + 0.5)
     if label:
@@ -507,7 +503,7 @@ def entity_figure(result: dr.DriftResult, metadata: pd.DataFrame | None = None) 
     a.axvline(thr, color=PALETTE["problematic"], ls="--", lw=1.2, label=f"μ + {k:g}σ = {thr:.4f}")
     a.set_yscale("log")
     a.set(xlabel="Per-entity drift 1 − cos", ylabel="Entities (log scale)",
-          title=f"Per-entity drift in {_plain(r.name)} ({r.anomalous.mean():.1%} anomalous)")
+          title=f"Per-entity drift in {mathtext(r.name)} ({r.anomalous.mean():.1%} anomalous)")
     a.legend(fontsize=8)
     if series:
         col, table = series
@@ -516,8 +512,8 @@ def entity_figure(result: dr.DriftResult, metadata: pd.DataFrame | None = None) 
         colors = plt.get_cmap("tab10").colors
         order = table.iloc[:, -1].sort_values(ascending=False).index
         for j, g in enumerate(order[:10]):
-            b.plot(x, table.loc[g].to_numpy(float), "o-", ms=3.5, lw=1.4, color=colors[j % 10], label=_plain(g))
-        b.set(ylabel="Mean drift 1 − cos", title=f"Mean drift by {_plain(col)}")
+            b.plot(x, table.loc[g].to_numpy(float), "o-", ms=3.5, lw=1.4, color=colors[j % 10], label=mathtext(g))
+        b.set(ylabel="Mean drift 1 − cos", title=f"Mean drift by {mathtext(col)}")
         b.set_ylim(bottom=0)
         b.legend(fontsize=7.5, ncol=2, loc="upper left")
     return fig

@@ -13,6 +13,7 @@ from ..errors import ChapterSkipped
 from ..metrics import fairness as fm
 from ..present.display import callout, escape, show_figure, show_markdown, show_table, with_mark_note
 from ..present.display import show_metrics as show_metric_table
+from ..present.escape import mathtext
 from ..present.format import interval, marked_value, metric_text, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import adjust_pvalues
@@ -291,10 +292,10 @@ def groups_figure(c: fm.GroupComparison) -> plt.Figure:
             ax.axvline(1.0, color=PALETTE["muted"], ls="--", lw=0.8)
         else:
             ax.set_xlim(max(0.0, float(np.nanmin(lo)) - 0.1), 1.0)
-        ax.set_yticks(y, [str(g) for g in t["group"]])
+        ax.set_yticks(y, [mathtext(g) for g in t["group"]])
         ax.set_title(title)
     ax = axes[2]
-    names = [str(g) for g in t["group"]] + [str(g) for g in small["group"]]
+    names = [mathtext(g) for g in t["group"]] + [mathtext(g) for g in small["group"]]
     sizes = list(t["n"]) + list(small["n"])
     yy = np.arange(len(names))[::-1]
     ax.barh(yy, sizes, color=[PALETTE["data"]] * len(t) + [PALETTE["muted"]] * len(small))
@@ -318,7 +319,7 @@ def weat_figure(r: fm.FairnessResult) -> plt.Figure | None:
                                           (0.0, w.scores_y, w.set_names[1], PALETTE["reference"])):
             ax.scatter(scores, np.full(len(scores), base + off), color=color, s=14, alpha=0.8)
             ticks.append(base + off)
-            labels.append(f"T{r.weat.index(w) + 1} · {name}")
+            labels.append(f"T{r.weat.index(w) + 1} · {mathtext(name)}")
     ax.axvline(0, color=PALETTE["muted"], lw=0.8)
     ax.set_yticks(ticks, labels, fontsize=7)
     ax.set_xlabel("s(w, A, B) = mean cos(w, A) − mean cos(w, B)")

@@ -22,6 +22,7 @@ from ..metrics import hubness_sampled as hs
 from ..metrics.thresholds import SEVERITY
 from ..present.display import callout, escape, show_figure, show_markdown, show_table, with_mark_note
 from ..present.display import show_metrics as show_metric_table
+from ..present.escape import mathtext
 from ..present.format import interval, marked_value, metric_text, outside
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import ChapterSpec, K
@@ -389,7 +390,7 @@ def k_occurrence_figure(r: hub.HubnessResult, groups=None) -> plt.Figure:
         g = pd.Series(np.asarray(groups, dtype=object)).fillna("(missing)").astype(str).to_numpy()
         for name, c in zip(sorted(set(g))[:len(colors)], colors):
             s = g == name
-            b.scatter(r.centroid_cosine[s], r.k_occurrence[s], s=5, alpha=0.45, color=c, label=str(name),
+            b.scatter(r.centroid_cosine[s], r.k_occurrence[s], s=5, alpha=0.45, color=c, label=mathtext(name),
                       rasterized=True)
         b.legend(loc="upper left", fontsize=8.5, markerscale=2.5)
     else:
@@ -571,4 +572,5 @@ CHAPTER = ChapterSpec(
     options=(K,), graph=True, precheck=precheck,
     effects=(Effect("hubness", ("k_occurrence_skewness",), "A few points crowd most neighbour lists (hubness)",
                     "Use CSLS or mutual proximity for neighbour search (compared in this chapter):"),),
+    kind="diagnostic", remedies=("centring",),
 )

@@ -15,6 +15,7 @@ import pandas as pd
 from ..metrics import agreement as ag
 from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
+from ..present.escape import mathtext
 from ..present.format import percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest, wilson_ci
@@ -342,7 +343,7 @@ def quality_figure(rep: HumanEvaluationReport) -> plt.Figure | None:
             bad = str(r["rater"]) in flagged
             ax.scatter(r["median seconds"], r["consensus agreement"], s=40,
                        color=PALETTE["problematic"] if bad else PALETTE["data"], zorder=3)
-            ax.annotate(str(r["rater"]), (r["median seconds"], r["consensus agreement"]), fontsize=7,
+            ax.annotate(mathtext(r["rater"]), (r["median seconds"], r["consensus agreement"]), fontsize=7,
                         xytext=(4, 3), textcoords="offset points")
         ax.axvline(th["min_seconds"], color=PALETTE["reference"], ls="--", lw=1.0)
         ax.axhline(th["min_accuracy"], color=PALETTE["reference"], ls=":", lw=1.0)
@@ -363,7 +364,7 @@ def quality_figure(rep: HumanEvaluationReport) -> plt.Figure | None:
             bad = str(name) in flagged
             ax.plot((y.index + 0.5) / 5, y.to_numpy(), marker="o", ms=3, lw=1.6 if bad else 0.9,
                     color=PALETTE["problematic"] if bad else PALETTE["data"], alpha=1 if bad else 0.55,
-                    label=str(name) if bad else None)
+                    label=mathtext(name) if bad else None)
         ax.axhline(th["min_accuracy"], color=PALETTE["reference"], ls=":", lw=1.0)
         ax.set_xlabel("position in the rater's session (fifths)")
         ax.set_ylabel("agreement with the others")

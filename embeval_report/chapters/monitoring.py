@@ -16,6 +16,7 @@ from ..monitoring import score as sc
 from ..io.monitor_history import MonitorHistory
 from ..present.display import (Badge, definitions_markdown, escape, metrics_table, show_figure, show_markdown,
                                show_table, show_tests, with_mark_note)
+from ..present.escape import mathtext
 from ..present.format import marked_value
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
@@ -224,7 +225,7 @@ def dashboard_figure(h: MonitorHistory) -> plt.Figure:
     is the level, which lies in the band the marker sits in; red dashed lines mark critical batches."""
     batches = h.batches
     x = batches["batch_index"].to_numpy()
-    names = batches["batch"].astype(str).tolist()
+    names = [mathtext(b) for b in batches["batch"]]
     critical = x[batches["level"].to_numpy() == "critical"]
     fig, axes = plt.subplots(4, 2, figsize=(WIDTH, 10.5), sharex=True)
     for ax, (sname, col, ylabel) in zip(axes.flat, PANELS):
@@ -318,7 +319,7 @@ def show_batches(rep: MonitoringReport) -> None:
 def show_latest(rep: MonitoringReport) -> None:
     table = latest_table(rep)
     show_table(table, caption=with_mark_note(
-        table, f"The latest batch ({escape(rep.latest['batch'])}): each signal's effect with its 95 % interval, the "
+        table, f"The latest batch ({rep.latest['batch']}): each signal's effect with its 95 % interval, the "
                "value its level reads (× the no-drift level, the batch's APCS, or the effect), the warning and critical "
                "edges it is read against (the dashboard's bands), its p-value × 7 (Bonferroni) and its level."),
                label="tbl-monitoring-latest")

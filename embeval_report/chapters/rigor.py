@@ -12,7 +12,8 @@ import pandas as pd
 
 from ..metrics import rigor as rg
 from ..metrics.effects import Effects
-from ..present.display import Table, hypothesis_rows, show_figure, show_markdown, show_table
+from ..present.display import Table, escape, hypothesis_rows, show_figure, show_markdown, show_table
+from ..present.escape import markdown_code
 from ..present.display import show_metrics as show_metric_table
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import MDE, ChapterSpec
@@ -90,8 +91,9 @@ def narrative(rep: RigorReport) -> str:
             f"0.8), the change that matters for it, **E** ({_effect_words(rep)}), and how many units detecting E "
             "would take. "
             + (f"{len(weak)} of them cannot detect their E with the units this report has "
-               f"(e.g. {weak.iloc[0]['label']}: MDE {_fmt(weak.iloc[0]['mde'])} over {int(weak.iloc[0]['n']):,} "
-               f"{weak.iloc[0]['unit']}, E {_fmt(weak.iloc[0]['effect'])}, {_fmt(weak.iloc[0]['required_n'])} "
+               f"(e.g. {escape(weak.iloc[0]['label'])}: MDE {_fmt(weak.iloc[0]['mde'])} over "
+               f"{int(weak.iloc[0]['n']):,} {escape(weak.iloc[0]['unit'])}, E {_fmt(weak.iloc[0]['effect'])}, "
+               f"{_fmt(weak.iloc[0]['required_n'])} "
                "needed): a comparison of two models on these numbers would call smaller differences noise."
                if len(weak) else "All of them can detect their E."))
     else:
@@ -104,7 +106,7 @@ def _effect_words(rep: RigorReport) -> str:
     if rep.effect == "auto":
         return ("by default 0.01 for a bounded metric such as a rate, 10 % of its distance to the bound when it is "
                 "near one, and 5 % of the value for an unbounded one such as mean rank; `--mde` sets it")
-    return f"`--mde {rep.effect}`"
+    return markdown_code(f"--mde {rep.effect}")
 
 
 def _common_effect(power: pd.DataFrame) -> str:

@@ -19,6 +19,7 @@ from ..metrics.semantic import SemanticResult
 from ..present.display import (
     callout,
     definitions_markdown,
+    escape,
     metrics_table,
     show_definitions,
     show_figure,
@@ -26,6 +27,7 @@ from ..present.display import (
     show_table,
     with_mark_note,
 )
+from ..present.escape import mathtext
 from ..present.format import ci_suffix, interval, percent
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import ChapterSpec
@@ -138,9 +140,9 @@ def _analogy_paragraph(r: SemanticResult, case: str) -> str:
     spread = ""
     if len(sec) > 1:
         top, low = best.iloc[0], best.iloc[-1]
-        spread = (f" Sections differ: from {top['accuracy_3cosadd']:.1%} on *{top['section']}* "
+        spread = (f" Sections differ: from {top['accuracy_3cosadd']:.1%} on *{escape(top['section'])}* "
                   f"({int(top['evaluated'])} questions) down to {low['accuracy_3cosadd']:.1%} on "
-                  f"*{low['section']}* ({int(low['evaluated'])}); small sections have wide intervals.")
+                  f"*{escape(low['section'])}* ({int(low['evaluated'])}); small sections have wide intervals.")
     diff = a.accuracy_3cosmul - a.accuracy_3cosadd
     mul_ci = ci_suffix(*a.ci_3cosmul, ".1%", what)
     mul = ("3CosMul, which keeps one large similarity from dominating, does "
@@ -274,7 +276,7 @@ def section_accuracy_figure(r: SemanticResult) -> plt.Figure:
                 xerr=np.clip(err, 0, None), error_kw=dict(ecolor="#333", lw=0.9, capsize=2))
     if _finite(a.accuracy_3cosadd):
         ax.axvline(a.accuracy_3cosadd, color=PALETTE["data"], ls=":", lw=1.2, label="overall 3CosAdd")
-    ax.set_yticks(y, [f"{s} (n = {n:,})" for s, n in zip(t["section"], t["evaluated"])])
+    ax.set_yticks(y, [f"{mathtext(s)} (n = {n:,})" for s, n in zip(t["section"], t["evaluated"])])
     top = np.nanmax(np.r_[t["ci_high_3cosadd"].to_numpy(float), t["ci_high_3cosmul"].to_numpy(float), 0.05])
     ax.set(xlim=(0, min(1.0, 1.1 * top + 0.02)),
            xlabel=f"Accuracy (share of questions whose top candidate is d); bars: {_level(r)} Wilson CI",

@@ -18,6 +18,7 @@ from ..metrics.stability_subsets import Grouping, SubsetStability, subset_correl
 from ..metrics.thresholds import SEVERITY
 from ..present.display import callout, escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
+from ..present.escape import mathtext
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import BCA_MAX, MEAN_CI_RESAMPLES, HypothesisTest
@@ -358,7 +359,7 @@ def pair_heatmap(r: st.RunStabilityResult) -> plt.Figure:
     """Run x run matrices of k-NN overlap and pairwise similarity correlation."""
     R = len(r.labels)
     fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 0.55 * R + 2.4))
-    short = [lab if len(lab) <= 18 else lab[:16] + "…" for lab in r.labels]
+    short = [mathtext(lab if len(lab) <= 18 else lab[:16] + "…") for lab in r.labels]
     for ax, col, title in zip(axes, ("k-NN overlap", "similarity correlation"),
                               ("k-NN overlap", "Pairwise similarity correlation")):
         M = np.full((R, R), np.nan)
@@ -392,10 +393,10 @@ def subset_figure(r: st.RunStabilityResult, groupings: list[Grouping], max_panel
         ax.boxplot(data, showmeans=True, widths=0.6, medianprops={"color": PALETTE["reference"]},
                    meanprops={"marker": "D", "markerfacecolor": PALETTE["data"], "markeredgecolor": "white"})
         ax.set_xticks(range(1, len(names) + 1),
-                      [(nm if len(nm) <= 18 else nm[:16] + "…").replace(": ", "\n") + f"\n(n={len(d):,})"
+                      [mathtext(nm if len(nm) <= 18 else nm[:16] + "…").replace(": ", "\n") + f"\n(n={len(d):,})"
                        for nm, d in zip(names, data)], fontsize=7.5 if len(names) > 3 else 8)
         ax.axhline(r.chance, color=PALETTE["muted"], ls=":", lw=1)
-        ax.set(ylabel="k-NN overlap per entity", ylim=(-0.03, 1.03), title=f"By {g.name}")
+        ax.set(ylabel="k-NN overlap per entity", ylim=(-0.03, 1.03), title=f"By {mathtext(g.name)}")
     return fig
 
 

@@ -19,6 +19,7 @@ from ..metrics import convergence as cv
 from ..metrics import training_runs as tr
 from ..present.display import callout, escape, show_figure, show_markdown, show_table, with_mark_note
 from ..present.display import show_metrics as show_metric_table
+from ..present.escape import mathtext
 from ..present.format import interval, marked_value, metric_text, number
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
@@ -396,10 +397,10 @@ def curves_figure(rep: TrainingReport) -> plt.Figure:
             ax.set_yscale("log")
         lo, hi = _ylim(d, rep.log_scale)
         ax.set_ylim(lo, hi)
-        ax.set_title(f"{d.name} — {_status(d)}", loc="left", fontsize=10)
+        ax.set_title(f"{mathtext(d.name)} — {_status(d)}", loc="left", fontsize=10)
         ax.set_ylabel("loss" + (" (log)" if rep.log_scale else ""))
         ax.legend(fontsize=7, loc="upper right", ncol=2, framealpha=0.85)
-    axes[-1, 0].set_xlabel(rep.log.x)
+    axes[-1, 0].set_xlabel(mathtext(rep.log.x))
     return fig
 
 
@@ -420,12 +421,12 @@ def overlay_figure(rep: TrainingReport) -> plt.Figure:
     """All runs on one axis: smoothed training loss (solid) and validation loss (dashed)."""
     fig, ax = plt.subplots(figsize=(WIDTH * 0.7, 3.2))
     for i, d in enumerate(rep.runs):
-        ax.plot(d.steps, d.smoothed, color=_color(i), lw=1.6, label=f"{d.name}")
+        ax.plot(d.steps, d.smoothed, color=_color(i), lw=1.6, label=mathtext(d.name))
         if d.over is not None:
             ax.plot(d.over.steps, d.over.val, color=_color(i), lw=1.0, ls="--")
     if rep.log_scale:
         ax.set_yscale("log")
-    ax.set_xlabel(rep.log.x)
+    ax.set_xlabel(mathtext(rep.log.x))
     ax.set_ylabel("loss")
     ax.legend(fontsize=8, title="run (solid: smoothed training, dashed: validation)", title_fontsize=7)
     return fig
@@ -443,9 +444,9 @@ def schedule_figure(rep: TrainingReport) -> plt.Figure | None:
             part = f[(f["run"] == r) & f[c].notna()]
             y = part[c].to_numpy(float)
             ok = np.isfinite(y) & (y > 0)
-            ax.plot(part["step"].to_numpy()[ok], y[ok], color=_color(i), lw=1.2, label=r)
+            ax.plot(part["step"].to_numpy()[ok], y[ok], color=_color(i), lw=1.2, label=mathtext(r))
         ax.set_yscale("log")
-        ax.set_xlabel(rep.log.x)
+        ax.set_xlabel(mathtext(rep.log.x))
         ax.set_title("Learning rate" if c == "lr" else "Gradient norm", loc="left")
         if c == "grad_norm":
             ax.axhline(1000, color=PALETTE["problematic"], ls=":", lw=1, label="seed: max > 1000 exploding")

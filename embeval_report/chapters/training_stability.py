@@ -29,6 +29,7 @@ from ..metrics.training_stability import (
     measure_training_stability,
 )
 from ..present.display import escape, show_figure, show_markdown, show_metrics, show_table
+from ..present.escape import mathtext
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import BCA_MAX
@@ -214,6 +215,12 @@ def _measured(df: pd.DataFrame, run: str | None = None) -> pd.DataFrame:
     return df.dropna(subset=["k-NN overlap"])
 
 
+def _short(name, width: int = 12) -> str:
+    """A tranche name as a tick label: at most ``width`` characters, cut with …"""
+    name = str(name)
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
 def trajectory_figure(t: TrainingResult) -> plt.Figure:
     """k-NN overlap and aligned cosine along training: consecutive tranches, vs final, across runs."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(WIDTH, 3.8))
@@ -222,7 +229,7 @@ def trajectory_figure(t: TrainingResult) -> plt.Figure:
     for i, run in enumerate(t.runs):
         c = colors[i % len(colors)]
         tr, tf = _measured(t.transitions, run), _measured(t.to_final, run)
-        suffix = f" ({run})" if len(t.runs) > 1 else ""
+        suffix = f" ({mathtext(run)})" if len(t.runs) > 1 else ""
         if len(tr):
             a.plot(tr["step"], tr["k-NN overlap"], "o-", color=c, label="consecutive tranches" + suffix)
             b.plot(tr["step"], tr["aligned cosine"], "o-", color=c, label="consecutive tranches" + suffix)
@@ -240,8 +247,7 @@ def trajectory_figure(t: TrainingResult) -> plt.Figure:
         names_by_step.update(dict(zip(cr["step"], cr["tranche"])))
     steps = sorted(names_by_step)
     for ax, ylabel in ((a, f"k-NN overlap (k = {t.k})"), (b, "Aligned cosine")):
-        ax.set_xticks(steps, [names_by_step[s] if len(str(names_by_step[s])) <= 12 else str(names_by_step[s])[:11] + "…"
-                              for s in steps], rotation=20, fontsize=8)
+        ax.set_xticks(steps, [mathtext(_short(names_by_step[s])) for s in steps], rotation=20, fontsize=8)
         ax.set(xlabel="Tranche (consecutive: the later of the two)", ylabel=ylabel)
     if not any(np.isfinite(np.asarray(line.get_ydata(), float)).any() for line in b.get_lines()):
         b.text(0.5, 0.5, "undefined: no spread to align", ha="center", va="center", transform=b.transAxes)
@@ -261,11 +267,11 @@ def cohort_figure(t: TrainingResult) -> plt.Figure:
         grp = grp.sort_values("step")
         a.errorbar(grp["step"], grp["mean movement"],
                    yerr=[(grp["mean movement"] - grp["ci_low"]).fillna(0), (grp["ci_high"] - grp["mean movement"]).fillna(0)],
-                   fmt="o-", color=c, capsize=3, label=f"first seen: {grp['cohort'].iloc[0]}")
+                   fmt="o-", color=c, capsize=3, label=f"first seen: {mathtext(grp['cohort'].iloc[0])}")
     if len(co):
         steps = sorted(co["step"].unique())
         names = dict(zip(co["step"], co["tranche"]))
-        a.set_xticks(steps, [str(names[s]) for s in steps], rotation=20, fontsize=8)
+        a.set_xticks(steps, [mathtext(names[s]) for s in steps], rotation=20, fontsize=8)
         a.legend(fontsize=8)
         a.set_yscale("log") if (co["mean movement"] > 0).all() and co["mean movement"].max() / max(
             co["mean movement"].min(), 1e-12) > 20 else None
@@ -275,13 +281,13 @@ def cohort_figure(t: TrainingResult) -> plt.Figure:
     if len(mv):
         last = mv[mv["step"] == mv["step"].max()]
         groups = [(nm, g["movement"].to_numpy()) for nm, g in last.groupby("cohort_step", sort=True)]
-        labels = [str(last[last["cohort_step"] == cs]["cohort"].iloc[0]) for cs, _ in groups]
+        labels = [mathtext(last[last["cohort_step"] == cs]["cohort"].iloc[0]) for cs, _ in groups]
         b.boxplot([g for _, g in groups], showfliers=False, widths=0.6,
                   medianprops={"color": PALETTE["reference"]})
         b.set_xticks(range(1, len(groups) + 1), [f"{lab}\n(n={len(g):,})" for lab, (_, g) in zip(labels, groups)],
                      fontsize=8)
         b.set(xlabel="Cohort (tranche first seen)", ylabel="Movement 1 − cos",
-              title=f"Movement into {last['tranche'].iloc[0]}, by cohort")
+              title=f"Movement into {mathtext(last['tranche'].iloc[0])}, by cohort")
     return fig
 
 
