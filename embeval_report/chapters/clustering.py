@@ -77,8 +77,8 @@ SCORER = TaskScorer(
     aggregates=(Aggregate("ari", fn=cl.partition_ari, boot=_weighted("ari")),
                 Aggregate("nmi", fn=cl.partition_nmi, boot=_weighted("nmi")),
                 Aggregate("ami", fn=cl.partition_ami, boot=_weighted("ami")),
-                Aggregate("silhouette", mean_of="silhouette"),
-                Aggregate("label_silhouette", mean_of="label_silhouette")),
+                Aggregate("silhouette", mean_of="silhouette", task=False),
+                Aggregate("label_silhouette", mean_of="label_silhouette", task=False)),
     inputs=label_inputs, plan=clustering_plan,
     score=lambda X, inputs, plan: cl.cluster_units(X, plan, device=current().device))
 

@@ -430,4 +430,5 @@ CHAPTER = ChapterSpec(
     options=(ID_ROWS,), precheck=precheck,
     effects=(Effect("collapse", ("effective_rank", "dead_dimensions"), "Part of the dimensions carry no information "
                     "(dimensional collapse)", "Consider a smaller dimension or a decorrelating loss:"),),
+    kind="diagnostic", remedies=("whitening",),
 )

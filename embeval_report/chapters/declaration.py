@@ -26,6 +26,8 @@ from typing import Any, Callable
 from ..metrics import effects
 
 INF = float("inf")
+#: what a chapter's findings are about: the model's use ("model"), its geometry ("diagnostic")
+KINDS = ("model", "diagnostic")
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,8 @@ class ChapterSpec:
     effects: tuple = ()              # :class:`~.findings.Effect` groups of related thresholded metrics
     findings: Callable | None = None  # (ChapterResults) -> list[Finding]: baselines, events, groups; :mod:`.findings`
     scorer: Any = None               # a task chapter's :class:`~embeval_report.metrics.scoring.TaskScorer`
+    kind: str = "model"              # "model": what the vectors do; "diagnostic": their geometry (at most concerning)
+    remedies: tuple[str, ...] = ()   # a diagnostic's remedies (:data:`~embeval_report.metrics.remedies.REMEDIES`)
     stage: int = 0                   # 0: content; 1, 2: after every content chapter, in stage order (read results)
     module: str = ""                 # set by the registry: the module declaring it
 
@@ -118,6 +122,10 @@ class ChapterSpec:
     def missing(self, es) -> list[str]:
         """Inputs this chapter needs that the embedding set lacks (``a|b``: either will do)."""
         return [r for r in self.requires if not any(es.has(alt) for alt in r.split("|"))]
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"chapter {self.name}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
 
     def check(self, es, side, settings) -> str | None:
         """Why the chapter cannot run on this set: a missing input, or its precheck's reason; ``None`` when it can."""

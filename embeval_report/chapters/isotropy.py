@@ -322,4 +322,5 @@ CHAPTER = ChapterSpec(
                     "The vectors crowd into a narrow cone (anisotropy)",
                     "Centre the vectors or remove their top principal directions before cosine search or "
                     "clustering (the Anisotropy correction chapter compares the options):"),),
+    kind="diagnostic", remedies=("centring", "all-but-the-top", "whitening"),
 )

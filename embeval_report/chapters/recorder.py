@@ -165,6 +165,21 @@ def read_baseline(results_dir) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def read_units(results_dir, chapter: str, info: dict | None = None) -> pd.DataFrame | None:
+    """A chapter's per-unit table (``results/units/<chapter>.csv``, as :meth:`Recorder.units` wrote it; ``info``:
+    its record's ``info["units"]``, read from ``results/<chapter>.json`` when ``None``), the unit ids as text;
+    ``None`` when the chapter recorded no units."""
+    if info is None:
+        info = read_results(results_dir).get(chapter, {}).get("info", {}).get("units")
+    path = Path(results_dir) / "units" / f"{chapter}.csv"
+    if not info or not path.exists():
+        return None
+    key = info["key"]
+    columns = pd.read_csv(path, nrows=0).columns
+    return pd.read_csv(path, dtype={key: str}, keep_default_na=False,
+                       na_values={c: ["", "nan", "NaN"] for c in columns if c != key})
+
+
 def read_results(results_dir) -> dict[str, dict]:
     """All chapter records in ``results_dir`` keyed by chapter name (the report-level files beside them, the
     findings and the baseline comparison, are not chapter records)."""

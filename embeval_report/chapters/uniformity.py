@@ -380,4 +380,5 @@ CHAPTER = ChapterSpec(
     precheck=precheck,
     effects=(Effect("uniformity", ("uniformity",), "The vectors do not spread over the sphere",
                     "Expect crowded neighbourhoods; a contrastive objective or a correction spreads them:"),),
+    kind="diagnostic", remedies=("centring", "all-but-the-top", "whitening"),
 )

@@ -48,7 +48,8 @@ class Aggregate:
     whose differences say on which units a model wins or loses (shown beside a whole-table comparison).
     ``boot(table, W)``: optional, ``fn`` of the table with its rows weighted by each row of ``W`` (resamples ×
     units, the counts of a bootstrap draw), for every resample at once; the paired bootstrap uses it instead of
-    calling ``fn`` once per resample.
+    calling ``fn`` once per resample. ``task``: whether the metric is an outcome of the task; one that describes
+    the geometry instead (a silhouette) is compared between models but not counted as a task a remedy improves.
 
     >>> t = pd.DataFrame({"query": ["a", "b"], "rr": [1.0, 0.5]})
     >>> Aggregate("mrr", mean_of="rr").value(t)
@@ -61,6 +62,7 @@ class Aggregate:
     fn: Callable[[pd.DataFrame], float] | None = None
     unit_column: str | None = None
     boot: Callable[[pd.DataFrame, np.ndarray], np.ndarray] | None = None  # fn under unit weights, vectorised
+    task: bool = True   # an outcome of the task (a silhouette is geometry: compared, but no remedy "costs" it)
 
     def __post_init__(self):
         if (self.mean_of is None) == (self.fn is None):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..chapters.recorder import read_results
+from ..chapters.recorder import read_results, read_units
 from ..errors import InputError
 from ..metrics import paired
 from .earlier import is_report
@@ -38,11 +38,9 @@ class ModelReport:
         records = read_results(folder / "results")
         units = {}
         for chapter, doc in records.items():
-            info = doc.get("info", {}).get("units")
-            path = folder / "results" / "units" / f"{chapter}.csv"
-            if info and path.exists():
-                units[chapter] = pd.read_csv(path, dtype={info["key"]: str}, keep_default_na=False,
-                                             na_values={m: ["", "nan", "NaN"] for m in info["means"]})
+            table = read_units(folder / "results", chapter, doc.get("info", {}).get("units"))
+            if table is not None:
+                units[chapter] = table
         return cls(name or run.get("name") or folder.name, folder, run, records, units)
 
 

@@ -1,0 +1,266 @@
+"""The What-the-geometry-costs chapter: each flagged geometry diagnostic's remedy applied, every task of the run
+re-scored on the remedied vectors with the same plan, paired with the task's own numbers (computed in
+:mod:`embeval_report.metrics.remedies` and :mod:`embeval_report.metrics.scoring`).
+
+It runs after every content chapter (stage 1): it reads which diagnostics their thresholds flagged and which task
+chapters recorded units. The report's findings read its table: a diagnostic is ``concerning`` only when a remedy
+improves a task by more than the effect that matters, otherwise a note (:mod:`embeval_report.report.findings`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from ..errors import ChapterSkipped
+from ..metrics import paired
+from ..metrics.effects import Effects
+from ..metrics.isotropy import PrincipalDirections
+from ..metrics.remedies import REMEDIES, REMEDY_TEXT, fit_remedy, remedied_rows
+from ..metrics.scoring import compare_units, plan_fingerprint
+from ..metrics.spec import Metric
+from ..present.display import escape, show_figure, show_markdown, show_table
+from ..present.format import interval
+from ..present.plotting import PALETTE, WIDTH
+from .declaration import MDE, ChapterSpec
+from .recorder import read_results, read_units
+
+if TYPE_CHECKING:
+    from .setup import ChapterContext
+
+__all__ = ["RemediesReport", "compute", "cost_figure", "display_table", "flagged_diagnostics", "narrative",
+           "show_costs", "show_summary", "IMPROVES", "HARMLESS"]
+
+#: flagged: a diagnostic metric with this verdict
+FLAGGED = ("concerning", "problematic")
+#: what a row says, by its comparison verdict (B = the remedied vectors)
+IMPROVES, WORSENS = "B better", "A better"
+HARMLESS = "no difference larger than E"
+READING = {IMPROVES: "improves", WORSENS: "worsens", HARMLESS: "no change larger than E",
+           "underpowered": "underpowered", "inconclusive": "inconclusive"}
+
+
+@dataclass(frozen=True)
+class RemediesReport:
+    """Everything the chapter shows."""
+
+    table: pd.DataFrame          # one row per remedy × task × metric (compare_table's columns)
+    diagnostics: dict            # diagnostic chapter -> its flagged metrics
+    remedies: dict               # remedy name -> (label, the diagnostics it answers)
+    tasks: list                  # the task chapters re-scored
+    skipped: dict                # task chapter -> why it was not re-scored
+    effect: str
+
+
+def flagged_diagnostics(records: dict, chapters) -> dict[str, list[str]]:
+    """The diagnostic chapters (``kind="diagnostic"`` with remedies) among ``records`` whose thresholds flag a
+    metric, with those metrics."""
+    out = {}
+    for spec in chapters:
+        if spec.kind != "diagnostic" or not spec.remedies or spec.name not in records:
+            continue
+        flagged = [m for m, r in records[spec.name].get("metrics", {}).items() if r.get("verdict") in FLAGGED]
+        if flagged:
+            out[spec.name] = flagged
+    return out
+
+
+def compute(ctx: ChapterContext) -> RemediesReport:
+    """Apply each flagged diagnostic's remedies and re-score every task that ran, on its own plan."""
+    from .registry import discover
+
+    results_dir = ctx.rec.results_dir
+    records = read_results(results_dir) if results_dir else {}
+    chapters = discover()
+    diagnostics = flagged_diagnostics(records, chapters)
+    tasks = [c for c in chapters if c.scorer is not None and c.name in records
+             and records[c.name].get("info", {}).get("units")]
+    if not tasks:
+        raise ChapterSkipped("no task chapter ran (add labels, judgements, edges or interactions), so there is no "
+                             "task a remedy could change")
+    if not diagnostics:
+        raise ChapterSkipped("no geometry diagnostic is flagged, so there is no remedy to check")
+    es = ctx.es
+    if not ctx.compute.fits(2 * es.n * es.d * 4):
+        raise ChapterSkipped(f"a remedied copy of the set ({es.n:,} × {es.d} float32) does not fit the memory budget "
+                             "beside the set; rerun with a larger --memory-budget to check the remedies")
+    wanted = {r: [d for d, _ in diagnostics.items() if r in _spec(chapters, d).remedies] for r in REMEDIES}
+    wanted = {r: ds for r, ds in wanted.items() if ds}
+    effects = Effects.parse(ctx.option("mde"))
+    pcs = PrincipalDirections.fit(es.vectors, device=ctx.device)
+    removed = records.get("correction", {}).get("info", {}).get("removed")
+    rows, skipped, labels = [], {}, {}
+    for name, answers in wanted.items():
+        remedy = fit_remedy(es.vectors, name, removed=removed, pcs=pcs, device=ctx.device)
+        if remedy is None:
+            skipped[name] = "it leaves no variance (every remedied vector is the same)"
+            continue
+        if remedy.detail == "D = 0":  # all-but-the-top removing nothing is centring
+            skipped[name] = "D = 0 (no top direction to remove): the same as centring"
+            continue
+        labels[name] = (remedy.label, answers)
+        Y = remedied_rows(es.vectors, remedy)
+        for spec in tasks:
+            rows += _task_rows(ctx, spec, records[spec.name], remedy, Y, skipped)
+        del Y
+    table = paired.compare_table(rows, correction="holm", effects=effects) if rows else pd.DataFrame()
+    _record(ctx, table, diagnostics, labels, skipped, effects)
+    return RemediesReport(table, diagnostics, labels, [t.name for t in tasks], skipped, effects.canonical())
+
+
+def _spec(chapters, name):
+    return next(c for c in chapters if c.name == name)
+
+
+def _task_rows(ctx, spec, record: dict, remedy, Y, skipped: dict) -> list[dict]:
+    """The paired rows of one task chapter re-scored on the remedied set ``Y`` against its recorded units."""
+    scorer, info = spec.scorer, record["info"]["units"]
+    try:
+        inputs = scorer.inputs(ctx.es, ctx.side, ctx.settings)
+        plan = scorer.plan(inputs, ctx.settings)
+    except ChapterSkipped as e:
+        skipped[spec.name] = str(e)
+        return []
+    if info.get("plan") and plan_fingerprint(plan) != info["plan"]:
+        skipped[spec.name] = "its plan could not be made again as the chapter made it"
+        return []
+    if scorer.map_inputs is not None:
+        inputs = scorer.map_inputs(inputs, remedy.apply)
+    original = read_units(ctx.rec.results_dir, spec.name, info)
+    remedied = scorer.units(Y, inputs, plan)
+    remedied[scorer.key] = remedied[scorer.key].astype(str)
+    rows = []
+    for agg in scorer.aggregates:
+        m = record["metrics"].get(agg.metric)
+        if m is None or not agg.task:
+            continue
+        result, differences = compare_units(original, remedied, key=scorer.key, metric=agg.metric,
+                                            direction=agg.direction, aggregate=agg, level=ctx.level, seed=ctx.seed,
+                                            units=scorer.unit)
+        if result.n < 2:
+            continue
+        rows.append(dict(a="original", b=remedy.name, chapter=spec.name, metric=agg.metric,
+                         label=(m.get("label") or agg.metric).split(" [")[0], direction=agg.direction,
+                         unit=scorer.unit, title=spec.title, result=result, differences=differences))
+    return rows
+
+
+def _record(ctx, table: pd.DataFrame, diagnostics: dict, labels: dict, skipped: dict, effects) -> None:
+    """Each row as a metric ``change_<metric>_<chapter>_after_<remedy>`` (no verdict: it describes a remedy)."""
+    metrics = []
+    for r in table.itertuples() if len(table) else ():
+        slug = r.b.replace("-", "_")
+        metrics.append(Metric(name=f"change_{r.metric}_{r.chapter}_after_{slug}", value=r.diff,
+                              ci_low=r.ci_low, ci_high=r.ci_high, direction=r.direction,
+                              label=f"Change of {r.label} ({r.chapter}) after {r.b}", ci_method=r.ci_method,
+                              reference="paired re-scoring on the same plan; remedies: Mu et al. 2018, Su et al. 2021",
+                              note=f"{READING.get(r.verdict, r.verdict)}; E = {r.effect:.3g}"))
+    if metrics:
+        ctx.rec.add(*metrics)
+    keep = ["b", "chapter", "title", "metric", "label", "direction", "unit", "n", "mean_a", "mean_b", "diff", "ci_low",
+            "ci_high", "sim_low", "sim_high", "p_randomisation", "p_adjusted", "effect", "mde", "verdict"]
+    ctx.rec.note(diagnostics=diagnostics, remedies={k: {"label": v[0], "answers": v[1]} for k, v in labels.items()},
+                 skipped=skipped, effect=effects.canonical(),
+                 table=table[[c for c in keep if c in table]].rename(columns={"b": "remedy"}).replace(
+                     {np.nan: None}).to_dict(orient="records") if len(table) else [])
+
+
+# ---------------------------------------------------------------------------------------------
+# Narrative, tables, figures
+# ---------------------------------------------------------------------------------------------
+
+def _change(r) -> str:
+    return f"{r.diff:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
+
+
+def narrative(rep: RemediesReport) -> str:
+    """Per remedy: the tasks it improves beyond the effect that matters, or that it changes none of them."""
+    t = rep.table
+    names = {"isotropy": "anisotropy", "uniformity": "poor uniformity", "hubness": "hubness",
+             "collapse": "dimensional collapse"}
+    flagged = ", ".join(names.get(d, d) for d in rep.diagnostics)
+    parts = [f"The thresholds flag **{escape(flagged)}**. Whether that costs anything depends on the tasks: each "
+             f"remedy below is applied to the vectors and every task that ran ({len(rep.tasks)}) is scored again "
+             "on its own plan (the same folds, held-out edges, negatives and samples), paired unit by unit with "
+             f"its own numbers. A change counts when it exceeds the effect that matters (E, `--mde` "
+             f"{escape(rep.effect)}) with Holm's correction over the {len(t)} comparisons."]
+    for name, (label, _) in rep.remedies.items():
+        rows = t[t["b"] == name] if len(t) else t
+        better = rows[rows["verdict"] == IMPROVES] if len(rows) else rows
+        worse = rows[rows["verdict"] == WORSENS] if len(rows) else rows
+        if len(better):
+            what = "; ".join(f"{escape(r.title)} {escape(r.label)} by {_change(r)}" for r in better.itertuples())
+            parts.append(f"**{escape(label)} improves {len(better)} task metric(s)** beyond E: {what}. The geometry "
+                         f"costs these tasks; apply {escape(name)} before using the vectors for them.")
+        else:
+            parts.append(f"**{escape(label)}** improves no task metric beyond E ({len(rows)} compared"
+                         + (f"; it worsens {len(worse)}" if len(worse) else "") + "): here the geometry it corrects "
+                         "costs no task measurably.")
+    if rep.skipped:
+        parts.append("Not checked: " + "; ".join(f"{escape(k)} ({escape(v)})" for k, v in rep.skipped.items()) + ".")
+    return "\n\n".join(parts)
+
+
+def display_table(rep: RemediesReport) -> pd.DataFrame:
+    """One row per remedy × task metric: before, after, the paired change and its reading."""
+    t = rep.table
+    if not len(t):
+        return pd.DataFrame()
+    return pd.DataFrame({"remedy": [rep.remedies[b][0] for b in t["b"]], "task": t["title"], "metric": t["label"],
+                         "units": t["n"], "as recorded": t["mean_a"].round(4), "remedied": t["mean_b"].round(4),
+                         "change [95 % CI]": [_change(r) for r in t.itertuples()],
+                         "simultaneous CI": [interval(lo, hi, "+.3f", sep=", ") for lo, hi in zip(t["sim_low"],
+                                                                                               t["sim_high"])],
+                         "E": t["effect"], "p (Holm)": t["p_adjusted"],
+                         "reading": [READING.get(v, v) for v in t["verdict"]]})
+
+
+def cost_figure(rep: RemediesReport) -> plt.Figure | None:
+    """Each paired change in units of its E, with its simultaneous interval: inside ±1, the remedy changes nothing
+    that matters."""
+    t = rep.table
+    if not len(t):
+        return None
+    sign = np.where(t["direction"] == "lower", -1.0, 1.0)
+    e = t["effect"].to_numpy(float)
+    x, lo, hi = (sign * t[c].to_numpy(float) / e for c in ("diff", "sim_low", "sim_high"))
+    lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
+    y = np.arange(len(t))[::-1]
+    fig, ax = plt.subplots(figsize=(WIDTH, 0.9 + 0.28 * len(t)))
+    colours = [PALETTE["healthy"] if v == IMPROVES else PALETTE["problematic"] if v == WORSENS else PALETTE["muted"]
+               for v in t["verdict"]]
+    ax.hlines(y, lo, hi, color=colours, lw=2)
+    ax.scatter(x, y, color=colours, zorder=3, s=18)
+    for edge in (-1, 1):
+        ax.axvline(edge, color=PALETTE["muted"], ls="--", lw=0.8)
+    ax.axvline(0, color=PALETTE["muted"], lw=0.8)
+    ax.set_yticks(y, [f"{b} · {c} · {m}" for b, c, m in zip(t["b"], t["chapter"], t["label"])], fontsize=7)
+    ax.set_xlabel("change after the remedy, in units of E (positive: better)")
+    fig.tight_layout()
+    return fig
+
+
+def show_summary(rep: RemediesReport) -> None:
+    show_markdown(narrative(rep))
+
+
+def show_costs(rep: RemediesReport) -> None:
+    table = display_table(rep)
+    if len(table):
+        show_table(table, caption="Each task metric re-scored after each remedy, paired with the recorded one "
+                                  "(change = remedied − as recorded; simultaneous CI: Bonferroni over the table).",
+                   label="tbl-remedies")
+    fig = cost_figure(rep)
+    if fig is not None:
+        show_figure(fig, caption="The paired changes in units of the effect that matters: outside the dashed "
+                                 "lines a remedy changes a task by more than E.", label="fig-remedies")
+
+
+CHAPTER = ChapterSpec(
+    name="remedies", title="What the geometry costs", order=51,
+    description="Does a flagged geometry diagnostic cost any task? Each remedy (centring, all-but-the-top, whitening) applied and every task of the run re-scored on the same plan, paired with its own numbers.",
+    requires=("vectors",), options=(MDE,), stage=1, kind="diagnostic",
+)
