@@ -10,7 +10,7 @@
 The same validation, chapters and report as the command line (:func:`~embeval_report.report.runner.run_report`,
 :func:`~embeval_report.report.compare.run_compare`), with the same settings as keywords: ``seed``, ``device``,
 ``sample_size``, ``precision``, ``memory_budget``, ``mde``, ``options={"k": 20}``, ``formats``, ``renderer``,
-``pdf_engine``, ``jobs``, ``title``, ``timeout``, ``force``, ``embedding_cache``, ``dask``, ``dask_workers``,
+``pdf_engine``, ``pdf_timeout``, ``jobs``, ``title``, ``timeout``, ``force``, ``embedding_cache``, ``dask``, ``dask_workers``,
 ``scheduler``, ``wait`` and ``mlflow`` (a tracking URI, or ``{"tracking_uri", "experiment", "run_name"}``).
 Bad input raises :class:`~embeval_report.errors.InputError` with the command line's one-line message.
 """
@@ -173,6 +173,7 @@ def compare(*sources, out=None, names=None, chapters=None, correction: str = "ho
                     paths, out, names=names, settings=chosen, chapters=args.chapters, correction=correction,
                     renderer=args.renderer, pdf_engine=args.pdf_engine, formats=args.formats, title=args.title,
                     timeout=args.timeout, force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache,
+                    pdf_timeout=args.pdf_timeout,
                     progress=lambda line: None)
     finally:
         inputs.cleanup()

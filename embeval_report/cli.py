@@ -116,6 +116,19 @@ def _pdf_engine(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pdf-engine", choices=("typst", "latex"), default="typst",
                    help="how Quarto makes the PDF: typst (bundled with Quarto, default) or latex (needs TeX); "
                         "the builtin renderer always uses Typst")
+    p.add_argument("--pdf-timeout", type=_seconds, default=300.0, metavar="SECONDS",
+                   help="wall-clock limit of rendering the PDF (default 300; 0: none): past it the PDF is not "
+                        "written, one line says so, and the HTML still is")
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds (0: no limit), got {text!r}")
+    return value or None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,7 +242,8 @@ def run_arguments(args) -> dict:
     return dict(settings=settings, chapters=args.chapters, renderer=args.renderer, pdf_engine=args.pdf_engine,
                 formats=args.formats, title=args.title, timeout=args.timeout, force=args.force, jobs=args.jobs,
                 embedding_cache=args.embedding_cache, engine="dask" if args.dask or args.scheduler else "local",
-                scheduler=args.scheduler, workers=args.dask_workers, baseline=getattr(args, "baseline", None))
+                scheduler=args.scheduler, workers=args.dask_workers, baseline=getattr(args, "baseline", None),
+                pdf_timeout=args.pdf_timeout)
 
 
 def tracked(tracking, log, *args, **kwargs) -> str | None:
@@ -354,7 +368,7 @@ def _render(args) -> int:
     for fmt in args.formats:  # each format on its own: a failing PDF never loses the HTML
         try:
             written.append(render_report(args.dir, title=args.title, formats=(fmt,), renderer=args.renderer,
-                                         pdf_engine=args.pdf_engine)[fmt])
+                                         pdf_engine=args.pdf_engine, pdf_timeout=args.pdf_timeout)[fmt])
         except Exception as exc:
             print(f"embeval-report: warning: {fmt} rendering failed: {' '.join(str(exc).split())}", file=sys.stderr)
     for path in written:
@@ -380,7 +394,7 @@ def _compare(args) -> int:
             args.sources, args.out, names=args.names, settings=settings, chapters=args.chapters,
             correction=args.correction, renderer=args.renderer, pdf_engine=args.pdf_engine, formats=args.formats,
             title=args.title, timeout=args.timeout, force=args.force, jobs=args.jobs,
-            embedding_cache=args.embedding_cache, progress=say)
+            embedding_cache=args.embedding_cache, progress=say, pdf_timeout=args.pdf_timeout)
     for line in terminal_lines(table, read_side_by_side(out), [name for name, _ in tr.compared_models(out)]):
         print(f"  {line}", file=sys.stderr)
     for f in files.values():

@@ -31,6 +31,7 @@ from ..resources import notebooks_dir
 from ..chapters.registry import discover, resolve_settings
 from ..settings import ChapterSettings
 from .outdir import OutputFolder
+from .render.pdf import PDF_TIMEOUT, PdfTimeout
 from .pairing import ModelReport, is_report_folder, compare_reports
 from ..chapters.recorder import json_safe, json_text
 
@@ -268,7 +269,8 @@ def _model_metrics(r: ModelReport) -> dict:
 def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = None, chapters=None,
                 correction: str = "holm", renderer: str = "auto", pdf_engine: str = "typst", formats=("html", "pdf"),
                 title: str | None = None, timeout: int | None = None, force: bool = False, jobs: int = 1,
-                embedding_cache=None, progress=print) -> tuple[Path, pd.DataFrame, dict]:
+                embedding_cache=None, progress=print,
+                pdf_timeout: float | None = PDF_TIMEOUT) -> tuple[Path, pd.DataFrame, dict]:
     """Run (or reuse) a report per model, pair and compare them, and write the comparison report at ``out``.
 
     Returns ``(out, table, files)``. Raises :class:`InputError` for fewer than two models, bad names or a folder
@@ -307,7 +309,7 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
             folder = staging / "models" / slug
             run_report(source, folder, settings=settings, chapters=chapters, renderer=renderer,
                        pdf_engine=pdf_engine, formats=formats, timeout=timeout, jobs=jobs,
-                       embedding_cache=embedding_cache)
+                       embedding_cache=embedding_cache, pdf_timeout=pdf_timeout)
             reports.append(ModelReport.open(folder, name))
         progress("comparing the models unit by unit")
         table, ranks = compare_reports(reports, correction=correction, effects=effects, level=settings.level,
@@ -336,7 +338,11 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
         files = {}
         for fmt in formats:
             progress(f"rendering {fmt}")
-            files.update(render_report(staging, title=title, formats=(fmt,), renderer=renderer, pdf_engine=pdf_engine))
+            try:
+                files.update(render_report(staging, title=title, formats=(fmt,), renderer=renderer,
+                                           pdf_engine=pdf_engine, pdf_timeout=pdf_timeout))
+            except PdfTimeout as exc:  # the other formats are written
+                progress(f"warning: {exc}")
         target.commit(staging)
     except BaseException as exc:
         target.abandon(staging, exc)  # removes staging; a write fault becomes one line (OutputError)

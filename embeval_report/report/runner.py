@@ -34,7 +34,7 @@ from .kernel_forks import KernelForks
 from .findings import derive_findings
 from .metrics_file import metrics_document
 from .outdir import OutputFolder, raise_write_fault
-from .render import render_report
+from .render import PDF_TIMEOUT, PdfTimeout, render_report
 from .rigor import adjust_report
 from .shared_graph import dask_client, shared_graph
 
@@ -215,15 +215,17 @@ def write_metrics(run: Run) -> None:
     (run.staging / "metrics.json").write_text(json_text(doc, indent=2))
 
 
-def render(run: Run, *, formats, renderer, pdf_engine) -> tuple[dict, dict]:
-    """Each format on its own (a failing PDF never loses the HTML): ``(files, errors)``."""
+def render(run: Run, *, formats, renderer, pdf_engine, pdf_timeout=PDF_TIMEOUT) -> tuple[dict, dict]:
+    """Each format on its own (a failing PDF never loses the HTML; nor one past its time limit): ``(files, errors)``."""
     shutil.rmtree(run.cache, ignore_errors=True)
     (run.staging / ".progress").unlink(missing_ok=True)
     files, errors = {}, {}
     for fmt in formats:
         try:
             files.update(render_report(run.staging, title=run.info["title"], formats=(fmt,), renderer=renderer,
-                                       pdf_engine=pdf_engine))
+                                       pdf_engine=pdf_engine, pdf_timeout=pdf_timeout))
+        except PdfTimeout as exc:
+            errors[fmt] = str(exc)
         except Exception as exc:
             raise_write_fault(exc)  # a full disk stops the run; another failure loses only this format
             errors[fmt] = error_text(exc)
@@ -250,7 +252,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
                renderer: str = "auto", pdf_engine: str = "typst", formats=("html", "pdf"), title: str | None = None,
                timeout: int | None = None, prepare=None, force: bool = False, jobs: int = 1,
                embedding_cache=None, engine: str = "local", scheduler: str | None = None, workers: int = 2,
-               baseline=None) -> RunResult:
+               baseline=None, pdf_timeout: float | None = PDF_TIMEOUT) -> RunResult:
     """Build a complete report for ``source`` (a manifest or a vectors file) at ``out``.
 
     ``jobs`` chapters execute at once, each in its own process (statistical rigor and the summary last,
@@ -258,7 +260,8 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
     ``prepare(staging) -> source`` may create the input inside the staging folder (the demo does, so its
     data travels with the report). A manifest that names a model is embedded first (through
     ``embedding_cache``). ``baseline``: an earlier report folder of the previous model on the same inputs,
-    compared with this one (:mod:`.baseline`). ``engine="dask"`` (or a ``scheduler`` address) runs the shared graph and the
+    compared with this one (:mod:`.baseline`). ``pdf_timeout``: the PDF's wall-clock limit in seconds (None: none;
+    past it the PDF is not written and its error says so). ``engine="dask"`` (or a ``scheduler`` address) runs the shared graph and the
     chapters' decomposable passes on a Dask cluster (a ``LocalCluster`` of ``workers`` processes, or the
     scheduler at ``tcp://HOST:PORT``), closed before this returns. Raises
     :class:`~embeval_report.errors.InputError` for bad input or a folder that may not be written, before any
@@ -297,7 +300,7 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         write_run(run)
         write_metrics(run)
         shutil.copyfile(explore_template(), run.staging / EXPLORE_NOTEBOOK)  # explore.ipynb: docs/explore.md
-        files, errors = render(run, formats=formats, renderer=renderer, pdf_engine=pdf_engine)
+        files, errors = render(run, formats=formats, renderer=renderer, pdf_engine=pdf_engine, pdf_timeout=pdf_timeout)
         write_run(run)
         target.commit(run.staging)
     except BaseException as exc:
