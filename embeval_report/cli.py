@@ -321,6 +321,9 @@ def outcome_lines(outcomes) -> list[str]:
     if unselected:
         lines.append(f"  {'skipped':8s} {len(unselected)} chapter(s) {NOT_SELECTED}")
     return lines
+    since = baseline_summary(result.out)
+    if since:
+        print(since, file=sys.stderr)
 
 
 def _chapters(args) -> int:
@@ -335,6 +338,23 @@ def _chapters(args) -> int:
             missing = ch.missing(es)
             line += "\n     " + ("ready" if not missing else "missing: " + ", ".join(map(describe_input, missing)))
         print(line + (f"\n     {ch.description}" if ch.description else ""))
+def baseline_summary(folder: Path) -> str:
+    """``since v13 (--baseline): Retrieval: 2 better, 9 worse of 15; ...`` for a report made with ``--baseline``."""
+    import json
+
+    from .chapters.recorder import read_baseline
+    from .chapters.summary import baseline_counts_text
+
+    base = read_baseline(folder / "results")
+    if not base:
+        return ""
+    if not base.get("comparisons"):
+        return f"embeval-report: since {base.get('name')} (--baseline): no per-unit metric in common, nothing tested"
+    run = json.loads((folder / "run.json").read_text())
+    titles = {c["name"]: c["title"] for c in run.get("chapters", [])}
+    return f"embeval-report: since {base.get('name')} (--baseline): {baseline_counts_text(base, titles)}"
+
+
     return ExitCode.OK
 
 

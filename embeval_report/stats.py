@@ -38,6 +38,10 @@ DEFAULT_LEVEL = 0.95
 #: resamples of :func:`mean_ci`'s BCa bootstrap, and the size up to which it is used (CLT beyond)
 MEAN_CI_RESAMPLES = 2000
 BCA_MAX = 5000
+#: values (resamples × sample size) of one vectorised call of :func:`bootstrap_ci`: bounds its memory (unbatched,
+#: a BCa interval over 5 000 values held about 0.5 GB); an even number of resamples per call draws the same
+#: stream, so the interval does not depend on it
+BOOTSTRAP_VALUES = 1_000_000
 
 NAN2 = (float("nan"), float("nan"))
 
@@ -153,6 +157,8 @@ def bootstrap_ci(statistic: Callable, *samples, level: float = DEFAULT_LEVEL, n_
     rng = np.random.default_rng(seed)
     kw = dict(confidence_level=level, n_resamples=n_boot, random_state=rng, paired=paired,
               vectorized=True)
+    if len(data) == 1 or paired:  # one stream of draws: batches of an even size draw the same resamples
+        kw["batch"] = max(2, 2 * (BOOTSTRAP_VALUES // (2 * len(data[0]))))
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # SciPy's DegenerateDataWarning: handled by the fallback
         try:

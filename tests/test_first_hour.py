@@ -114,3 +114,58 @@ def test_every_content_chapter_failed_is_not_evaluated(tmp_path):
     derive_findings(tmp_path / "results", chapters, {"isotropy": ("ok", ""), "hubness": ("failed", "boom"),
                                                      "rigor": ("ok", "")})
     assert json.loads((tmp_path / "results" / "findings.json").read_text())["status"] == "concerning"
+
+
+# ------------------------------------------------------------------------------------------ 3. --baseline
+
+
+def test_baseline_regressions_are_one_finding_per_task_with_counts_on_the_cover(tmp_path, capsys):
+    from api_sets import write_small_set
+
+    before, after = tmp_path / "v13", tmp_path / "v14"
+    assert main(["run", str(write_small_set(tmp_path / "a", noise=0.6, name="v13")), "--out", str(before),
+                 "--chapters", "retrieval", "--formats", "html"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(write_small_set(tmp_path / "b", noise=1.6, name="v14")), "--out", str(after),
+                 "--chapters", "retrieval", "--formats", "html", "--baseline", str(before)]) == 0
+    err = capsys.readouterr().err
+    base = json.loads((after / "results" / "baseline.json").read_text())
+    rows = [c for c in base["comparisons"] if c["chapter"] == "retrieval"]
+    worse = [c for c in rows if c["verdict"] == "A better"]
+    better = [c for c in rows if c["verdict"] == "B better"]
+    assert len(worse) >= 3
+    line = f"since v13 (--baseline): Retrieval: {len(better)} better, {len(worse)} worse of {len(rows)}"
+    assert line in err
+    doc = json.loads((after / "metrics.json").read_text())
+    regressions = [f for f in doc["findings"] if f["rule"] == "comparison"]
+    assert len(regressions) == 1  # one finding for the task, not one per metric
+    f = regressions[0]
+    beyond = [c for c in worse if abs(c["difference"]) >= c["effect"]]
+    assert f["title"] == f"Retrieval regressed on {len(beyond)} of {len(rows)} metrics since v13"
+    assert set(f["metrics"]) == {c["metric"] for c in beyond}
+    ev = f["evidence"]
+    worst = max(beyond, key=lambda c: abs(c["difference"]) / c["effect"])
+    own = doc["chapters"]["retrieval"]["metrics"][worst["metric"]]
+    assert ev["metric"] == worst["metric"] and ev["difference_ci"] == [worst["ci_low"], worst["ci_high"]]
+    assert (ev["value"], ev["ci_low"], ev["ci_high"]) == (own["value"], own["ci_low"], own["ci_high"])
+    assert own["ci_low"] <= ev["value"] <= own["ci_high"]  # its own interval, not the change's
+    html = (after / "report.html").read_text()
+    assert "(this model); change since v13 −" in html and "†" not in html.split("report-meta")[0]
+    assert f"Since v13</dt><dd>Retrieval: {len(better)} better, {len(worse)} worse of {len(rows)}" in html
+    assert "this model − previous" in html and "B − A" not in html
+
+
+def test_the_pairing_step_holds_bounded_memory():
+    import tracemalloc
+
+    from embeval_report.metrics.paired import paired_comparison
+
+    rng = np.random.default_rng(0)
+    a = rng.random(2000)
+    b = a + 0.01 * rng.standard_normal(2000)
+    tracemalloc.start()
+    result = paired_comparison(a, b)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 80 * 2**20, peak / 2**20  # 0.3 GB before (1.4 GB over 5 000 units): unbatched resamples
+    assert result.ci_low < result.diff < result.ci_high

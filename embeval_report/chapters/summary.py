@@ -117,18 +117,40 @@ def baseline_table(base: dict | None) -> pd.DataFrame:
     return df.sort_values("_rank", kind="stable").drop(columns="_rank").reset_index(drop=True)
 
 
+def baseline_counts(base: dict | None) -> list[dict]:
+    """Per chapter (task) of the ``--baseline`` comparison, in its order: ``chapter``, ``better``, ``worse``,
+    ``same`` (no difference larger than the effect that matters), ``open`` (underpowered or inconclusive) and
+    ``total``."""
+    out: dict = {}
+    for c in (base or {}).get("comparisons", []):
+        row = out.setdefault(c["chapter"], dict(chapter=c["chapter"], better=0, worse=0, same=0, open=0, total=0))
+        key = {"B better": "better", "A better": "worse", "no difference larger than E": "same"}.get(c["verdict"],
+                                                                                                   "open")
+        row[key] += 1
+        row["total"] += 1
+    return list(out.values())
+
+
+def baseline_counts_text(base: dict | None, titles: dict, sep: str = "; ") -> str:
+    """``Retrieval: 2 better, 9 worse of 15; Link prediction: 0 better, 1 worse of 5`` (the cover, the terminal)."""
+    return sep.join(f"{titles.get(r['chapter']) or r['chapter']}: {r['better']} better, {r['worse']} worse of "
+                    f"{r['total']}" for r in baseline_counts(base))
+
+
 def baseline_line(run: dict, base: dict | None = None) -> str:
-    """Better than the last model? The comparison's headline, or how to get that frame without one."""
+    """Better than the last model? Per task, how many metrics are better and worse, or how to get that frame."""
     if run.get("baseline"):
         if not base or not base.get("comparisons"):
             return (f"**Better than the last model?** The baseline report ({escape(Path(run['baseline']).name)}) "
                     "shares no per-unit metric with this one, so no change can be tested.")
-        verdicts = [c["verdict"] for c in base["comparisons"]]
-        return (f"**Better than the last model ({escape(base['name'])})?** Over the {len(verdicts)} metrics both "
-                f"reports measured on the same units: {verdicts.count('B better')} better, "
-                f"{verdicts.count('A better')} worse, {verdicts.count('no difference larger than E')} without a "
-                f"difference larger than the effect that matters, {verdicts.count('underpowered')} underpowered, "
-                f"{verdicts.count('inconclusive')} inconclusive ([Change since the previous model]"
+        titles = {c["name"]: c["title"] for c in run["chapters"]}
+        tasks = "; ".join(
+            f"{escape(titles.get(r['chapter'], r['chapter']))}: {r['better']} better, {r['worse']} worse, "
+            f"{r['same']} without a difference larger than the effect that matters"
+            + (f", {r['open']} unresolved" if r["open"] else "") + f" (of {r['total']})"
+            for r in baseline_counts(base))
+        return (f"**Better than the last model ({escape(base['name'])})?** Per task, over the metrics both reports "
+                f"measured on the same units: {tasks} ([Change since the previous model]"
                 "(#change-since-the-previous-model)).")
     return ("**Better than the last model?** This report does not say: re-run it with `--baseline DIR` (an earlier "
             "report on the same inputs) to see each metric's change beside its value, or compare two models unit by "
@@ -153,9 +175,10 @@ def show_baseline(run: dict) -> None:
     if not base:
         return
     show_markdown("## Change since the previous model")
-    show_table(baseline_table(base), caption=f"This model against {base['name']} (the --baseline report), paired over "
-               "the units both measured: B − A with the interval the verdict uses (simultaneous over every metric "
-               "when the correction is applied), the effect that matters (--mde) and the verdict.",
+    show_table(baseline_table(base), caption=f"This model against {base['name']} (the --baseline report), "
+               "paired over the units both measured: the change (this model − previous) with the interval the "
+               "verdict uses (simultaneous over every metric when the correction is applied), the effect that "
+               "matters (--mde) and the verdict.",
                label="tbl-baseline")
 
 
@@ -243,6 +266,9 @@ def run_conditions(run: dict) -> str:
     if engine.get("name") == "dask":
         parts.append(f"k-NN graph, moment, potential and KS passes on a Dask cluster ({engine.get('scheduler')}, "
                      f"{engine.get('workers')} workers)")
+        if engine.get("lost"):  # the runner lost it: the passes after that ran in the chapters' processes
+            parts.append(f"the cluster was lost during the run ({escape(engine['lost'])}): the passes after that "
+                         "ran locally")
     if run.get("sample_size"):
         parts.append(f"sampled mode, `--sample-size {run['sample_size']:,}`")
     budget = run.get("memory_budget")

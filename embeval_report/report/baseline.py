@@ -38,8 +38,8 @@ def compare_with_baseline(staging: Path, baseline: Path, *, mde, level: float, s
     rows = [] if not len(table) else [json_safe({
         "chapter": r.chapter, "metric": r.metric, "label": r.label, "direction": r.direction, "unit": r.unit, "n": r.n,
         "previous": r.mean_a, "value": r.mean_b, "difference": r.diff, "ci_low": r.sim_low, "ci_high": r.sim_high,
-        "interval": r.interval, "effect": r.effect, "p_adjusted": r.p_adjusted, "verdict": r.verdict})
-        for r in table.itertuples()]
+        "interval": r.interval, "effect": r.effect, "p_adjusted": r.p_adjusted, "verdict": r.verdict,
+        **_recorded(this, r.chapter, r.metric)}) for r in table.itertuples()]
     values = []
     for chapter, doc in this.records.items():
         before = previous.records.get(chapter, {}).get("metrics", {})
@@ -60,21 +60,61 @@ def _finite(v) -> bool:
 
 
 def regression_findings(doc: dict | None) -> list[Finding]:
-    """A metric significantly worse than in the previous model (verdict "A better" after the correction) by at
-    least the effect that matters (``--mde``) is a problematic finding of its chapter."""
-    out = []
+def _recorded(report: ModelReport, chapter: str, metric: str) -> dict:
+    """This report's own value of a metric with its own interval (``this_value``, ``this_ci_low``, ``this_ci_high``:
+    what the cover shows beside the change)."""
+    m = report.records.get(chapter, {}).get("metrics", {}).get(metric, {})
+    return {f"this_{k}": m.get(k) for k in ("value", "ci_low", "ci_high")}
+
+
+def _size(c: dict) -> float:
+    """How far a regression goes, in units of its effect that matters."""
+    return abs(c["difference"]) / c["effect"] if _finite(c.get("effect")) and c["effect"] > 0 else abs(c["difference"])
+
+
+def _change(c: dict) -> str:
+    """``Precision@1 −0.06 [−0.106, −0.014]``: a regression's change with the interval its verdict used."""
+    return f"{c['label']} {_signed(c['difference'])} [{_signed(c['ci_low'])}, {_signed(c['ci_high'])}]"
+
+
+def _signed(x) -> str:
+    return format(x, "+.3g").replace("-", "−") if _finite(x) else "—"
+
+
+    """One problematic finding per chapter (task) in which metrics are significantly worse than in the previous
+    model (verdict "A better" after the correction) by at least the effect that matters (``--mde``): how many of
+    the chapter's compared metrics regressed, the worst (largest in units of its effect) with its change and
+    interval, and the others' changes."""
+    from ..chapters.registry import discover
+
+    titles = {c.name: c.title for c in discover()}
+    compared: dict = {}
     for c in (doc or {}).get("comparisons", []):
-        if c["verdict"] != "A better" or not _finite(c["difference"]) or abs(c["difference"]) < (c["effect"] or 0):
+        compared.setdefault(c["chapter"], []).append(c)
+    out = []
+    for chapter, rows in compared.items():
+        worse = sorted((c for c in rows if c["verdict"] == "A better" and _finite(c["difference"])
+                        and abs(c["difference"]) >= (c["effect"] or 0)), key=_size, reverse=True)
+        if not worse:
             continue
         out.append(Finding(
-            "problematic", "model", c["chapter"], f"{c['label']} regressed since {doc['name']}",
-            f"Do not ship this model over {doc['name']} for this use: {c['label']} moved from {c['previous']:.4g} to "
-            f"{c['value']:.4g} (change {c['difference']:+.4g}, {c['interval']} 95 % interval "
-            f"{c['ci_low']:+.4g} to {c['ci_high']:+.4g}, beyond the effect that matters, ±{c['effect']:.3g}; paired "
-            f"over {c['n']:,} {c['unit']}, Holm-adjusted p {c['p_adjusted']:.2g}).",
-            metrics=(c["metric"],), evidence={"value": c["value"], "previous": c["previous"],
-                                              "difference": c["difference"], "ci_low": c["ci_low"],
-                                              "ci_high": c["ci_high"], "effect": c["effect"],
-                                              "p_adjusted": c["p_adjusted"], "baseline": doc["name"]},
-            rule="comparison", effect=f"regression {c['chapter']}.{c['metric']}"))
+        w, title, name = worse[0], titles.get(chapter, chapter), doc["name"]
+        others = "; also " + ", ".join(_change(c) for c in worse[1:5]) + (
+            f" and {len(worse) - 5} more" if len(worse) > 5 else "") if len(worse) > 1 else ""
+            "problematic", "model", chapter, f"{title} regressed on {len(worse)} of {len(rows)} metrics since {name}",
+            f"Do not ship this model over {name} for {title.lower()}: {len(worse)} of the {len(rows)} metrics "
+            f"compared on the same {w['unit']} are significantly worse, beyond the effect that matters. Worst, "
+            f"{w['label']}: {w['previous']:.4g} → {w['value']:.4g} (change {_signed(w['difference'])}, "
+            f"{w['interval']} 95 % interval {_signed(w['ci_low'])} to {_signed(w['ci_high'])}, effect that matters "
+            f"±{w['effect']:.3g}; paired over {w['n']:,} {w['unit']}, Holm-adjusted p {w['p_adjusted']:.2g})"
+            f"{others}.",
+            metrics=tuple(c["metric"] for c in worse),
+            evidence={"metric": w["metric"], "label": w["label"],
+                      **({"value": w["this_value"], "ci_low": w.get("this_ci_low"), "ci_high": w.get("this_ci_high")}
+                         if _finite(w.get("this_value")) else {"value": w["value"], "ci_low": None, "ci_high": None}),
+                      "previous": w["previous"],
+                      "difference": w["difference"], "difference_ci": [w["ci_low"], w["ci_high"]],
+                      "effect": w["effect"], "p_adjusted": w["p_adjusted"], "baseline": name,
+                      "regressed": len(worse), "compared": len(rows)},
+            rule="comparison", effect=f"regression {chapter}"))
     return out
