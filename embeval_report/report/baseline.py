@@ -59,7 +59,6 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def regression_findings(doc: dict | None) -> list[Finding]:
 def _recorded(report: ModelReport, chapter: str, metric: str) -> dict:
     """This report's own value of a metric with its own interval (``this_value``, ``this_ci_low``, ``this_ci_high``:
     what the cover shows beside the change)."""
@@ -81,6 +80,7 @@ def _signed(x) -> str:
     return format(x, "+.3g").replace("-", "−") if _finite(x) else "—"
 
 
+def regression_findings(doc: dict | None) -> list[Finding]:
     """One problematic finding per chapter (task) in which metrics are significantly worse than in the previous
     model (verdict "A better" after the correction) by at least the effect that matters (``--mde``): how many of
     the chapter's compared metrics regressed, the worst (largest in units of its effect) with its change and
@@ -97,10 +97,10 @@ def _signed(x) -> str:
                         and abs(c["difference"]) >= (c["effect"] or 0)), key=_size, reverse=True)
         if not worse:
             continue
-        out.append(Finding(
         w, title, name = worse[0], titles.get(chapter, chapter), doc["name"]
         others = "; also " + ", ".join(_change(c) for c in worse[1:5]) + (
             f" and {len(worse) - 5} more" if len(worse) > 5 else "") if len(worse) > 1 else ""
+        out.append(Finding(
             "problematic", "model", chapter, f"{title} regressed on {len(worse)} of {len(rows)} metrics since {name}",
             f"Do not ship this model over {name} for {title.lower()}: {len(worse)} of the {len(rows)} metrics "
             f"compared on the same {w['unit']} are significantly worse, beyond the effect that matters. Worst, "
