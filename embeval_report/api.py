@@ -11,7 +11,8 @@ The same validation, chapters and report as the command line (:func:`~embeval_re
 :func:`~embeval_report.report.compare.run_compare`), with the same settings as keywords: ``seed``, ``device``,
 ``sample_size``, ``precision``, ``memory_budget``, ``mde``, ``options={"k": 20}``, ``formats``, ``renderer``,
 ``pdf_engine``, ``pdf_timeout``, ``jobs``, ``title``, ``timeout``, ``force``, ``embedding_cache``, ``dask``, ``dask_workers``,
-``scheduler``, ``wait`` and ``mlflow`` (a tracking URI, or ``{"tracking_uri", "experiment", "run_name"}``).
+``scheduler``, ``wait``, ``trust_pickles`` (read gensim pickles), ``allow_outside`` (folders a
+manifest's paths may lead into) and ``mlflow`` (a tracking URI, or ``{"tracking_uri", "experiment", "run_name"}``).
 Bad input raises :class:`~embeval_report.errors.InputError` with the command line's one-line message.
 """
 from __future__ import annotations
@@ -116,7 +117,8 @@ def evaluate(source, out=None, chapters=None, *, ids=None, name: str | None = No
     ``chapters``: names (default: every chapter whose inputs exist). ``settings``: see the module docstring.
     Raises :class:`InputError` for bad input, before any chapter runs.
     """
-    from .cli import run_arguments
+    from .cli import input_options, run_arguments
+    from .io.policy import input_policy
     from .report import tracking as tr
     from .report.outdir import output_lock
     from .report.runner import run_report
@@ -130,7 +132,7 @@ def evaluate(source, out=None, chapters=None, *, ids=None, name: str | None = No
         path = source
     else:
         path, prepare = None, _writer(source, ids, name)
-    with _one_line():
+    with _one_line(), input_policy(**input_options(args)):
         kwargs = run_arguments(args)
         tracking = tr.Tracking.resolve(None, path, setting=settings.get("mlflow"))
         if tracking is not None:
@@ -150,6 +152,8 @@ def compare(*sources, out=None, names=None, chapters=None, correction: str = "ho
     :class:`Report` (reused), or an :class:`~embeval_report.io.EmbeddingSet` or array (written to a temporary
     manifest first). ``names``: one per model (default: each manifest's ``name:`` or the file name).
     """
+    from .cli import input_options
+    from .io.policy import input_policy
     from .report import tracking as tr
     from .report.compare import read_side_by_side, run_compare
     from .report.outdir import output_lock
@@ -159,7 +163,7 @@ def compare(*sources, out=None, names=None, chapters=None, correction: str = "ho
     inputs = tempfile.TemporaryDirectory(prefix="embeval-compare-inputs-")
     paths = [_as_path(s, Path(inputs.name) / f"model-{i}", f"model-{i}") for i, s in enumerate(sources, 1)]
     try:
-        with _one_line():
+        with _one_line(), input_policy(**input_options(args)):
             from .cli import _check_formats, _settings
 
             _check_formats(args.formats)
@@ -288,6 +292,7 @@ def write_set(folder: Path, vectors, ids, metadata, fields: dict, name: str) -> 
     import yaml
 
     from .io.files import ids_fit_text, save_npy
+    from .io.policy import absolute_paths, register_written
 
     folder.mkdir(parents=True, exist_ok=True)
     save_npy(folder / "vectors.npy", np.ascontiguousarray(vectors, dtype=np.float32))
@@ -306,6 +311,7 @@ def write_set(folder: Path, vectors, ids, metadata, fields: dict, name: str) -> 
     path = folder / "manifest.yaml"
     path.write_text("# written by embeval_report.evaluate from a Python object\n"
                     + yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    register_written(path, absolute_paths(fields))  # the set's own files, where it was loaded from
     return path
 
 

@@ -61,6 +61,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="when another run is writing the same --out, wait for it to end instead of exiting with 2")
     p.add_argument("--chapters", type=lambda s: list(_csv(s)),
                    help="comma-separated chapter names (default: every chapter whose inputs exist)")
+    add_input_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed for every sampling step (default 0)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--sample-size", type=int, default=None,
@@ -110,6 +111,23 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "or a file store (file:///path); one run per report (compare: one per model, nested in the "
                         "comparison's). Overrides the manifest's mlflow: tracking_uri; an unreachable server stops "
                         "the run before any chapter (exit 2). Needs pip install 'embeval-report[mlflow]'")
+
+
+def add_input_arguments(p: argparse.ArgumentParser, *, paths: bool = True) -> None:
+    """``--trust-pickles`` and, where the command reads a manifest, ``--allow-outside`` (:mod:`.io.policy`)."""
+    p.add_argument("--trust-pickles", action="store_true",
+                   help="read gensim .kv/.model files: Python pickles, which can be made to run code when read (only "
+                        "a gensim model's own classes are ever loaded); word2vec text and binary files need no opt-in")
+    if paths:
+        p.add_argument("--allow-outside", action="append", default=None, metavar="DIR",
+                       help="a folder (or file) a manifest's paths may lead into besides the manifest's own folder "
+                            "(repeatable); by default every path a manifest names must lie inside that folder")
+
+
+def input_options(args) -> dict:
+    """:func:`~.io.policy.input_policy`'s keywords from the parsed options (absent ones at the strict defaults)."""
+    return dict(allow_outside=getattr(args, "allow_outside", None) or (),
+                trust_pickles=bool(getattr(args, "trust_pickles", False)))
 
 
 def _pdf_engine(p: argparse.ArgumentParser) -> None:
@@ -164,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(cmp)
     ch = sub.add_parser("chapters", help="list the chapters and the inputs each needs")
     ch.add_argument("source", nargs="?", type=Path, help="a manifest or vectors file to check against")
+    add_input_arguments(ch)
     sub.add_parser("options", help="list the chapter options that --set accepts")
     rd = sub.add_parser("render", help="re-render an executed report folder")
     rd.add_argument("dir", type=Path)
@@ -181,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("dir", type=Path)
     cl.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
     monitoring_cli.register(sub)  # profile, monitor
+    add_input_arguments(sub.choices["profile"])
+    add_input_arguments(sub.choices["monitor"], paths=False)  # its batch is a file named on the command line
     return ap
 
 
@@ -448,6 +469,32 @@ def _start_chapter_kernels() -> None:
     KernelForks.shared()
 
 
+def _dispatch(args) -> int:
+    """Run the subcommand ``args`` names."""
+    if args.command == "demo":
+        from .demo import write_demo, write_text_demo
+        write = write_text_demo if args.text else write_demo
+        return int(_run(args, None, prepare=lambda staging: write(staging / "demo-data", seed=args.seed)))
+    if args.command == "run":
+        return int(_run(args, args.source))
+    if args.command == "compare":
+        return int(_compare(args))
+    if args.command == "explore":
+        from .report.explore import serve
+        return int(serve(args.dir, browser=not args.no_browser, port=args.port))
+    if args.command == "chapters":
+        return int(_chapters(args))
+    if args.command == "options":
+        return int(_options())
+    if args.command in monitoring_cli.COMMANDS:
+        return int(monitoring_cli.run(args))
+    if args.command == "clean":
+        from .report.outdir import clean
+        clean(args.dir, dry_run=args.dry_run)
+        return int(ExitCode.OK)
+    return int(_render(args))
+
+
 def main(argv=None) -> int:
     for name in UNUSED_MODULES:
         sys.modules.setdefault(name, None)
@@ -459,28 +506,10 @@ def main(argv=None) -> int:
     except ValueError:  # not the main thread (embedded use): leave signals alone
         previous = None
     try:
-        if args.command == "demo":
-            from .demo import write_demo, write_text_demo
-            write = write_text_demo if args.text else write_demo
-            return int(_run(args, None, prepare=lambda staging: write(staging / "demo-data", seed=args.seed)))
-        if args.command == "run":
-            return int(_run(args, args.source))
-        if args.command == "compare":
-            return int(_compare(args))
-        if args.command == "explore":
-            from .report.explore import serve
-            return int(serve(args.dir, browser=not args.no_browser, port=args.port))
-        if args.command == "chapters":
-            return int(_chapters(args))
-        if args.command == "options":
-            return int(_options())
-        if args.command in monitoring_cli.COMMANDS:
-            return int(monitoring_cli.run(args))
-        if args.command == "clean":
-            from .report.outdir import clean
-            clean(args.dir, dry_run=args.dry_run)
-            return int(ExitCode.OK)
-        return int(_render(args))
+        from .io.policy import input_policy
+
+        with input_policy(**input_options(args)):  # --allow-outside, --trust-pickles: for the whole command
+            return _dispatch(args)
     except InputError as exc:
         print(f"embeval-report: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return int(ExitCode.INPUT)

@@ -243,7 +243,7 @@ def test_gensim_full_models(models: dict, name: str, attribute: str) -> None:
     path = models["paths"][name]
     kv = getattr(models["trained"][name], attribute)
     assert is_gensim_model(path)
-    vectors, ids = read_gensim_model(path)
+    vectors, ids = read_gensim_model(path, trust=True)
     assert vectors.dtype == np.float32 and vectors.flags.c_contiguous and vectors.flags.writeable
     np.testing.assert_array_equal(vectors, kv.vectors)
     assert ids.dtype == object and list(ids) == [str(k) for k in kv.index_to_key]
@@ -251,19 +251,19 @@ def test_gensim_full_models(models: dict, name: str, attribute: str) -> None:
 
 
 def test_gensim_doc2vec_words(models: dict) -> None:
-    vectors, ids = read_gensim_model(models["paths"]["doc2vec"], attribute="wv")
+    vectors, ids = read_gensim_model(models["paths"]["doc2vec"], attribute="wv", trust=True)
     wv = models["trained"]["doc2vec"].wv
     np.testing.assert_array_equal(vectors, wv.vectors)
     assert list(ids) == wv.index_to_key
     with pytest.raises(InputError, match="the Word2Vec model has no keyed vectors 'dv'"):
-        read_gensim_model(models["paths"]["word2vec"], attribute="dv")
+        read_gensim_model(models["paths"]["word2vec"], attribute="dv", trust=True)
     with pytest.raises(InputError, match="unknown gensim attribute 'vectors'; expected 'wv' or 'dv'"):
-        read_gensim_model(models["paths"]["word2vec"], attribute="vectors")
+        read_gensim_model(models["paths"]["word2vec"], attribute="vectors", trust=True)
 
 
 def test_gensim_keyed_vectors(models: dict) -> None:
     assert is_gensim_model(models["paths"]["kv"])
-    vectors, ids = read_gensim_model(models["paths"]["kv"])
+    vectors, ids = read_gensim_model(models["paths"]["kv"], trust=True)
     wv = models["trained"]["word2vec"].wv
     np.testing.assert_array_equal(vectors, wv.vectors)
     assert list(ids) == wv.index_to_key
@@ -275,12 +275,12 @@ def test_gensim_companion_files(models: dict, tmp_path: Path) -> None:
     model.save(str(path), sep_limit=0)  # every array in a companion .npy, as for large models
     companions = sorted(p.name for p in tmp_path.glob("big.model.*.npy"))
     assert companions
-    vectors, ids = read_gensim_model(path, label="big")
+    vectors, ids = read_gensim_model(path, label="big", trust=True)
     np.testing.assert_array_equal(vectors, model.wv.vectors)
     for name in companions:
         (tmp_path / name).unlink()
     with pytest.raises(InputError, match=r"^big: companion file big.model.\S+.npy not found; .*copy them along"):
-        read_gensim_model(path, label="big")
+        read_gensim_model(path, label="big", trust=True)
 
 
 def test_gensim_compressed(models: dict, tmp_path: Path) -> None:
@@ -288,7 +288,7 @@ def test_gensim_compressed(models: dict, tmp_path: Path) -> None:
     path = tmp_path / "ft.model.gz"
     model.save(str(path))
     assert is_gensim_model(path)
-    vectors, ids = read_gensim_model(path)
+    vectors, ids = read_gensim_model(path, trust=True)
     np.testing.assert_array_equal(vectors, model.wv.vectors)
 
 
@@ -314,14 +314,14 @@ def test_gensim_not_a_model(tmp_path: Path) -> None:
     for path in (text, empty):
         assert not is_gensim_model(path)
         with pytest.raises(InputError, match=rf"^{path.name}: not a gensim model file \(not a Python pickle"):
-            read_gensim_model(path)
+            read_gensim_model(path, trust=True)
     with pytest.raises(InputError, match=r"^plain.model: not a gensim model; .*found a pickle of a plain value"):
-        read_gensim_model(plain)
+        read_gensim_model(plain, trust=True)
     with pytest.raises(InputError, match=r"^other.model: not a gensim model; .*found a pickle of numpy"):
-        read_gensim_model(other)
+        read_gensim_model(other, trust=True)
     assert not is_gensim_model(plain) and not is_gensim_model(other)
     with pytest.raises(InputError, match="file not found"):
-        read_gensim_model(tmp_path / "missing.model")
+        read_gensim_model(tmp_path / "missing.model", trust=True)
 
 
 def test_gensim_pickle_code_is_not_run(models: dict, tmp_path: Path) -> None:
@@ -329,7 +329,7 @@ def test_gensim_pickle_code_is_not_run(models: dict, tmp_path: Path) -> None:
     top.write_bytes(pickle.dumps(_Payload(tmp_path / "ran-top"), protocol=4))
     assert not is_gensim_model(top)
     with pytest.raises(InputError, match=r"found a pickle of (posix|nt)\.mkdir"):
-        read_gensim_model(top)
+        read_gensim_model(top, trust=True)
     model = models["trained"]["word2vec"]
     nested = tmp_path / "nested.model"
     model.payload = _Payload(tmp_path / "ran-nested")  # a model whose pickle hides a call
@@ -339,7 +339,7 @@ def test_gensim_pickle_code_is_not_run(models: dict, tmp_path: Path) -> None:
         del model.payload
     assert is_gensim_model(nested)  # the header looks fine ...
     with pytest.raises(InputError, match=r"^nested.model: refused to load: the pickle references (posix|nt)\.mkdir"):
-        read_gensim_model(nested)  # ... but the unpickler refuses the call
+        read_gensim_model(nested, trust=True)  # ... but the unpickler refuses the call
     assert not (tmp_path / "ran-top").exists() and not (tmp_path / "ran-nested").exists()
 
 

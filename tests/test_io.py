@@ -173,8 +173,13 @@ def test_word2vec_text_without_header(tmp_path, vecs):
 
 @pytest.mark.parametrize("suffix", [".kv", ".model"])
 def test_gensim_keyedvectors(tmp_path, vecs, suffix):
+    from embeval_report.io.policy import input_policy
+
     _keyed_vectors(vecs).save(str(tmp_path / f"v{suffix}"))
-    assert_loaded(tmp_path / f"v{suffix}", vecs, ["cat", "dog", "null", "007", "york"])
+    with pytest.raises(InputError, match=rf"^v{suffix}: refused to read a gensim pickle .*--trust-pickles"):
+        load_vectors(tmp_path / f"v{suffix}")  # a pickle: read only when trusted
+    with input_policy(trust_pickles=True):
+        assert_loaded(tmp_path / f"v{suffix}", vecs, ["cat", "dog", "null", "007", "york"])
 
 
 def test_safetensors(tmp_path, vecs):

@@ -441,7 +441,7 @@ def test_lee_report_writes_the_embedded_set(lee_report):
     assert corpus.shape == (350, 384) and corpus.dtype == np.float32
     np.testing.assert_allclose(queries, corpus[:50], atol=1e-5)  # the queries are the rated documents themselves
     run = json.loads((lee_report / "report" / "run.json").read_text())
-    assert run["source"] == str(folder / "manifest.yaml") and run["model"]["n"] == 350
+    assert run["source"] == "embeddings/manifest.yaml" and run["model"]["n"] == 350  # relative to the report
     assert run["model"]["queries"] == 50 and run["model"]["d"] == 384
     assert "The vectors were computed in this run by the model" in (lee_report / "report" / "report.html").read_text()
 
@@ -513,5 +513,8 @@ def test_second_run_uses_the_cache_and_the_embedded_manifest_reruns(lee_report, 
                  str(lee_report / "cache"), *common]) == 0
     assert _metrics(lee_report / "again") == _metrics(lee_report / "report")
     manifest = lee_report / "report" / "embeddings" / "manifest.yaml"
-    assert main(["run", str(manifest), "--out", str(lee_report / "from-vectors"), *common]) == 0
+    # it names the demo's data beside embeddings/ (../demo-data/...): outside its folder, so allowed explicitly
+    assert main(["run", str(manifest), "--out", str(lee_report / "from-outside"), *common]) == 2
+    assert main(["run", str(manifest), "--out", str(lee_report / "from-vectors"), *common,
+                 "--allow-outside", str(lee_report / "report")]) == 0
     assert _metrics(lee_report / "from-vectors") == _metrics(lee_report / "report")

@@ -24,6 +24,7 @@ import pandas as pd
 import yaml
 
 from ..errors import InputError
+from ..io.policy import register_written
 
 #: (lowest mean rating on the 0-1 scale, grade), highest first
 GRADES = ((0.7, 2), (0.5, 1))
@@ -108,4 +109,5 @@ def write_text_demo(folder, *, seed: int = 0) -> Path:
     path = folder / "manifest.yaml"
     path.write_text("# embeval-report text demo: the Lee news corpus, queried by document against human ratings "
                     "(Lee et al. 2005)\n" + yaml.safe_dump(manifest, sort_keys=False))
+    register_written(path, [model])  # the packaged model lies outside the demo's folder: let exactly it through
     return path

@@ -30,6 +30,7 @@ import pandas as pd
 
 from ..errors import InputError
 from .files import existing_file, library_errors
+from .limits import read_parquet
 
 #: label columns, in order of preference
 LABEL_COLUMNS = ("is_anomaly", "anomaly")
@@ -137,9 +138,7 @@ def read_anomaly_scores(path, ids, *, labels: np.ndarray | None = None, label: s
             table = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, skip_blank_lines=True)
     elif suffix == ".parquet":
         with library_errors(label, "a Parquet file"):
-            table = pd.read_parquet(path)
-        if not isinstance(table.index, pd.RangeIndex):
-            table = table.reset_index()
+            table = read_parquet(path, label)
     else:
         raise InputError(f"{label}: unsupported format {suffix or '(no extension)'!r}; expected a .csv, .tsv or "
                          ".parquet table with an id column and score columns")

@@ -40,6 +40,7 @@ import numpy as np
 
 from ..errors import InputError
 from .files import describe, existing_file, read_text
+from .limits import load_yaml
 
 #: words (in the vocabulary) each target set of a test needs for the test to run
 MIN_WORDS = 2
@@ -114,14 +115,7 @@ def read_association_tests(path, *, label: str | None = None) -> list[Associatio
 
 
 def _from_yaml(text: str, label: str) -> list[AssociationTest]:
-    import yaml
-
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{label}, line {mark.line + 1}" if mark is not None else label
-        raise InputError(f"{where}: invalid YAML: {getattr(e, 'problem', None) or e}") from None
+    raw = load_yaml(text, label)
     if isinstance(raw, dict) and "tests" in raw:
         raw = raw["tests"]
     if not isinstance(raw, list):
@@ -152,6 +146,10 @@ def _from_yaml(text: str, label: str) -> list[AssociationTest]:
                 if not isinstance(words, list):
                     raise InputError(f"{where}, {role[:-1]} set {str(set_name)!r}: expected a list of words (ids), "
                                      f"found {describe(words)}")
+                nested = next((i for i, w in enumerate(words, 1) if isinstance(w, (list, dict))), None)
+                if nested is not None:
+                    raise InputError(f"{where}, {role[:-1]} set {str(set_name)!r}, item {nested}: expected a word "
+                                     f"(an id), found {describe(words[nested - 1])}")
                 sets[role].append((str(set_name), [str(w).strip() for w in words if w is not None and str(w).strip()]))
         tests.append(_make_test(name, sets["targets"], sets["attributes"], where))
     return _check_names(tests, label)

@@ -15,7 +15,6 @@ import _compat_pickle
 import contextlib
 import json
 import os
-import pickle
 import pickletools
 import re
 from dataclasses import dataclass
@@ -27,6 +26,9 @@ import pandas as pd
 
 from ..errors import InputError
 from .files import as_ids, existing_file, library_errors, one_line
+from .limits import check_whole_read
+from .policy import TRUST, current_policy
+from .safe_pickle import ALLOWED, AllowListUnpickler
 
 # ------------------------------------------------------------------ PyTorch-BigGraph
 
@@ -145,6 +147,7 @@ def read_pbg_checkpoint(
                             ds.shape[0], f"{label}/{f.path.name}", folder, names_folder is None)
                  for f, ds in zip(parts, datasets)]
         counts = [ds.shape[0] for ds in datasets]
+        check_whole_read((sum(counts), datasets[0].shape[1]), 4, label, "the checkpoint's embeddings")
         vectors = np.empty((sum(counts), datasets[0].shape[1]), dtype=np.float32)
         start = 0
         for f, ds, count in zip(parts, datasets, counts):
@@ -301,7 +304,7 @@ def is_gensim_model(path: str | os.PathLike) -> bool:
 
 
 def read_gensim_model(
-    path: str | os.PathLike, *, label: str | None = None, attribute: str | None = None
+    path: str | os.PathLike, *, label: str | None = None, attribute: str | None = None, trust: bool | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Read the vectors of a gensim ``Word2Vec``, ``FastText``, ``Doc2Vec`` or ``KeyedVectors`` file.
 
@@ -318,11 +321,14 @@ def read_gensim_model(
           (the tags); ``attribute="wv"`` reads its word vectors instead.
         * ``KeyedVectors``: the vectors and keys themselves.
         * Ids are stringified (integer Doc2Vec tags become "0", "1", ...).
-        * Safety: the pickle is loaded with an allow-list of classes (gensim models and keyed
-          vectors, numpy arrays and random states, Python containers); a file that references
-          anything else (code, other libraries) is refused with an InputError without running it.
-          Large companion arrays are memory-mapped while loading, so FastText's n-gram buckets
-          are not read.
+        * Safety: a pickle can be made to run code when read, so the file is read only when trusted
+          (``trust``, default: the command's ``--trust-pickles``, :mod:`.policy`), and then with an
+          exact allow-list of globals (:mod:`.safe_pickle`: gensim's model and keyed-vectors classes,
+          numpy arrays, scalars and the model's random state, Python containers); a file that
+          references anything else (code, other libraries, a dotted name) is refused with an
+          InputError before it calls anything. Companion files must be named by plain attribute
+          names. Large companion arrays are memory-mapped while loading, so FastText's n-gram
+          buckets are not read.
 
     Parameters
     ----------
@@ -332,6 +338,8 @@ def read_gensim_model(
         How to name the file in error messages (default: its file name).
     attribute : {"wv", "dv"}, optional
         Which keyed vectors of a model to read; default ``"dv"`` for Doc2Vec, else ``"wv"``.
+    trust : bool, optional
+        Read the pickle (True) or refuse it (False); default: the policy in force (``--trust-pickles``).
 
     Returns
     -------
@@ -343,8 +351,8 @@ def read_gensim_model(
     Raises
     ------
     InputError
-        Not a pickle, not a gensim model or KeyedVectors, a refused class, a missing companion
-        file, an unknown ``attribute``.
+        Not trusted, not a pickle, not a gensim model or KeyedVectors, a refused class, a missing
+        companion file, an unknown ``attribute``.
     """
     from gensim.models import KeyedVectors
 
@@ -362,6 +370,9 @@ def read_gensim_model(
             f"{label}: not a gensim model; expected a Word2Vec, FastText, Doc2Vec or KeyedVectors saved "
             f"with .save(), found a pickle of {what}"
         )
+    if not (current_policy().trust_pickles if trust is None else trust):
+        raise InputError(f"{label}: refused to read a gensim pickle (.kv/.model files can be made to run code when "
+                         f"read): {TRUST}")
     obj = _load_gensim(path, label)
     if isinstance(obj, KeyedVectors):
         if attribute is not None:
@@ -422,17 +433,15 @@ def _pickled_class(path: Path) -> tuple[str, str] | None:
 
 
 def _gensim_class(module: str, name: str) -> type | None:
-    """The gensim class when (module, name) is a model or keyed vectors read_gensim_model accepts."""
-    if not module.startswith("gensim.models."):
+    """The gensim class when (module, name) is a model or keyed vectors read_gensim_model accepts: a pair of the
+    unpickler's allow-list (:data:`.safe_pickle.ALLOWED`), never a dotted name."""
+    if not module.startswith("gensim.models.") or (module, name) not in ALLOWED:
         return None
     import importlib
 
     from gensim.models import Doc2Vec, FastText, KeyedVectors, Word2Vec
 
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
+    cls = getattr(importlib.import_module(module), name, None)
     ok = isinstance(cls, type) and issubclass(cls, (Word2Vec, FastText, Doc2Vec, KeyedVectors))
     return cls if ok else None
 
@@ -450,9 +459,8 @@ def _load_gensim(path: Path, label: str) -> Any:
     compress, subname = SaveLoad._adapt_by_suffix(fname)
     with library_errors(label, "a gensim model"):
         with smart_open(fname, "rb") as fh:
-            obj = _AllowListUnpickler(fh, label).load()
-        if _has_sparse_attributes(obj):  # gensim reads those companion files with a plain unpickle
-            raise InputError(f"{label}: refused to load: the model stores sparse matrices in companion pickles")
+            obj = AllowListUnpickler(fh, label).load()
+        _check_companions(obj, label)
         try:
             obj._load_specials(fname, None if compress else "r", compress, subname)
         except FileNotFoundError as e:
@@ -464,63 +472,24 @@ def _load_gensim(path: Path, label: str) -> Any:
     return obj
 
 
-def _has_sparse_attributes(obj: Any, depth: int = 0) -> bool:
+#: how deep gensim's companion files may nest (a model's keyed vectors: 1)
+_COMPANION_DEPTH = 4
+
+
+def _check_companions(obj: Any, label: str, depth: int = 0) -> None:
+    """The companion files a model names (gensim's ``_load_specials`` builds their paths from attribute names the
+    pickle holds) must be plain attribute names, so that no path is built from them; sparse matrices are refused,
+    since gensim reads those with a plain unpickle."""
     if getattr(obj, "__scipys", None):
-        return True
-    return depth < 4 and any(
-        _has_sparse_attributes(getattr(obj, a, None), depth + 1) for a in getattr(obj, "__recursive_saveloads", [])
-    )
-
-
-_SAFE_BUILTINS = frozenset({
-    "set", "frozenset", "list", "dict", "tuple", "int", "float", "complex", "str", "bytes", "bytearray",
-    "bool", "slice", "range", "object", "hash",
-})
-_SAFE_GLOBALS = frozenset({
-    ("copyreg", "_reconstructor"), ("copyreg", "__newobj__"), ("copyreg", "__newobj_ex__"),
-    ("_codecs", "encode"),
-    ("collections", "defaultdict"), ("collections", "OrderedDict"), ("collections", "Counter"),
-    ("collections", "deque"),
-    ("gensim.utils", "call_on_class_only"), ("gensim.utils", "SaveLoad"),
-    ("numpy", "dtype"), ("numpy", "ndarray"),
-})
-_NUMPY_FUNCTIONS = frozenset({
-    "_reconstruct", "scalar", "_frombuffer",  # arrays, scalars
-    "__randomstate_ctor", "__bit_generator_ctor", "__generator_ctor", "__RandomState_ctor",  # random states
-})
-
-
-class _AllowListUnpickler(pickle.Unpickler):
-    """Unpickler that resolves only the globals a gensim model needs; anything else is refused."""
-
-    def __init__(self, file: Any, label: str) -> None:
-        super().__init__(file, encoding="latin1")
-        self.label = label
-
-    def find_class(self, module: str, name: str) -> Any:
-        mod, nm = _compat_pickle.NAME_MAPPING.get((module, name), (module, name))
-        mod = _compat_pickle.IMPORT_MAPPING.get(mod, mod)
-        top = mod.split(".")[0]
-        if not (mod == "builtins" and nm in _SAFE_BUILTINS or (mod, nm) in _SAFE_GLOBALS
-                or top == "numpy" or mod.startswith("gensim.models.")):
-            raise self._refuse(mod, nm)
-        obj = super().find_class(module, name)
-        if top == "numpy" and (mod, nm) not in _SAFE_GLOBALS and not _safe_numpy(mod, nm, obj):
-            raise self._refuse(mod, nm)
-        if mod.startswith("gensim.models.") and not isinstance(obj, type):
-            raise self._refuse(mod, nm)
-        return obj
-
-    def _refuse(self, module: str, name: str) -> InputError:
-        return InputError(
-            f"{self.label}: refused to load: the pickle references {module}.{name}, which is not part of a "
-            "gensim model (only gensim models, numpy arrays and Python containers are loaded)"
-        )
-
-
-def _safe_numpy(module: str, name: str, obj: Any) -> bool:
-    if name in _NUMPY_FUNCTIONS:
-        return module.startswith(("numpy.core", "numpy._core", "numpy.random"))
-    if not isinstance(obj, type) or issubclass(obj, np.memmap):
-        return False
-    return issubclass(obj, (np.ndarray, np.generic, np.dtype)) or module.startswith("numpy.random")
+        raise InputError(f"{label}: refused to load: the model stores sparse matrices in companion pickles")
+    for key in ("__numpys", "__ignoreds", "__recursive_saveloads"):
+        names = getattr(obj, key, None) or []
+        if not isinstance(names, (list, tuple)) or not all(
+                isinstance(n, str) and n.isidentifier() and not n.startswith("__") for n in names):
+            raise InputError(f"{label}: refused to load: the model names companion files by something other than "
+                             "its attribute names")
+    nested = getattr(obj, "__recursive_saveloads", None) or []
+    if nested and depth >= _COMPANION_DEPTH:
+        raise InputError(f"{label}: refused to load: companion files nested more than {_COMPANION_DEPTH} deep")
+    for name in nested:
+        _check_companions(getattr(obj, name, None), label, depth + 1)

@@ -35,6 +35,7 @@ import pandas as pd
 
 from ..errors import InputError
 from .files import NA_STRINGS, as_ids, check_unique, existing_file, library_errors, read_ids_file, resolve_path
+from .limits import read_parquet
 from .manifest import CORE_FIELDS, MANIFEST_FIELDS, MANIFEST_SUFFIXES, read_manifest
 from .stores import finalize_source, is_store, open_source, store_label, store_path
 from .matrix import finalize
@@ -316,9 +317,7 @@ def _read_metadata_table(path: Path, key: str) -> pd.DataFrame:
             )
     elif suffix == ".parquet":
         with library_errors(label, "a Parquet file"):
-            table = pd.read_parquet(path)
-        if not isinstance(table.index, pd.RangeIndex):
-            table = table.reset_index()
+            table = read_parquet(path, label)
     else:
         raise InputError(f"{label}: unsupported metadata format {suffix!r}; expected .csv, .tsv or .parquet")
     if key not in table.columns:

@@ -177,9 +177,9 @@ def read_table(path, label: str) -> pd.DataFrame:
             t = pd.read_csv(p, sep=TABLE_SEPARATORS[suffix], dtype=str, keep_default_na=False, na_filter=False,
                             skipinitialspace=True, encoding="utf-8-sig")
         elif suffix == ".parquet":
-            t = pd.read_parquet(p)
-            if not isinstance(t.index, pd.RangeIndex):
-                t = t.reset_index()
+            from .limits import read_parquet
+
+            t = read_parquet(p, label)
         else:
             raise InputError(f"{label}: unsupported format {suffix!r}; expected .csv, .tsv, .txt (tab-separated) "
                              "or .parquet with a header row")

@@ -1,4 +1,7 @@
-"""The manifest: its schema (every field, its kind and meaning) and its validation."""
+"""The manifest: its schema (every field, its kind and meaning) and its validation.
+
+Every path a manifest names is resolved by :class:`~.policy.ManifestPaths`: it must lead inside the manifest's
+folder, its ``data_root`` or a folder allowed with ``--allow-outside`` (:mod:`.policy`)."""
 from __future__ import annotations
 
 import os
@@ -9,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .files import describe, existing_file, one_line, read_text, resolve_path
+from .files import describe, existing_file, read_text
+from .limits import load_yaml
+from .policy import ManifestPaths
 
 # --------------------------------------------------------------------------- schema
 
 FIELD_KINDS = ("str", "bool", "path", "vectors_path", "vectors_file", "vectors_list", "path_or_column", "path_list",
-               "mapping", "mapping_list", "timestamp", "model", "str_list", "path_or_folder")
+               "mapping", "mapping_list", "timestamp", "model", "str_list", "path_or_folder", "folder")
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,8 @@ class ManifestField:
         path), "path_or_column" (see the module docstring), "path_list" (non-empty list of
         paths), "mapping" (one mapping with the given ``keys``), "mapping_list" (non-empty list
         of mappings with the given ``keys``), "bool" (true or false),
-        "timestamp" (a date, number or string; dates become ISO strings), "model" (a
+        "timestamp" (a date, number or string; dates become ISO strings), "folder" (an existing
+        folder, resolved to an absolute path), "model" (a
         sentence-transformers model folder or mapping, parsed to a
         :class:`~embeval_report.io.model.ModelSpec`).
     description : str
@@ -152,11 +158,14 @@ MANIFEST_FIELDS: dict[str, ManifestField] = {
     "entity": ManifestField("str", "the entity type to read from a PyTorch-BigGraph checkpoint folder"),
     "model": ManifestField("model", "a sentence-transformers model folder (or mapping) that embeds `texts`"),
     "texts": ManifestField("path", "the corpus texts (.jsonl/.csv/.tsv/.parquet with id and text), embedded with `model`"),
+    "data_root": ManifestField("folder", "the folder the manifest's files may lie in besides the manifest's own "
+                               "(relative to the manifest; inside the working directory or an --allow-outside "
+                               "folder); default: the manifest's folder only"),
     "mlflow": ManifestField("mapping", "log the report to MLflow (one run per report; not side data, no chapter "
                             "reads it)", keys=_MLFLOW_KEYS),
 }
 
-CORE_FIELDS = ("name", "vectors", "ids", "metadata", "entity", "model", "texts")
+CORE_FIELDS = ("name", "data_root", "vectors", "ids", "metadata", "entity", "model", "texts")
 
 
 def describe_input(req: str) -> str:
@@ -186,7 +195,10 @@ def read_manifest(path: str | os.PathLike) -> dict[str, Any]:
         ``name`` defaults to the manifest stem.
     """
     path = existing_file(path)
-    spec = _check_mapping(_parse_yaml(path), MANIFEST_FIELDS, path.name, path.parent, "field")
+    raw = load_yaml(read_text(path, path.name), path.name)
+    data_root = raw.get("data_root") if isinstance(raw, dict) else None
+    paths = ManifestPaths.of(path, data_root, f"{path.name}, field 'data_root'")
+    spec = _check_mapping(raw, MANIFEST_FIELDS, path.name, paths, "field")
     _check_sources(spec, path.name)
     spec.setdefault("name", path.stem)
     return spec
@@ -223,21 +235,8 @@ def _check_sources(spec: dict[str, Any], where: str) -> None:
                              "that the same model embeds them")
 
 
-def _parse_yaml(path: Path) -> Any:
-    """Parse a YAML file; syntax errors name the line."""
-    import yaml
-
-    text = read_text(path, path.name)
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path.name}, line {mark.line + 1}" if mark is not None else path.name
-        problem = getattr(e, "problem", None) or one_line(e)
-        raise InputError(f"{where}: invalid YAML: {problem}") from None
-
-
-def _check_mapping(raw: Any, schema: Mapping[str, ManifestField], where: str, base: Path, noun: str) -> dict[str, Any]:
+def _check_mapping(raw: Any, schema: Mapping[str, ManifestField], where: str, base: ManifestPaths,
+                   noun: str) -> dict[str, Any]:
     """Validate a mapping against a schema; empty (null) values count as absent."""
     if not isinstance(raw, dict):
         raise InputError(f"{where}: expected a mapping of {noun}s ({', '.join(schema)}), found {describe(raw)}")
@@ -260,36 +259,36 @@ def _require_text(value: Any, where: str, expected: str) -> str:
     return value
 
 
-def _check_str(value: Any, where: str, base: Path, spec: ManifestField) -> str:
+def _check_str(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> str:
     return _require_text(value, where, "a non-empty string")
 
 
-def _check_path(value: Any, where: str, base: Path, spec: ManifestField) -> str:
+def _check_path(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> str:
     _require_text(value, where, "a file path (string)")
-    return str(existing_file(resolve_path(value, base), where))
+    return str(existing_file(base.resolve(value, where), where))
 
 
-def _check_vectors_path(value: Any, where: str, base: Path, spec: ManifestField) -> str | dict[str, str]:
+def _check_vectors_path(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> str | dict[str, str]:
     """A vectors file, a Zarr store, a PyTorch-BigGraph folder, or a mapping {zarr|hdf5: path, array|dataset, ids}."""
     from .checkpoints import is_pbg_checkpoint
 
     if isinstance(value, dict):
         return _check_store_mapping(value, where, base)
     _require_text(value, where, "a file path (string)")
-    path = resolve_path(value, base)
+    path = base.resolve(value, where)
     if path.is_dir() and is_pbg_checkpoint(path):
         return str(path.resolve())
     return _check_vectors_file(value, where, base, spec)
 
 
-def _check_vectors_file(value: Any, where: str, base: Path, spec: ManifestField) -> str | dict[str, str]:
+def _check_vectors_file(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> str | dict[str, str]:
     """A vectors file, a Zarr store folder, or a store mapping {zarr|hdf5: path, array|dataset, ids}."""
     from .stores import is_zarr_store
 
     if isinstance(value, dict):
         return _check_store_mapping(value, where, base)
     _require_text(value, where, "a file path (string)")
-    path = resolve_path(value, base)
+    path = base.resolve(value, where)
     if is_zarr_store(path) and (path.is_dir() or not path.exists()):
         if not path.exists():
             raise InputError(f"{where}: Zarr store not found: {path}")
@@ -297,13 +296,13 @@ def _check_vectors_file(value: Any, where: str, base: Path, spec: ManifestField)
     return str(existing_file(path, where))
 
 
-def _check_vectors_list(value: Any, where: str, base: Path, spec: ManifestField) -> list[str]:
+def _check_vectors_list(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> list[str]:
     if not isinstance(value, list) or not value:
         raise InputError(f"{where}: expected a non-empty list of file paths, found {describe(value)}")
     return [_check_vectors_file(item, f"{where}, item {i}", base, spec) for i, item in enumerate(value, 1)]
 
 
-def _check_store_mapping(value: dict, where: str, base: Path) -> dict[str, str]:
+def _check_store_mapping(value: dict, where: str, base: ManifestPaths) -> dict[str, str]:
     from .stores import STORE_KEYS, is_zarr_store
 
     kinds = [k for k in STORE_KEYS if k in value]
@@ -320,7 +319,7 @@ def _check_store_mapping(value: dict, where: str, base: Path) -> dict[str, str]:
            for k in known if value.get(k) is not None}
     if kind not in out:
         raise InputError(f"{where}, key {kind!r}: expected a path, found nothing")
-    path = resolve_path(out[kind], base)
+    path = base.resolve(out[kind], f"{where}, key {kind!r}")
     if kind == "zarr":
         if not path.exists():
             raise InputError(f"{where}, key 'zarr': Zarr store not found: {path}")
@@ -333,39 +332,47 @@ def _check_store_mapping(value: dict, where: str, base: Path) -> dict[str, str]:
     return out
 
 
-def _check_path_or_folder(value: Any, where: str, base: Path, spec: ManifestField) -> str:
+def _check_path_or_folder(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> str:
     _require_text(value, where, "a file or folder path (string)")
-    path = resolve_path(value, base)
+    path = base.resolve(value, where)
     if path.is_dir():
         return str(path.resolve())
     return str(existing_file(path, where))
 
 
-def _check_path_or_column(value: Any, where: str, base: Path, spec: ManifestField) -> dict[str, str]:
+def _check_folder(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> str:
+    _require_text(value, where, "a folder path (string)")
+    path = base.resolve(value, where)
+    if not path.is_dir():
+        raise InputError(f"{where}: {value!r} is not a folder; expected a folder")
+    return str(path)
+
+
+def _check_path_or_column(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> dict[str, str]:
     _require_text(value, where, "a file path or a column name (string)")
-    candidate = resolve_path(value, base)
+    candidate = base.resolve(value, where)
     if candidate.exists():
         return {"path": str(existing_file(candidate, where))}
     return {"column": value}
 
 
-def _check_path_list(value: Any, where: str, base: Path, spec: ManifestField) -> list[str]:
+def _check_path_list(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> list[str]:
     if not isinstance(value, list) or not value:
         raise InputError(f"{where}: expected a non-empty list of file paths, found {describe(value)}")
     return [_check_path(item, f"{where}, item {i}", base, spec) for i, item in enumerate(value, 1)]
 
 
-def _check_bool(value: Any, where: str, base: Path, spec: ManifestField) -> bool:
+def _check_bool(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> bool:
     if not isinstance(value, bool):
         raise InputError(f"{where}: expected true or false, found {describe(value)}")
     return value
 
 
-def _check_one_mapping(value: Any, where: str, base: Path, spec: ManifestField) -> dict[str, Any]:
+def _check_one_mapping(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> dict[str, Any]:
     return _check_mapping(value, spec.keys, where, base, "key")
 
 
-def _check_mapping_list(value: Any, where: str, base: Path, spec: ManifestField) -> list[dict[str, Any]]:
+def _check_mapping_list(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise InputError(
             f"{where}: expected a non-empty list of mappings with keys {', '.join(spec.keys)}, found {describe(value)}"
@@ -373,7 +380,7 @@ def _check_mapping_list(value: Any, where: str, base: Path, spec: ManifestField)
     return [_check_mapping(item, spec.keys, f"{where}, item {i}", base, "key") for i, item in enumerate(value, 1)]
 
 
-def _check_str_list(value: Any, where: str, base: Path, spec: ManifestField) -> list[str]:
+def _check_str_list(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> list[str]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not value:
@@ -381,13 +388,13 @@ def _check_str_list(value: Any, where: str, base: Path, spec: ManifestField) -> 
     return [_require_text(item, f"{where}, item {i}", "a non-empty string").strip() for i, item in enumerate(value, 1)]
 
 
-def _check_model(value: Any, where: str, base: Path, spec: ManifestField):
+def _check_model(value: Any, where: str, base: ManifestPaths, spec: ManifestField):
     from .model import parse_model_spec
 
     return parse_model_spec(value, base, where)
 
 
-def _check_timestamp(value: Any, where: str, base: Path, spec: ManifestField) -> str | int | float:
+def _check_timestamp(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> str | int | float:
     if isinstance(value, date):  # also datetime
         return value.isoformat()
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -395,7 +402,7 @@ def _check_timestamp(value: Any, where: str, base: Path, spec: ManifestField) ->
     return value
 
 
-_CHECKERS: dict[str, Callable[[Any, str, Path, ManifestField], Any]] = {
+_CHECKERS: dict[str, Callable[[Any, str, ManifestPaths, ManifestField], Any]] = {
     "str": _check_str,
     "bool": _check_bool,
     "mapping": _check_one_mapping,
@@ -409,5 +416,6 @@ _CHECKERS: dict[str, Callable[[Any, str, Path, ManifestField], Any]] = {
     "timestamp": _check_timestamp,
     "model": _check_model,
     "path_or_folder": _check_path_or_folder,
+    "folder": _check_folder,
     "str_list": _check_str_list,
 }

@@ -1,6 +1,6 @@
 """Validation of a raw vectors matrix, shared by every reader (:mod:`.vectors`) and the out-of-core stores
-(:mod:`.stores`): its shape and dtype, NaN / infinite / float32-overflowing values and zero rows, each named by
-row (and id) and column."""
+(:mod:`.stores`): its shape and dtype, NaN / infinite / float32-overflowing values, rows too long for the
+kernels' float32 products (:data:`MAX_ROW_NORM`) and zero rows, each named by row (and id) and column."""
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable
@@ -12,6 +12,13 @@ from .files import as_ids, check_count, check_unique
 
 _CHECK_BLOCK = 1 << 22  # elements per block when scanning large arrays
 
+#: the longest row (L2 norm) accepted. The kernels take dot products, squared norms and squared distances of
+#: rows in float32 (k-NN candidates, Gram tiles, Euclidean neighbours); a partial sum of products of two rows is at
+#: most ``‖x‖·‖y‖`` (Cauchy–Schwarz) and a squared distance at most ``(‖x‖ + ‖y‖)² ≤ 4·max‖x‖²``, so with every
+#: row at most ``sqrt(float32 max) / 2`` (about 9.2e18) none of them overflows; the float64 sums of moments have
+#: room to spare. Per value this is ``|x| ≤ 9.2e18 / sqrt(d)`` at worst (every value of a row that large).
+MAX_ROW_NORM = float(np.sqrt(np.finfo(np.float32).max)) / 2
+
 
 def finalize(raw: np.ndarray, ids: Any, vectors_label: str, ids_label: str) -> tuple[np.ndarray, np.ndarray | None]:
     """Validate raw vectors and ids; return float32 C-contiguous vectors and str ids."""
@@ -22,6 +29,9 @@ def finalize(raw: np.ndarray, ids: Any, vectors_label: str, ids_label: str) -> t
         check_count(ids, raw.shape[0], ids_label, vectors_label)
         check_unique(ids, ids_label)
     vectors = _to_float32(raw, vectors_label, ids)
+    long_row = _first_row(vectors, too_long_rows)
+    if long_row is not None:
+        raise too_long_error(vectors, long_row, vectors_label, ids)
     zero = _first_row(vectors, lambda block: ~block.any(axis=1))
     if zero is not None:
         raise InputError(
@@ -62,6 +72,28 @@ def _to_float32(raw: np.ndarray, label: str, ids: np.ndarray | None) -> np.ndarr
             f"(largest magnitude {np.finfo(np.float32).max:g})"
         )
     return vectors
+
+
+def too_long_rows(block: np.ndarray) -> np.ndarray:
+    """Which rows of a finite block are longer than :data:`MAX_ROW_NORM` (norms computed in float64, and only for
+    rows whose largest value could make them so)."""
+    mask = np.zeros(len(block), dtype=bool)
+    if block.size == 0:
+        return mask
+    suspects = np.flatnonzero(np.abs(block).max(axis=1) > MAX_ROW_NORM / np.sqrt(block.shape[1]))
+    if suspects.size:
+        mask[suspects] = np.linalg.norm(block[suspects].astype(np.float64), axis=1) > MAX_ROW_NORM
+    return mask
+
+
+def too_long_error(vectors: np.ndarray, row: int, label: str, ids: np.ndarray | None,
+                   offset: int = 0) -> InputError:
+    """The one line for a row longer than :data:`MAX_ROW_NORM` (``row``: in ``vectors``; ``offset``: its first
+    row's number in the whole set)."""
+    norm = float(np.linalg.norm(np.asarray(vectors[row], dtype=np.float64)))
+    return InputError(f"{label}, {row_ref(offset + row, ids)}: its length (L2 norm) {norm:.3g} is beyond "
+                      f"{MAX_ROW_NORM:.3g}, where the float32 products and distances of rows overflow; expected "
+                      "vectors of an ordinary scale (divide them by a constant)")
 
 
 def _first_non_finite(arr: np.ndarray) -> tuple[int, int] | None:

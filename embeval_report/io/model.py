@@ -51,7 +51,8 @@ import numpy as np
 
 from ..errors import InputError, notice
 from ..progress import progress
-from .files import describe, ids_fit_text, one_line, resolve_path, save_npy, write_atomic
+from .files import describe, ids_fit_text, one_line, save_npy, write_atomic
+from .policy import ManifestPaths, absolute_paths, register_written
 
 #: keys of the mapping form of the manifest's model value
 MODEL_KEYS = ("sentence_transformers", "batch_size", "normalize", "query_prompt", "document_prompt")
@@ -97,16 +98,17 @@ class ModelSpec:
         return self.query_prompt if role == "queries" else self.document_prompt
 
 
-def parse_model_spec(value: Any, base_dir: str | os.PathLike, where: str) -> ModelSpec:
+def parse_model_spec(value: Any, base_dir: str | os.PathLike | ManifestPaths, where: str) -> ModelSpec:
     """Validate the manifest's model value (see the module docstring).
 
-    ``base_dir`` is the folder relative paths start from (the manifest's folder) and ``where``
-    prefixes messages, e.g. ``"set.yaml, field 'model'"``. A string that names an existing folder
+    ``base_dir`` is the folder relative paths start from, or a manifest's :class:`~.policy.ManifestPaths` (a
+    model folder must then lie where the manifest's files may), and ``where`` prefixes messages, e.g.
+    ``"set.yaml, field 'model'"``. A string that names an existing folder
     is a model folder; one that names a file, or a path that does not exist and cannot be a hub
     name (``name`` or ``org/name``), is an InputError. Whether a hub name is in the local cache is
     checked when the model is needed (:func:`model_folder`).
     """
-    base = Path(base_dir)
+    base = base_dir if isinstance(base_dir, ManifestPaths) else ManifestPaths.unconfined(base_dir)
     if isinstance(value, str):
         return ModelSpec(**_source(value, base, where))
     if not isinstance(value, dict):
@@ -140,10 +142,10 @@ def parse_model_spec(value: Any, base_dir: str | os.PathLike, where: str) -> Mod
     return ModelSpec(**options)
 
 
-def _source(value: str, base: Path, where: str) -> dict[str, Any]:
+def _source(value: str, base: ManifestPaths, where: str) -> dict[str, Any]:
     if not value.strip():
         raise InputError(f"{where}: expected a model folder or a model name, found the string {value!r}")
-    candidate = resolve_path(value, base)
+    candidate = base.resolve(value, where)
     if candidate.is_dir():
         return {"name": value, "path": candidate}
     if candidate.exists():
@@ -226,7 +228,9 @@ def load_model(spec: ModelSpec, device: Any = "auto"):
     ``device`` is ``"auto" | "cpu" | "cuda"`` or a torch device (see
     :func:`~embeval_report.context.resolve_device`). Raises InputError (one line) when the
     folder is not a sentence-transformers model (nor a plain transformers model, which
-    sentence-transformers loads with mean pooling) or the model cannot be read.
+    sentence-transformers loads with mean pooling) or the model cannot be read. No code of the folder
+    runs: ``trust_remote_code=False``, with which sentence-transformers >= 6 refuses a model whose
+    ``modules.json`` or ``config.json`` (``auto_map``) names classes outside its own package.
     """
     from ..context import resolve_device
 
@@ -242,7 +246,10 @@ def load_model(spec: ModelSpec, device: Any = "auto"):
             raise InputError(f"model {spec.name!r}: sentence-transformers is not installed; install it with "
                              "pip install 'embeval-report[models]'") from None
         try:
-            return SentenceTransformer(str(folder), device=str(torch_device), local_files_only=True)
+            # never the folder's own code: sentence-transformers >= 6 then refuses a module class outside its own
+            # package (a modules.json or auto_map naming custom code) instead of importing it
+            return SentenceTransformer(str(folder), device=str(torch_device), local_files_only=True,
+                                       trust_remote_code=False)
         except Exception as e:  # many types for a broken or foreign folder
             raise InputError(f"model {spec.name!r}: could not load {folder} as a sentence-transformers model: "
                              f"{one_line(e)}") from None
@@ -487,12 +494,14 @@ def write_embedded_set(out_dir: str | os.PathLike, corpus_ids: Sequence[str], co
         }
         manifest["queries"].update(query_extra or {})
     manifest.update(extra)
+    checked = absolute_paths(manifest)  # validated where they were first given: let through when read again here
     manifest = _portable(manifest, Path(out_dir).resolve(), folder.resolve())
     path = folder / "manifest.yaml"
     text = yaml.safe_dump(manifest, sort_keys=False, allow_unicode=True)
     if comment:
         text = "".join(f"# {line}\n" for line in comment.splitlines()) + text
     write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    register_written(path, checked)
     return path
 
 

@@ -25,7 +25,8 @@ import numpy as np
 from ..context import current
 from ..errors import InputError
 from .files import as_ids, check_count, check_unique, library_errors, one_line
-from .matrix import check_shape, finalize, pick_array_name, row_ref
+from .limits import check_whole_read
+from .matrix import check_shape, finalize, pick_array_name, row_ref, too_long_error, too_long_rows
 
 #: working-memory budget of one block in bytes (a block reads a quarter of it in source rows); a source of
 #: at most a quarter of it is read whole, in memory
@@ -249,8 +250,8 @@ def _open_hdf5(path: Path, dataset: str | None, ids: str | None, label: str) -> 
 def read_store(spec: Any, label: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Read a whole store into memory (for inputs that are matched or used whole: queries, runs)."""
     with open_source(spec, label) as source:
-
         check_shape(source, source.label)
+        check_whole_read(source.shape, source.dtype.itemsize, source.label, source.what)
         return source.read(0, source.shape[0]), source.ids
 
 
@@ -323,11 +324,12 @@ def _remove_later(path: Path) -> None:
 
 
 def _scan(source: ArraySource, out: Any, label: str, ids: np.ndarray | None, row_ref) -> None:
-    """One pass over the blocks: NaN/inf stop at once (the first in row order); float32 overflow and zero
-    rows are reported after the pass, in that order, as the in-memory path does."""
+    """One pass over the blocks: NaN/inf stop at once (the first in row order); float32 overflow, rows too long
+    (:data:`~.matrix.MAX_ROW_NORM`) and zero rows are reported after the pass, in that order, as the in-memory
+    path does."""
     is_float = source.dtype.kind == "f"
     wide = is_float and source.dtype.itemsize > 4
-    overflow = zero = None
+    overflow = zero = long_row = None
     for start, raw in source.blocks():
         if is_float:
             bad = _first_bad(raw)
@@ -342,6 +344,10 @@ def _scan(source: ArraySource, out: Any, label: str, ids: np.ndarray | None, row
             bad = _first_bad(block)
             if bad is not None:
                 overflow = (start + bad[0], bad[1], raw[bad])
+        if long_row is None and overflow is None:
+            long = too_long_rows(block)
+            if long.any():
+                long_row = too_long_error(block, int(np.argmax(long)), label, ids, start)
         if zero is None:
             empty = ~block.any(axis=1)
             if empty.any():
@@ -353,6 +359,8 @@ def _scan(source: ArraySource, out: Any, label: str, ids: np.ndarray | None, row
         row, col, value = overflow
         raise InputError(f"{label}, {row_ref(row, ids)}, column {col + 1}: {value:g} does not fit in float32 "
                          f"(largest magnitude {np.finfo(np.float32).max:g})")
+    if long_row is not None:
+        raise long_row
     if zero is not None:
         raise InputError(f"{label}, {row_ref(zero, ids)}: zero vector (all {source.shape[1]} values are 0); "
                          "expected a direction")

@@ -22,6 +22,7 @@ import pandas as pd
 
 from ..errors import InputError
 from .files import as_ids, check_unique, describe, existing_file, library_errors, read_text
+from .limits import read_parquet
 
 #: extensions :func:`read_texts` reads
 TEXT_FORMATS = (".jsonl", ".ndjson", ".csv", ".tsv", ".parquet")
@@ -119,9 +120,7 @@ def _read_table(path: Path, label: str, suffix: str) -> tuple[np.ndarray, list[s
         raise InputError(f"{label}: empty file; {_EXPECTED}")
     if suffix == ".parquet":
         with library_errors(label, "a Parquet file"):
-            table = pd.read_parquet(path)
-        if not isinstance(table.index, pd.RangeIndex):  # a stored pandas index, e.g. the ids
-            table = table.reset_index()
+            table = read_parquet(path, label)  # a stored pandas index (e.g. the ids) as a column
     else:
         with library_errors(label, "a table"):
             # everything as text, nothing read as NaN: "NA", "null" are ids or texts like any other

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from .limits import check_npz_member, read_parquet
 from .matrix import finalize, pick_array_name
 from .files import (
     NAN_STRINGS,
@@ -98,6 +99,8 @@ def _read_npy(path: Path, label: str) -> tuple[np.ndarray, None]:
 def _read_npz(path: Path, label: str) -> tuple[np.ndarray, np.ndarray | None]:
     with library_errors(label, "a NumPy .npz file"), np.load(path, allow_pickle=False) as archive:
         name = pick_array_name(archive.files, label)
+        for member in (name, "ids") if "ids" in archive.files else (name,):
+            check_npz_member(archive, member, label)
         return archive[name], archive["ids"] if "ids" in archive.files else None
 
 
@@ -335,7 +338,7 @@ def _diagnose_delimited(path: Path, sep: str, label: str, layout: _Layout) -> No
 
 def _read_parquet(path: Path, label: str, id_column: str | None = None) -> tuple[np.ndarray, Any]:
     with library_errors(label, "a Parquet file"):
-        frame = pd.read_parquet(path)
+        frame = read_parquet(path, label, index_as_column=False)
     if id_column is None and not isinstance(frame.index, pd.RangeIndex):
         frame = frame.reset_index()  # a stored pandas index holds the ids
         id_column = frame.columns[0]

@@ -70,7 +70,7 @@ def model_names(sources, names=None) -> list[str]:
 
 def _declared_name(path: Path) -> str:
     """The name a manifest (``name:``) or an earlier report folder (run.json's ``name``) declares, or ""."""
-    import yaml
+    from ..io.limits import load_yaml
 
     try:
         if is_report_folder(path):  # its manifest's name, unless that was the manifest's file name by default
@@ -79,11 +79,11 @@ def _declared_name(path: Path) -> str:
             if name and run.get("source") and str(name) == Path(str(run["source"])).stem:
                 return ""
         elif path.suffix.lower() in (".yaml", ".yml") and path.is_file():
-            doc = yaml.safe_load(path.read_text())
+            doc = load_yaml(path.read_text(), path.name)
             name = doc.get("name") if isinstance(doc, dict) else None
         else:
             return ""
-    except (OSError, ValueError, yaml.YAMLError):
+    except (OSError, ValueError):  # InputError too
         return ""  # an unreadable manifest fails with its own message when it is run
     return str(name).strip() if isinstance(name, (str, int, float)) else ""
 

@@ -228,10 +228,14 @@ class Exploration(ReportFolder):
 
     @cached_property
     def set(self):
-        """The embedding set the report was made from (:func:`report_source`), read and validated again."""
+        """The embedding set the report was made from (:func:`report_source`), read and validated again; its
+        manifest's paths are those the run accepted (with its --allow-outside), so they are not confined again,
+        and gensim pickles are read only under ``input_policy(trust_pickles=True)``."""
         from ..io import load_source
+        from ..io.policy import current_policy, input_policy
 
-        return load_source(report_source(self.path, self.run))
+        with input_policy(allow_outside=[os.sep], trust_pickles=current_policy().trust_pickles):
+            return load_source(report_source(self.path, self.run))
 
     def unit_chapters(self) -> pd.DataFrame:
         """The chapters that recorded per-unit values: the unit, its id column, the means and the row count."""
