@@ -32,6 +32,8 @@ from .report.explore import Exploration
 
 #: keywords that are not command-line options of their own name
 _CONVERTED = ("options", "mde", "formats", "chapters", "mlflow")
+#: the Python function of each command (messages name it)
+_FUNCTION = {"run": "evaluate", "compare": "compare"}
 #: command-line options that are arguments of their own (or exit statuses) in Python
 _REFUSED = {"command", "out", "source", "sources", "names", "correction", "text", "fail_on", "fail_on_regression"}
 
@@ -106,13 +108,17 @@ class Comparison:
         return f"<div><h4>Model comparison: {names}</h4><ul>{items}</ul>{side}{link}</div>"
 
 
-def evaluate(source, out=None, chapters=None, *, ids=None, name: str | None = None, **settings) -> Report:
+def evaluate(source, out=None, chapters=None, *, ids=None, metadata=None, name: str | None = None,
+             **settings) -> Report:
     """Evaluate an embedding set and write its report; return it as a :class:`Report`.
 
     ``source``: a manifest (YAML), a vectors file (any format the command line reads), an
-    :class:`~embeval_report.io.EmbeddingSet`, or an array (n × d; ``ids``: one per row, optional; ``name``:
-    the set's name, default "array"). An array or set is written into the report's ``embeddings/`` (vectors,
-    ids, metadata and a manifest naming the set's side-data files), so the report re-runs without Python.
+    :class:`~embeval_report.io.EmbeddingSet`, or an array or a numeric DataFrame (n × d; a DataFrame's index, when
+    it is not the default 0..n-1, gives the ids; ``ids``: one per row, optional; ``name``: the set's name,
+    default "array"). ``metadata``: with an array, a DataFrame of one row per vector (an ``id`` column, or the ids
+    as its index, or rows in the vectors' order) and columns such as ``label``, ``group`` or ``timestamp``, as a
+    manifest's ``metadata`` table. An array or set is written into the report's ``embeddings/`` (vectors, ids,
+    metadata and a manifest naming the set's side-data files), so the report re-runs without Python.
     ``out``: the report folder (the command line's ``--out`` rules), or None for a temporary folder.
     ``chapters``: names (default: every chapter whose inputs exist). ``settings``: see the module docstring.
     Raises :class:`InputError` for bad input, before any chapter runs.
@@ -127,11 +133,12 @@ def evaluate(source, out=None, chapters=None, *, ids=None, name: str | None = No
     out, keep = _out(out, "report")
     prepare = None
     if isinstance(source, (str, os.PathLike)):
-        if ids is not None:
-            raise InputError("evaluate: ids= goes with an array; a file's ids come from the file or its manifest")
+        if ids is not None or metadata is not None:
+            raise InputError(f"evaluate: {'ids' if ids is not None else 'metadata'}= goes with an array; a file's "
+                             "ids and metadata come from the file or its manifest")
         path = source
     else:
-        path, prepare = None, _writer(source, ids, name)
+        path, prepare = None, _writer(source, ids, name, metadata)
     with _one_line(), input_policy(**input_options(args)):
         kwargs = run_arguments(args)
         tracking = tr.Tracking.resolve(None, path, setting=settings.get("mlflow"))
@@ -195,24 +202,105 @@ def _arguments(command: str, settings: dict, chapters) -> argparse.Namespace:
     from .cli import defaults
 
     args = defaults(command)
+    actions = _actions(command)
     for key, value in settings.items():
         if key in _CONVERTED:
             continue
         if key not in vars(args) or key in _REFUSED:
             known = sorted((set(vars(args)) - _REFUSED) | set(_CONVERTED))
-            raise TypeError(f"{command}: unknown setting {key!r}; settings: {', '.join(known)}")
-        setattr(args, key, value)
-    args.options = list((settings.get("options") or {}).items())
+            raise TypeError(f"{_FUNCTION[command]}: unknown setting {key!r}; settings: {', '.join(known)}")
+        setattr(args, key, _checked(command, actions[key], key, value))
+    args.options = _options(command, settings.get("options"))
     mde = settings.get("mde")
     if isinstance(mde, dict):
         mde = ",".join(f"{k}={v}" for k, v in mde.items())
+    _expect(command, "mde", mde, mde is None or _plain(mde) or isinstance(mde, (list, tuple))
+            and all(_plain(m) for m in mde),
+            "a number, a string such as '2%' or 'mrr=0.02', or a list or dict of them")
     args.mde = None if mde is None else [str(m) for m in (mde if isinstance(mde, (list, tuple)) else [mde])]
     formats = settings.get("formats", args.formats)
+    _expect(command, "formats", formats, _strings(formats), "'html', 'pdf', 'html,pdf' or a list of them")
     args.formats = tuple(f.strip() for f in formats.split(",")) if isinstance(formats, str) else tuple(formats)
+    _expect(command, "chapters", chapters, chapters is None or _strings(chapters),
+            "a chapter name, 'isotropy,retrieval' or a list of names")
+    mlflow = settings.get("mlflow")
+    _expect(command, "mlflow", mlflow, mlflow is None or isinstance(mlflow, (str, os.PathLike, dict)),
+            "a tracking URI or a dict with tracking_uri, experiment, run_name")
     args.chapters = [chapters] if isinstance(chapters, str) else (list(chapters) if chapters is not None else None)
     if isinstance(args.chapters, list) and len(args.chapters) == 1 and "," in args.chapters[0]:
         args.chapters = [c.strip() for c in args.chapters[0].split(",") if c.strip()]
     return args
+
+
+def _actions(command: str) -> dict:
+    """The command line's argparse actions of ``command``, by destination."""
+    from .cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {a.dest: a for a in sub.choices[command]._actions}
+
+
+def _plain(value) -> bool:
+    """A string or a real number (not a bool): what a command-line value can be."""
+    return isinstance(value, (str, int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _strings(value) -> bool:
+    return isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value))
+
+
+def _expect(command: str, key: str, value, ok: bool, what: str) -> None:
+    """One line naming the keyword when a setting is not of its type (before anything runs)."""
+    if not ok:
+        raise InputError(f"{_FUNCTION.get(command, command)}: {key}={value!r}: expected {what}, got "
+                         f"{type(value).__name__}")
+
+
+def _checked(command: str, action: argparse.Action, key: str, value):
+    """A setting checked against its command-line option's type and choices (the command line's own parsing: a
+    value of another type never reaches a chapter's kernel)."""
+    if value is None and action.default is None:
+        return None
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        _expect(command, key, value, isinstance(value, (bool, np.bool_)), "True or False")
+        return bool(value)
+    if isinstance(action, argparse._AppendAction):  # one path or string, or a list of them
+        values = [value] if isinstance(value, (str, os.PathLike)) else value
+        _expect(command, key, value, isinstance(values, (list, tuple)) and all(isinstance(v, (str, os.PathLike))
+                                                                             for v in values), "a path or a list of paths")
+        return [os.fspath(v) for v in values]
+    if action.choices is not None:
+        _expect(command, key, value, isinstance(value, str) and value in action.choices,
+                f"one of {', '.join(map(repr, action.choices))}")
+        return value
+    if action.type is int:
+        _expect(command, key, value, isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)),
+                "a whole number")
+        return int(value)
+    if action.type is float:
+        _expect(command, key, value, _plain(value) and not isinstance(value, str), "a number")
+        return float(value)
+    if action.type is Path:
+        _expect(command, key, value, isinstance(value, (str, os.PathLike)), "a path")
+        return Path(value)
+    if action.type is None:
+        _expect(command, key, value, isinstance(value, str), "a string")
+    return value
+
+
+def _options(command: str, options) -> list:
+    """``options={"k": 20}`` as ``--set k=20`` gives them: each value a string, a number or a bool (anything else,
+    a tuple, a path, is refused here, as ``--set`` refuses a bad value)."""
+    if options is None:
+        return []
+    where = _FUNCTION.get(command, command)
+    _expect(command, "options", options, isinstance(options, dict), 'a dict such as {"k": 20}')
+    for name, value in options.items():
+        if not (_plain(value) or isinstance(value, (bool, np.bool_))):
+            raise InputError(f"{where}: options={{{name!r}: {value!r}}}: expected a string, a number or True/False "
+                             f"(as --set {name}=VALUE takes it), got {type(value).__name__}")
+    return [(str(name), str(value).lower() if isinstance(value, (bool, np.bool_)) else str(value))
+            for name, value in options.items()]
 
 
 def _out(out, what: str) -> tuple[Path, object]:
@@ -234,11 +322,30 @@ class _one_line:
         from .report.outdir import write_fault
 
         if isinstance(exc, InputError):
-            raise InputError(" ".join(str(exc).split())) from None
+            raise InputError(keywords(" ".join(str(exc).split()))) from None
         if (isinstance(exc, OSError) and write_fault(exc) is None and exc.filename is not None
                 and exc.errno in INPUT_ERRNOS):
             raise InputError(f"{os.fsdecode(exc.filename)}: {exc.strerror}") from None
         return False
+
+
+def keywords(text: str) -> str:
+    """A command-line message as a Python caller reads it: each ``--option`` the API takes as a keyword named as
+    that keyword (``--force`` → ``force=True``, ``--chapters x`` → ``chapters=x``, ``--chapters`` → ``chapters``)."""
+    import re
+
+    actions = _actions("compare") | _actions("run")
+
+    def keyword(match):
+        flag = match.group(1)
+        action = next((a for a in actions.values() if f"--{flag}" in a.option_strings), None)
+        if action is None or action.dest in _REFUSED:
+            return match.group(0)
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            return f"{action.dest}=True" + (match.group(2) or "")
+        return f"{action.dest}=" if match.group(2) else action.dest  # "--chapters x" / "out of --chapters"
+
+    return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)(\s(?=[^\s(]))?", keyword, text)
 
 
 def _log(tracking, log, *args) -> str | None:
@@ -256,9 +363,9 @@ def _log(tracking, log, *args) -> str | None:
     return run_id
 
 
-def _writer(source, ids, name):
+def _writer(source, ids, name, metadata=None):
     """``prepare(staging) -> manifest``: an array or an EmbeddingSet written into the report's ``embeddings/``."""
-    vectors, ids, metadata, fields, name = _set_parts(source, ids, name)
+    vectors, ids, metadata, fields, name = _set_parts(source, ids, name, metadata)
 
     def prepare(staging: Path) -> Path:
         return write_set(staging / "embeddings", vectors, ids, metadata, fields, name)
@@ -266,24 +373,82 @@ def _writer(source, ids, name):
     return prepare
 
 
-def _set_parts(source, ids, name):
+def _set_parts(source, ids, name, metadata=None):
     """Vectors (validated: the command line's checks and messages, labelled "array"), ids, metadata, side-data
-    fields and the name of an array or an EmbeddingSet."""
+    fields and the name of an array, a numeric DataFrame or an EmbeddingSet."""
     from .io.matrix import finalize
     from .kernels import as_numpy
 
     if isinstance(source, EmbeddingSet):
-        if ids is not None:
-            raise InputError("evaluate: ids= goes with an array; an EmbeddingSet carries its ids")
+        if ids is not None or metadata is not None:
+            raise InputError(f"evaluate: {'ids' if ids is not None else 'metadata'}= goes with an array; an "
+                             "EmbeddingSet carries its ids and metadata")
         return (source.vectors, source.ids if source.ids_given else None, source.metadata, dict(source.fields),
                 name or source.name)
-    try:
-        raw = as_numpy(source) if hasattr(source, "detach") else np.asarray(source)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"evaluate: expected a manifest, a vectors file, an EmbeddingSet or an n x d array, got "
-                         f"{type(source).__name__} ({exc})") from None
+    if isinstance(source, pd.DataFrame):
+        raw, ids = _frame_vectors(source, ids)
+    else:
+        try:
+            raw = as_numpy(source) if hasattr(source, "detach") else np.asarray(source)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"evaluate: expected a manifest, a vectors file, an EmbeddingSet or an n x d array, "
+                             f"got {type(source).__name__} ({exc})") from None
     vectors, ids = finalize(raw, ids, "array", "ids")
-    return vectors, ids, None, {}, name or "array"
+    return vectors, ids, _metadata_frame(metadata, ids, len(vectors)), {}, name or "array"
+
+
+def _default_index(index: pd.Index) -> bool:
+    """Whether a DataFrame's index is pandas' default 0..n-1 (row positions, not ids)."""
+    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and index.name is None
+
+
+def _frame_vectors(frame: pd.DataFrame, ids) -> tuple[np.ndarray, object]:
+    """A DataFrame of vectors: every column numeric (one naming the column otherwise: labels go to metadata=);
+    its index, when it is not the default, gives the ids."""
+    bad = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c]) or
+           pd.api.types.is_bool_dtype(frame[c])]
+    if bad:
+        raise InputError(f"evaluate: column {bad[0]!r} of the DataFrame holds {frame[bad[0]].dtype} values, not "
+                         f"numbers; pass the vector columns as the array and the others as metadata=, e.g. "
+                         f"evaluate(df.drop(columns={bad!r}), metadata=df[{bad!r}])")
+    if not _default_index(frame.index):
+        own = frame.index.astype(str)
+        if ids is not None and list(map(str, ids)) != list(own):
+            raise InputError("evaluate: ids= differ from the DataFrame's index; give one of them (the index is "
+                             "taken as the ids)")
+        ids = list(own)
+    return frame.to_numpy(), ids
+
+
+def _metadata_frame(metadata, ids, n: int) -> pd.DataFrame | None:
+    """``metadata=`` as the set's metadata table: indexed by id (its ``id`` column, its index, or, with the default
+    index and one row per vector, the vectors' order), every id one of the vectors'."""
+    if metadata is None:
+        return None
+    if isinstance(metadata, pd.Series):
+        metadata = metadata.to_frame()
+    if not isinstance(metadata, pd.DataFrame):
+        raise InputError(f"evaluate: metadata= expected a pandas DataFrame (one row per vector: an 'id' column or the "
+                         f"ids as its index, and columns such as label), got {type(metadata).__name__}")
+    table = metadata.copy()
+    table.columns = [str(c) for c in table.columns]
+    known = list(ids) if ids is not None else [str(i) for i in range(n)]
+    if "id" in table.columns:
+        table = table.set_index("id")
+    elif _default_index(table.index):
+        if len(table) != n:
+            raise InputError(f"evaluate: metadata= has {len(table):,} rows and no ids (no 'id' column, the default "
+                             f"index) for {n:,} vectors; give one row per vector in their order, or the ids")
+        table.index = known
+    table.index = table.index.astype(str).rename("id")
+    dup = table.index[table.index.duplicated()]
+    if len(dup):
+        raise InputError(f"evaluate: metadata=, id {dup[0]!r}: appears more than once; expected one row per id")
+    unknown = table.index.difference(pd.Index(known))
+    if len(unknown):
+        raise InputError(f"evaluate: metadata=, id {unknown[0]!r}: not one of the vectors' ids "
+                         f"(e.g. {', '.join(known[:3])}); {len(unknown):,} such row(s)")
+    return table.reindex(pd.Index(known, name="id"))
 
 
 def write_set(folder: Path, vectors, ids, metadata, fields: dict, name: str) -> Path:

@@ -169,3 +169,80 @@ def test_the_pairing_step_holds_bounded_memory():
     tracemalloc.stop()
     assert peak < 80 * 2**20, peak / 2**20  # 0.3 GB before (1.4 GB over 5 000 units): unbatched resamples
     assert result.ci_low < result.diff < result.ci_high
+
+
+# ------------------------------------------------------------------------------------------ 4. pandas in
+
+
+def _labelled(n: int = 90):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, 8)).astype(np.float32)
+    X[: n // 3] += 2.0
+    X[n // 3: 2 * n // 3] -= 2.0
+    ids = [f"u{i}" for i in range(n)]
+    labels = ["a"] * (n // 3) + ["b"] * (n // 3) + ["c"] * (n - 2 * (n // 3))
+    return X, ids, pd.DataFrame({"label": labels, "region": ["north", "south"] * (n // 2)},
+                                index=pd.Index(ids, name="user"))
+
+
+def test_evaluate_takes_a_metadata_dataframe_and_a_dataframe_of_vectors(tmp_path):
+    from embeval_report import evaluate
+
+    X, ids, users = _labelled()
+    shuffled = users.sample(frac=1.0, random_state=1)  # rows matched by id, not by position
+    report = evaluate(X, tmp_path / "r", chapters="node_classification", ids=ids, metadata=shuffled,
+                      formats="html")
+    status = report.chapters.set_index("name")["status"]
+    assert status["node_classification"] == "ok" and report.status != "not evaluated"
+    written = pd.read_parquet(report.path / "embeddings" / "metadata.parquet").set_index("id")
+    assert list(written.index) == ids and list(written["label"]) == list(users["label"])
+    # a DataFrame of vectors: its index is the ids; a label column in it is refused with its name and the fix
+    frame = pd.DataFrame(X, index=pd.Index(ids))
+    from embeval_report.api import _set_parts
+
+    vectors, got_ids, meta, _, _ = _set_parts(frame, None, None, users.reset_index().rename(columns={"user": "id"}))
+    assert list(got_ids) == ids and np.array_equal(vectors, X) and list(meta["region"]) == list(users["region"])
+    from embeval_report.errors import InputError
+    from embeval_report.io import EmbeddingSet
+
+    by_hand = EmbeddingSet("mine", X, ids, users.rename_axis("id"), source="python")  # as docs/python.md builds it
+    assert _set_parts(by_hand, None, None)[2] is not None and _set_parts(by_hand, None, None)[4] == "mine"
+    with pytest.raises(InputError, match=r"column 'label' of the DataFrame .* metadata="):
+        evaluate(frame.assign(label=users["label"].to_numpy()), tmp_path / "r2")
+    with pytest.raises(InputError, match=r"metadata=, id 'x9': not one of the vectors' ids"):
+        evaluate(X, tmp_path / "r3", ids=ids, metadata=pd.DataFrame({"label": ["a"]}, index=["x9"]))
+    with pytest.raises(InputError, match=r"metadata= has 3 rows and no ids"):
+        evaluate(X, tmp_path / "r4", metadata=pd.DataFrame({"label": ["a", "b", "c"]}))
+    assert not any((tmp_path / f"r{i}").exists() for i in (2, 3, 4))
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(seed="one"), "evaluate: seed='one': expected a whole number"),
+    (dict(options={"k": (1, 2)}), r"options=\{'k': \(1, 2\)\}: expected a string, a number or True/False"),
+    (dict(options={"negative_strategy": __import__("pathlib").Path("uniform")}), "got PosixPath"),
+    (dict(title=("a", "b")), "title=\\('a', 'b'\\): expected a string"),
+    (dict(jobs=1.5), "jobs=1.5: expected a whole number"),
+    (dict(force="yes"), "force='yes': expected True or False"),
+    (dict(device="gpu"), "device='gpu': expected one of 'auto', 'cpu', 'cuda'"),
+])
+def test_settings_are_type_checked_before_the_run(tmp_path, settings, message):
+    from embeval_report import evaluate
+    from embeval_report.errors import InputError
+
+    with pytest.raises(InputError, match=message):
+        evaluate(np.eye(4, dtype=np.float32) + 0.1, tmp_path / "out", chapters="isotropy", **settings)
+    assert not (tmp_path / "out").exists()
+
+
+def test_python_messages_name_keywords_not_flags(tmp_path):
+    from embeval_report import evaluate
+    from embeval_report.errors import InputError
+
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(InputError) as caught:
+        evaluate(np.eye(4, dtype=np.float32) + 0.1, tmp_path / "busy", chapters="isotropy")
+    assert "force=True" in str(caught.value) and "--force" not in str(caught.value)
+    with pytest.raises(InputError) as caught:
+        evaluate(np.eye(4, dtype=np.float32) + 0.1, tmp_path / "out", chapters="retrieval")
+    assert str(caught.value).startswith("chapters=retrieval: cannot run") and "--" not in str(caught.value)
