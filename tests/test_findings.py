@@ -208,11 +208,43 @@ def test_derive_findings_sorts_worst_first_and_a_failed_chapter_is_a_protocol_fi
     chapters = [c for c in discover() if c.name in ("isotropy", "uniformity", "hubness")]
     found = derive_findings(tmp_path, chapters, {"isotropy": ("ok", ""), "uniformity": ("ok", ""),
                                                  "hubness": ("failed", "RuntimeError: boom")})
-    assert [(f.chapter, f.severity) for f in found] == [("isotropy", "problematic"), ("uniformity", "concerning"),
-                                                        ("hubness", "concerning")]
+    # geometry only: the diagnostics are capped at concerning (their cost is unknown), the failure is the evaluation's
+    assert [(f.chapter, f.kind, f.severity) for f in found] == [
+        ("isotropy", "diagnostic", "concerning"), ("uniformity", "diagnostic", "concerning"),
+        ("hubness", "evaluation", "concerning")]
     assert found[2].category == "protocol" and "boom" in found[2].sentence
+    assert "cost" in found[0].sentence and "unknown" in found[0].sentence
     doc = json.loads((tmp_path / "findings.json").read_text(), parse_constant=lambda c: pytest.fail(c))
-    assert doc["status"] == "problematic" and len(doc["findings"]) == 3
+    assert doc["status"] == "concerning" and doc["scope"] == "geometry only" and len(doc["findings"]) == 3
+
+
+def _remedy_row(remedy, chapter, metric, diff, verdict):
+    return {"remedy": remedy, "chapter": chapter, "title": chapter.replace("_", " ").capitalize(), "metric": metric,
+            "label": metric, "diff": diff, "ci_low": diff - 0.01, "ci_high": diff + 0.01, "p_adjusted": 0.001,
+            "effect": 0.01, "verdict": verdict}
+
+
+@pytest.mark.parametrize("improves", [True, False])
+def test_a_diagnostic_is_concerning_only_when_a_remedy_improves_a_task(tmp_path, improves):
+    iso = {"chapter": "isotropy", "metrics": {"apcs": metric(0.5, "problematic", 0.4, 0.6, "APCS")}, "info": {},
+           "tests": []}
+    nc = {"chapter": "node_classification", "metrics": {"accuracy": metric(0.9, lo=0.88, hi=0.92)},
+          "info": {"baselines": {"majority": {"accuracy": 0.3}}}, "tests": []}
+    rows = [_remedy_row("centring", "node_classification", "accuracy", 0.05 if improves else 0.001,
+                        "B better" if improves else "no difference larger than E")]
+    rem = {"chapter": "remedies", "metrics": {}, "tests": [],
+           "info": {"remedies": {"centring": {"label": "centring", "answers": ["isotropy"]}}, "table": rows}}
+    for name, doc in (("isotropy", iso), ("node_classification", nc), ("remedies", rem)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    chapters = [c for c in discover() if c.name in ("isotropy", "node_classification", "remedies")]
+    found = derive_findings(tmp_path, chapters, {c.name: ("ok", "") for c in chapters})
+    (f,) = [f for f in found if f.chapter == "isotropy"]
+    assert f.kind == "diagnostic" and f.rule == "remedy check"
+    assert f.severity == ("concerning" if improves else "note")
+    assert ("improves Node classification: accuracy by +0.050" in f.sentence) == improves
+    assert ("costs no task" in f.sentence) != improves
+    doc = json.loads((tmp_path / "findings.json").read_text())
+    assert doc["status"] == "healthy" and "scope" not in doc  # a diagnostic never sets the status
 
 
 def test_every_chapter_declares_how_its_results_become_findings():
@@ -235,13 +267,15 @@ def test_fail_on_gates_on_the_findings(tmp_path, anisotropic, code, capsys):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((3000, 256)) + (6.0 if anisotropic else 0.0)  # isotropic: every Table 217.2 row healthy
     out = tmp_path / "out"
-    assert main(["run", str(_set(tmp_path, X)), "--out", str(out), "--chapters", "isotropy", "--formats", "html",
-                 "--fail-on", "problematic"]) == code
+    run = ["run", str(_set(tmp_path, X)), "--out", str(out), "--chapters", "isotropy", "--formats", "html"]
+    assert main([*run, "--fail-on", "concerning"]) == code
     doc = json.loads((out / "metrics.json").read_text())
-    assert doc["status"] == ("problematic" if anisotropic else "healthy")
+    # the geometry alone, without a task, is at most concerning: it cannot say the model fails at anything
+    assert doc["status"] == ("concerning" if anisotropic else "healthy") and doc["scope"] == "geometry only"
     assert [f["chapter"] for f in doc["findings"]] == (["isotropy"] if anisotropic else [])
     err = capsys.readouterr().err
-    assert ("reached 'problematic' (--fail-on): isotropy: The vectors crowd" in err) == anisotropic
+    assert ("reached 'concerning' (--fail-on): isotropy: The vectors crowd" in err) == anisotropic
+    assert main([*run, "--fail-on", "problematic"]) == 0  # no problematic status from geometry alone
 
 
 # ------------------------------------------------------------------------ --baseline

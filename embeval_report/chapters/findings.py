@@ -1,9 +1,19 @@
 """Findings: what a reader of the report acts on, derived from the numbers each chapter recorded.
 
 A :class:`Finding` is one sentence a reader can act on, with a ``severity`` (``problematic`` | ``concerning`` |
-``healthy``), a ``category`` (``model`` | ``evaluation data`` | ``training process`` | ``protocol``), the
-``metrics`` of ``metrics.json`` it rests on, its ``evidence`` (value, interval, the baseline or group it is
-compared with, the test and its report-wide adjusted p) and the ``section`` it links to.
+``note`` | ``healthy``), a ``kind`` (:data:`KINDS`: what it is about), a ``category`` (``model`` | ``evaluation
+data`` | ``training process`` | ``protocol``: who acts on it), the ``metrics`` of ``metrics.json`` it rests on,
+its ``evidence`` (value, interval, the baseline or group it is compared with, the test and its report-wide
+adjusted p) and the ``section`` it links to.
+
+Three kinds, and only the first sets the report's status:
+
+* ``model`` — the vectors fail or lose at something the user does with them (a task below a free baseline or the
+  previous model, unstable neighbours, drift, the evaluated run diverged);
+* ``diagnostic`` — their geometry (anisotropy, hubness, uniformity, collapse): ``concerning`` only when a remedy
+  measurably improves a task of the report (:mod:`.remedies`), otherwise a ``note``;
+* ``evaluation`` — the evaluation data or protocol (raters, negatives, splits, the user's own detector, a
+  training run that is not the evaluated one): "fix the evaluation", not the model's status.
 
 Each chapter's :class:`~.declaration.ChapterSpec` declares how its results become findings:
 
@@ -28,13 +38,17 @@ from dataclasses import dataclass, field
 from ..metrics.thresholds import SEVERITY, THRESHOLDS
 from ..present.format import interval, number, p_value
 
-#: severities, mildest first
-SEVERITIES = ("healthy", "concerning", "problematic")
+#: severities, mildest first ("note": a diagnostic whose remedy changes no task measurably)
+SEVERITIES = ("healthy", "note", "concerning", "problematic")
+#: what a finding is about (see the module docstring); only ``model`` findings set the status
+KINDS = ("model", "diagnostic", "evaluation")
+#: the categories whose findings are about the evaluation, not the model
+EVALUATION_CATEGORIES = ("evaluation data", "protocol")
 #: the status of a report in which no content chapter ran (every one skipped or failed): never healthy, and no
 #: ``--fail-on`` gate passes it
 NOT_EVALUATED = "not evaluated"
 #: every status a report can have: a severity, or :data:`NOT_EVALUATED`
-STATUSES = (*SEVERITIES, NOT_EVALUATED)
+STATUSES = ("healthy", "concerning", "problematic", NOT_EVALUATED)
 #: categories, in the order the Summary groups them
 CATEGORIES = ("model", "training process", "evaluation data", "protocol")
 #: report-wide adjusted p at or below which a test counts (the level of the report's Holm adjustment)
@@ -45,14 +59,17 @@ ALPHA = 0.05
 class Effect:
     """Related metrics that measure one effect, and how a finding about it reads.
 
-    ``title``: what is wrong, in a few words ("The vectors crowd into a narrow cone"); ``action``: what to do
-    about it; ``category``: who fixes it. The first metric of ``metrics`` that is flagged leads the finding."""
+    ``title``: what is wrong, in a few words ("A few directions carry most of the variance"); ``titles``: a
+    title that names what a particular leading metric shows instead ("apcs": "The vectors crowd into a narrow
+    cone"); ``action``: what to do about it; ``category``: who fixes it. The first metric of ``metrics`` among
+    the worst flagged leads the finding."""
 
     name: str
     metrics: tuple[str, ...]
     title: str
     action: str = ""
     category: str = "model"
+    titles: tuple[tuple[str, str], ...] = ()   # (metric, title): the title when that metric leads the finding
 
 
 @dataclass(frozen=True)
@@ -69,12 +86,17 @@ class Finding:
     section: str = ""
     rule: str = "threshold"     # threshold | baseline | event | worst group | data quality | comparison | run
     effect: str = ""
+    kind: str = ""              # KINDS; default: "evaluation" for the evaluation categories, else "model"
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:
             raise ValueError(f"finding severity must be one of {SEVERITIES}, not {self.severity!r}")
         if self.category not in CATEGORIES:
             raise ValueError(f"finding category must be one of {CATEGORIES}, not {self.category!r}")
+        if not self.kind:
+            object.__setattr__(self, "kind", "evaluation" if self.category in EVALUATION_CATEGORIES else "model")
+        if self.kind not in KINDS:
+            raise ValueError(f"finding kind must be one of {KINDS}, not {self.kind!r}")
         object.__setattr__(self, "metrics", tuple(self.metrics))
         if not self.section:
             object.__setattr__(self, "section", f"chapter-{self.chapter}")
@@ -83,14 +105,16 @@ class Finding:
 
     def to_json(self) -> dict:
         """The ``findings`` entry of ``metrics.json`` (every number finite or null)."""
-        return {"severity": self.severity, "category": self.category, "chapter": self.chapter, "title": self.title,
-                "sentence": self.sentence, "metrics": list(self.metrics), "evidence": json_safe(self.evidence),
-                "section": self.section, "rule": self.rule, "effect": self.effect}
+        return {"severity": self.severity, "kind": self.kind, "category": self.category, "chapter": self.chapter,
+                "title": self.title, "sentence": self.sentence, "metrics": list(self.metrics),
+                "evidence": json_safe(self.evidence), "section": self.section, "rule": self.rule,
+                "effect": self.effect}
 
     @property
     def rank(self) -> tuple:
-        """Sort key: worst first, then by category, then the effect (the chapter order is applied by the caller)."""
-        return (-SEVERITY[self.severity], CATEGORIES.index(self.category))
+        """Sort key: model findings first, then diagnostics, then the evaluation's; within a kind worst first,
+        then by category (the chapter order is applied by the caller)."""
+        return (KINDS.index(self.kind), -SEVERITY[self.severity], CATEGORIES.index(self.category))
 
 
 def json_safe(value):
@@ -189,7 +213,8 @@ def threshold_findings(r: ChapterResults, effects: tuple[Effect, ...] = ()) -> l
         used.update(members)
         worst = max(SEVERITY[flagged[k]["verdict"]] for k in members)
         lead = next(k for k in sorted(members, key=lambda k: _position(e, k)) if SEVERITY[flagged[k]["verdict"]] == worst)
-        out.append(_threshold_finding(r, lead, members, e.title, e.action, e.category, e.name))
+        out.append(_threshold_finding(r, lead, members, dict(e.titles).get(lead, e.title), e.action, e.category,
+                                      e.name))
     for k in flagged:
         if k not in used:
             m = flagged[k]
@@ -231,11 +256,13 @@ def read_findings(results_dir) -> dict:
 
 
 def worst(findings: list[Finding]) -> str:
-    """The worst severity among ``findings`` (``healthy`` when there are none)."""
-    return max((f.severity for f in findings), key=SEVERITY.get, default="healthy")
+    """The worst severity among ``findings`` (``healthy`` when there are none; a note counts as healthy)."""
+    s = max((f.severity for f in findings), key=SEVERITY.get, default="healthy")
+    return "healthy" if s == "note" else s
 
 
-__all__ = ["ALPHA", "CATEGORIES", "ChapterResults", "Effect", "Finding", "NOT_EVALUATED", "SEVERITIES", "STATUSES",
+__all__ = ["ALPHA", "CATEGORIES", "ChapterResults", "Effect", "Finding", "KINDS", "NOT_EVALUATED", "SEVERITIES",
+           "STATUSES",
            "THRESHOLDS",
            "json_safe", "metric_evidence", "number", "test_text", "threshold_findings", "value_text", "worst"]
 

@@ -319,8 +319,9 @@ CHAPTER = ChapterSpec(
     requires=("vectors",),
     effects=(Effect("anisotropy", ("apcs", "participation_ratio_fraction", "condition_number", "top10_variance_ratio",
                                    "dims_for_90pct_variance"),
-                    "The vectors crowd into a narrow cone (anisotropy)",
+                    "A few directions carry most of the variance (anisotropy)",
                     "Centre the vectors or remove their top principal directions before cosine search or "
-                    "clustering (the Anisotropy correction chapter compares the options):"),),
+                    "clustering (the Anisotropy correction chapter compares the options):",
+                    titles=(("apcs", "The vectors crowd into a narrow cone (anisotropy)"),)),),
     kind="diagnostic", remedies=("centring", "all-but-the-top", "whitening"),
 )

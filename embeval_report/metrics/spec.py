@@ -160,6 +160,12 @@ class MetricSpec:
             verdict = False
             note = f"{NOT_ESTIMABLE} (n = {n:,}, d = {d:,}): the sample covariance has rank below d, so the " \
                    "threshold does not apply" + (f"; {note}" if note else "")
+        elif self.bands is not None and verdict and self.bands.applies(n, d):
+            verdict = False
+            note = "no verdict: " + self.bands.applies(n, d) + (f"; {note}" if note else "")
+        elif self.bands is not None and verdict and isinstance(value, float) and not math.isfinite(value):
+            verdict = False  # an undefined value is reported by its cause, never judged
+            note = note or "undefined (not finite), so no verdict"
         lo, hi = (None, None) if ci is None else ci
         lo, hi = _finite_or_none(lo), _finite_or_none(hi)
         return Metric(name=name or self.name, value=value, direction=self.direction,

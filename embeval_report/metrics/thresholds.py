@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass
 
 VERDICTS = ("healthy", "concerning", "problematic")
-SEVERITY = {None: 0, "healthy": 0, "concerning": 1, "problematic": 2}
+#: the rank of a verdict or a finding's severity ("note": a diagnostic finding that costs nothing measured)
+SEVERITY = {None: 0, "healthy": 0, "note": 0, "concerning": 1, "problematic": 2}
 
 TABLE_217_2 = "Table 217.2 (seed 000 §217.0.7)"
 BOX_21_1_1 = "Isotropy Benchmarks box (seed 001 §21.1.1)"
@@ -32,6 +33,18 @@ class Bands:
     problematic: float
     table: str
     text: str  # the row as the table prints it, shown next to the verdict
+    min_d: int = 1             # the table holds for spaces of at least this many dimensions ...
+    min_n_per_d: float = 0.0   # ... and at least this many vectors per dimension
+    why: str = ""              # why outside those conditions the table says nothing, in words
+
+    def applies(self, n: int | None, d: int | None) -> str:
+        """Why the table does not apply to a set of ``n`` vectors in ``d`` dimensions ("" when it does)."""
+        if d is not None and d < self.min_d:
+            return f"the threshold holds for d ≥ {self.min_d} (here d = {d}): {self.why}"
+        if n is not None and d is not None and n < self.min_n_per_d * d:
+            return (f"the threshold needs n ≥ {self.min_n_per_d:g}·d vectors (here n = {n:,}, d = {d:,}): with fewer, "
+                    "the sample covariance's spectrum spreads even for isotropic vectors (Marchenko & Pastur 1967)")
+        return ""
 
     @property
     def edges(self) -> str:
@@ -50,15 +63,25 @@ class Bands:
 
 
 #: quantity -> bands. Quantities expressed as a fraction of d are named ``*_fraction``.
+#: vectors per dimension a spectral threshold needs: at d/n = 0.1 the sample covariance of isotropic vectors has
+#: κ ≈ ((1 + √0.1)/(1 − √0.1))² ≈ 3.7 and PR/d ≈ 0.91 (Marchenko–Pastur), inside every healthy band
+SPECTRAL_N_PER_D = 10.0
 THRESHOLDS: dict[str, Bands] = {
     "apcs": Bands("lower", 0.1, 0.3, TABLE_217_2, "healthy < 0.1, concerning 0.1–0.3, problematic > 0.3"),
     "participation_ratio_fraction": Bands(
-        "higher", 0.5, 0.2, TABLE_217_2, "healthy > 50 %, concerning 20–50 %, problematic < 20 % of d"),
-    "condition_number": Bands("lower", 10.0, 100.0, TABLE_217_2, "healthy < 10, concerning 10–100, problematic > 100"),
+        "higher", 0.5, 0.2, TABLE_217_2, "healthy > 50 %, concerning 20–50 %, problematic < 20 % of d",
+        min_n_per_d=SPECTRAL_N_PER_D),
+    "condition_number": Bands("lower", 10.0, 100.0, TABLE_217_2, "healthy < 10, concerning 10–100, problematic > 100",
+                              min_n_per_d=SPECTRAL_N_PER_D),
     "dims_for_90pct_variance_fraction": Bands(
-        "higher", 0.3, 0.1, TABLE_217_2, "healthy > 30 %, concerning 10–30 %, problematic < 10 % of d"),
+        "higher", 0.3, 0.1, TABLE_217_2, "healthy > 30 %, concerning 10–30 %, problematic < 10 % of d",
+        min_n_per_d=SPECTRAL_N_PER_D),
+    # the box is written for 768-dimensional models; below 100 dimensions the top 10 hold at least 10/d of the
+    # variance of isotropic vectors (24 dimensions: 42 %), half the healthy edge or more, so it says nothing
     "top10_variance_ratio": Bands(
-        "lower", 0.2, 0.5, BOX_21_1_1, "good < 20 %, warning sign > 50 % of variance in the top 10 components"),
+        "lower", 0.2, 0.5, BOX_21_1_1, "good < 20 %, warning sign > 50 % of variance in the top 10 components",
+        min_d=100, why="in fewer dimensions the top 10 components hold ≥ 10/d of the variance of even isotropic "
+                       "vectors"),
     # seed 000 §217.1, diagnose_hubness (line 619): < 0.5 low, 0.5 <= s < 1.5 moderate, >= 1.5 severe.
     # (Bands puts exactly 1.5 in the middle band; the seed calls it severe.)
     "k_occurrence_skewness": Bands(

@@ -1,18 +1,23 @@
 """The report's findings, derived once every test of the report is adjusted: ``results/findings.json``.
 
 Every chapter that ran turns its records into findings (its declaration's ``effects`` and ``findings`` rule,
-:mod:`embeval_report.chapters.findings`); a chapter that failed is a protocol finding of its own. The list is
-sorted worst first, then by category, then in report order; its worst severity is the report's ``status``, or
-``"not evaluated"`` when no content chapter ran (every one skipped or failed).
+:mod:`embeval_report.chapters.findings`); a chapter that failed is a protocol finding of its own. Diagnostics are
+graded by what their remedies measurably cost the tasks (:func:`grade_diagnostics`). The list is sorted model
+findings first, then diagnostics, then the evaluation's, each worst first, then by category, then in report
+order. The report's ``status`` is the worst *model* finding's severity; ``"not evaluated"`` when no content
+chapter ran (every one skipped or failed); a report that measured only the geometry has the scope
+``"geometry only"`` and a status of at most ``concerning``.
 The Summary, the cover, ``metrics.json`` and ``--fail-on`` read this file.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from ..chapters.findings import FINDINGS_FILE, NOT_EVALUATED, ChapterResults, Finding, threshold_findings, worst
 from ..chapters.recorder import read_adjusted, read_baseline, read_results
+from ..present.format import interval, p_value
 from .baseline import regression_findings
 
 
@@ -32,12 +37,76 @@ def _plain(v):
 
 
 def chapter_findings(spec, r: ChapterResults) -> list[Finding]:
-    """The findings of one chapter that ran: its thresholds by declared effect, then its own rule's."""
+    """The findings of one chapter that ran: its thresholds by declared effect, then its own rule's; a diagnostic
+    chapter's (``kind="diagnostic"``) are diagnostics, but for those about the evaluation."""
     out = threshold_findings(r, spec.effects)
     if spec.findings is not None:  # a chapter's own rule knows its effect better: it replaces the generic finding
         own = list(spec.findings(r))
         out = [f for f in out if f.effect not in {g.effect for g in own}] + own
+    if spec.kind == "diagnostic":
+        out = [f if f.kind == "evaluation" else replace(f, kind="diagnostic") for f in out]
     return out
+
+
+#: the scope of a report that evaluated no task, only the geometry of the vectors
+GEOMETRY_ONLY = "geometry only"
+GEOMETRY_ONLY_TEXT = ("geometry only: add labels, judgements, edges or interactions to judge the model; the geometry "
+                      "alone says nothing of what it costs")
+
+
+def grade_diagnostics(findings: list[Finding], remedies: dict | None) -> list[Finding]:
+    """Diagnostics graded by what their remedies measurably cost the tasks (``remedies``: the record of the
+    What-the-geometry-costs chapter, ``None`` when it did not run):
+
+    * a remedy answering the diagnostic improves a task beyond the effect that matters → ``concerning``, and the
+      sentence says which remedy, which task and by how much;
+    * the remedies ran and improve no task → a ``note`` with what they changed;
+    * no task could be re-scored (the report has none, or the check could not run) → at most ``concerning``,
+      saying the cost is unknown.
+    """
+    info = (remedies or {}).get("info", {})
+    rows = info.get("table") or []
+    answered = {name: r.get("answers", []) for name, r in (info.get("remedies") or {}).items()}
+    out = []
+    for f in findings:
+        if f.kind != "diagnostic" or f.severity in ("healthy", "note"):
+            out.append(f)
+            continue
+        mine = [r for r in rows if f.chapter in answered.get(r["remedy"], [])]
+        better = [r for r in mine if r.get("verdict") == "B better"]
+        if better:
+            best = max(better, key=lambda r: abs(r["diff"]) / max(r.get("effect") or 1e-12, 1e-12))
+            cost = "; ".join(_remedy_text(r) for r in better[:3]) + (f"; and {len(better) - 3} more" if len(better) > 3
+                                                                      else "")
+            out.append(replace(f, severity="concerning", rule="remedy check",
+                               sentence=f"It costs {'a task' if len({r['chapter'] for r in better}) == 1 else 'tasks'}: "
+                                        f"{cost}. Apply {best['remedy']} before using the vectors for "
+                                        f"{best.get('title') or best['chapter']}. {f.sentence}",
+                               evidence=dict(f.evidence, remedy=best["remedy"], task=best["chapter"],
+                                             task_metric=best["metric"], change=best["diff"],
+                                             change_ci=[best.get("ci_low"), best.get("ci_high")],
+                                             p_adjusted=best.get("p_adjusted"), effect_that_matters=best.get("effect"))))
+        elif mine:
+            shown = sorted(mine, key=lambda r: -abs(r["diff"]) / max(r.get("effect") or 1e-12, 1e-12))[:3]
+            out.append(replace(f, severity="note", rule="remedy check",
+                               sentence=f"It costs no task measurably: {'; '.join(_remedy_text(r) for r in shown)} "
+                                        f"(none beyond the effect that matters). {f.sentence}"))
+        else:
+            why = (info.get("skipped") or {})
+            reason = "no task of this report could be re-scored" + (f" ({'; '.join(why.values())})" if why else "")
+            out.append(replace(f, severity="concerning" if f.severity == "problematic" else f.severity,
+                               rule="threshold (cost unknown)",
+                               sentence=f"{f.sentence} Whether it costs anything is unknown: {reason}."))
+    return out
+
+
+def _remedy_text(r: dict) -> str:
+    """``centring changes Node classification: Probe accuracy by +0.002 [-0.004, +0.008] (Holm p 0.6)``."""
+    p = r.get("p_adjusted")
+    verb = "improves" if r.get("verdict") == "B better" else "changes"
+    return (f"{r['remedy']} {verb} {r.get('title') or r['chapter']}: {r.get('label') or r['metric']} by "
+            f"{r['diff']:+.3f} [{interval(r.get('ci_low'), r.get('ci_high'), '+.3f', sep=', ')}]"
+            + (f" (Holm p {p_value(p)})" if isinstance(p, float) else ""))
 
 
 def failed_finding(spec, reason: str) -> Finding:
@@ -60,14 +129,27 @@ def derive_findings(results_dir: Path, chapters: list, outcomes: dict) -> list[F
                                                                                   records[spec.name], adjusted))]
     order = {spec.name: i for i, spec in enumerate(chapters)}
     found += [(order.get(f.chapter, len(order)), f) for f in regression_findings(read_baseline(results_dir))]
-    found.sort(key=lambda of: (*of[1].rank, of[0]))
+    graded = grade_diagnostics([f for _, f in found], records.get("remedies"))
+    found = sorted(zip([o for o, _ in found], graded), key=lambda of: (*of[1].rank, of[0]))
     findings = [f for _, f in found]
-    evaluated = any(outcomes.get(spec.name, ("skipped",))[0] == "ok" for spec in chapters if spec.stage == 0)
-    write_findings(results_dir, findings, None if evaluated else NOT_EVALUATED)
+    ran = {spec.name for spec in chapters if spec.stage == 0 and outcomes.get(spec.name, ("skipped",))[0] == "ok"}
+    model_ran = any(spec.kind == "model" for spec in chapters if spec.name in ran)
+    if not ran:
+        status, scope = NOT_EVALUATED, None
+    elif model_ran:
+        status, scope = worst([f for f in findings if f.kind == "model"]), None
+    else:  # only the geometry was measured: it cannot say the model fails at anything
+        capped = worst([f for f in findings if f.kind == "diagnostic"])
+        status, scope = ("concerning" if capped == "problematic" else capped), GEOMETRY_ONLY
+    write_findings(results_dir, findings, status, scope)
     return findings
 
 
-def write_findings(results_dir: Path, findings: list[Finding], status: str | None = None) -> None:
-    """:data:`FINDINGS_FILE`: the status (``status``, else the worst finding's severity) and the findings."""
-    doc = {"status": status or worst(findings), "findings": [f.to_json() for f in findings]}
+def write_findings(results_dir: Path, findings: list[Finding], status: str | None = None,
+                   scope: str | None = None) -> None:
+    """:data:`FINDINGS_FILE`: the status (``status``, else the worst model finding's severity), the scope of the
+    evaluation (``"geometry only"`` when no task ran; else absent) and the findings."""
+    doc = {"status": status or worst([f for f in findings if f.kind == "model"]),
+           **({"scope": scope, "scope_text": GEOMETRY_ONLY_TEXT} if scope == GEOMETRY_ONLY else {}),
+           "findings": [f.to_json() for f in findings]}
     (Path(results_dir) / FINDINGS_FILE).write_text(json.dumps(doc, indent=2, allow_nan=False))

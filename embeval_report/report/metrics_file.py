@@ -21,4 +21,5 @@ def metrics_document(results_dir, chapters: list[dict], *, version: str, source:
                                metrics={k: {f: m.get(f) for f in METRIC_KEYS} for k, m in metrics.items()})
     found = read_findings(results_dir)
     return dict(version=version, source=source, seed=seed, device=device, status=found["status"],
+                **{k: found[k] for k in ("scope", "scope_text") if k in found},
                 findings=found["findings"], chapters=out)
