@@ -24,7 +24,8 @@ EXIT_STATUS_HELP = """exit status:
        staging folder is removed)
   2    bad input or usage (one line names the file, field or row); --out cannot be
        written (no space, permission, a file in the path) or another run writes it
-  3    --fail-on: a finding reached the threshold (takes precedence over 4)
+  3    --fail-on: a finding reached the threshold, or nothing was evaluated (status
+       'not evaluated': no content chapter ran); takes precedence over 4
   4    at least one chapter failed (the report is still written)
   130  interrupted (SIGINT/SIGTERM); nothing half-written is left behind"""
 
@@ -318,6 +319,9 @@ def _run(args, source, prepare=None) -> int:
         print(f"embeval-report: status {status or 'n/a'}: " + (", ".join(
             f"{sum(f['severity'] == s for f in findings)} {s}" for s in ("problematic", "concerning"))),
             file=sys.stderr)
+    since = baseline_summary(result.out)
+    if since:
+        print(since, file=sys.stderr)
     if args.fail_on and SEVERITY[status] >= SEVERITY[args.fail_on]:
         gating = [f for f in findings if SEVERITY[f["severity"]] >= SEVERITY[args.fail_on]]
         print(f"embeval-report: {len(gating)} finding(s) reached '{args.fail_on}' (--fail-on): "
@@ -332,33 +336,6 @@ def _run(args, source, prepare=None) -> int:
     return ExitCode.RENDER if result.render_errors and not result.files else ExitCode.OK
 
 
-def outcome_lines(outcomes) -> list[str]:
-    """One line per chapter's outcome, the chapters left out by ``--chapters`` counted in one line."""
-    from .report.runner import NOT_SELECTED
-
-    unselected = [o for o in outcomes if o.status == "skipped" and o.reason == NOT_SELECTED]
-    lines = [f"  {o.status:8s} {o.chapter.name}" + (f" ({o.reason})" if o.reason else "")
-             for o in sorted(outcomes, key=lambda o: o.chapter.order) if o not in unselected]
-    if unselected:
-        lines.append(f"  {'skipped':8s} {len(unselected)} chapter(s) {NOT_SELECTED}")
-    return lines
-    since = baseline_summary(result.out)
-    if since:
-        print(since, file=sys.stderr)
-
-
-def _chapters(args) -> int:
-    from .chapters.registry import discover
-    from .io.manifest import describe_input
-
-    es = _load_for_listing(args.source) if args.source else None
-    for ch in discover():
-        needs = ", ".join(describe_input(r) for r in ch.requires) or "nothing"
-        line = f"{ch.order:02d} {ch.name:14s} {ch.title}\n     needs: {needs}"
-        if es is not None:
-            missing = ch.missing(es)
-            line += "\n     " + ("ready" if not missing else "missing: " + ", ".join(map(describe_input, missing)))
-        print(line + (f"\n     {ch.description}" if ch.description else ""))
 def baseline_summary(folder: Path) -> str:
     """``since v13 (--baseline): Retrieval: 2 better, 9 worse of 15; ...`` for a report made with ``--baseline``."""
     import json
@@ -376,6 +353,30 @@ def baseline_summary(folder: Path) -> str:
     return f"embeval-report: since {base.get('name')} (--baseline): {baseline_counts_text(base, titles)}"
 
 
+def outcome_lines(outcomes) -> list[str]:
+    """One line per chapter's outcome, the chapters left out by ``--chapters`` counted in one line."""
+    from .report.runner import NOT_SELECTED
+
+    unselected = [o for o in outcomes if o.status == "skipped" and o.reason == NOT_SELECTED]
+    lines = [f"  {o.status:8s} {o.chapter.name}" + (f" ({o.reason})" if o.reason else "")
+             for o in sorted(outcomes, key=lambda o: o.chapter.order) if o not in unselected]
+    if unselected:
+        lines.append(f"  {'skipped':8s} {len(unselected)} chapter(s) {NOT_SELECTED}")
+    return lines
+
+
+def _chapters(args) -> int:
+    from .chapters.registry import discover
+    from .io.manifest import describe_input
+
+    es = _load_for_listing(args.source) if args.source else None
+    for ch in discover():
+        needs = ", ".join(describe_input(r) for r in ch.requires) or "nothing"
+        line = f"{ch.order:02d} {ch.name:14s} {ch.title}\n     needs: {needs}"
+        if es is not None:
+            missing = ch.missing(es)
+            line += "\n     " + ("ready" if not missing else "missing: " + ", ".join(map(describe_input, missing)))
+        print(line + (f"\n     {ch.description}" if ch.description else ""))
     return ExitCode.OK
 
 

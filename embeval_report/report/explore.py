@@ -73,8 +73,8 @@ def metrics_table(folder) -> pd.DataFrame:
 
 def read_findings(folder) -> tuple[str | None, pd.DataFrame]:
     """``(status, findings)`` as the run recorded them (``metrics.json``, else ``results/findings.json``): the
-    status (``"problematic"`` | ``"concerning"`` | ``"healthy"``) and one row per finding, worst first; ``None``
-    and an empty table when the run recorded none."""
+    status (``"problematic"`` | ``"concerning"`` | ``"healthy"`` | ``"not evaluated"``) and one row per finding,
+    worst first; ``None`` and an empty table when the run recorded none."""
     folder = Path(folder)
     for path in (folder / "metrics.json", folder / "results" / "findings.json"):
         doc = _read_json(path, missing={})
