@@ -11,8 +11,9 @@ The same validation, chapters and report as the command line (:func:`~embeval_re
 :func:`~embeval_report.report.compare.run_compare`), with the same settings as keywords: ``seed``, ``device``,
 ``sample_size``, ``precision``, ``memory_budget``, ``mde``, ``options={"k": 20}``, ``formats``, ``renderer``,
 ``pdf_engine``, ``pdf_timeout``, ``jobs``, ``title``, ``timeout``, ``force``, ``embedding_cache``, ``dask``, ``dask_workers``,
-``scheduler``, ``wait``, ``trust_pickles`` (read gensim pickles), ``allow_outside`` (folders a
-manifest's paths may lead into) and ``mlflow`` (a tracking URI, or ``{"tracking_uri", "experiment", "run_name"}``).
+``scheduler``, ``wait``, ``record_paths``, ``trust_pickles`` (read gensim pickles), ``allow_outside`` (folders a
+manifest's paths may lead into) and ``mlflow`` (a tracking URI, or ``{"tracking_uri", "experiment",
+"run_name"}``).
 Bad input raises :class:`~embeval_report.errors.InputError` with the command line's one-line message.
 """
 from __future__ import annotations
@@ -185,7 +186,7 @@ def compare(*sources, out=None, names=None, chapters=None, correction: str = "ho
                     renderer=args.renderer, pdf_engine=args.pdf_engine, formats=args.formats, title=args.title,
                     timeout=args.timeout, force=args.force, jobs=args.jobs, embedding_cache=args.embedding_cache,
                     pdf_timeout=args.pdf_timeout,
-                    progress=lambda line: None)
+                    progress=lambda line: None, record_paths=args.record_paths)
     finally:
         inputs.cleanup()
     models = tr.compared_models(folder)

@@ -27,6 +27,7 @@ from embeval_report.context import CacheFolder, ComputeContext
 from embeval_report.cli import main
 from embeval_report.errors import InputError, OutputError
 from embeval_report.report import outdir
+from embeval_report.report.earlier import mark
 from embeval_report.report.outdir import OutputFolder, lock_path, output_lock, owner_tag
 
 RUN = ["--chapters", "isotropy", "--formats", "html"]
@@ -103,8 +104,8 @@ def test_no_space_after_a_chapter_is_one_line_and_exit_1(tmp_path, capsys, monke
     vecs = small_set(tmp_path / "in")
     out = tmp_path / "o"
     out.mkdir()
-    (out / "run.json").write_text(json.dumps({"files": ["run.json", "report.html"]}))
     (out / "report.html").write_text("the earlier report")
+    (out / "run.json").write_text(json.dumps(mark({}, out)))  # an earlier report: the marker and its files
 
     def full(nb, target, *a, **k):
         raise _enospc(target)
@@ -364,7 +365,7 @@ def test_a_report_left_in_trash_by_a_killed_commit_is_restored(tmp_path):
     host = owner_tag().split("@", 1)[1]
     trash = tmp_path / f".o.old-{_dead_pid()}@{host}-abcd1234"
     trash.mkdir()
-    (trash / "run.json").write_text("{}")
+    (trash / "run.json").write_text(json.dumps(mark({}, trash)))
     said = []
     outdir.remove_stale(tmp_path / "o", say=said.append)
     assert (tmp_path / "o" / "run.json").exists() and not trash.exists() and "restored the earlier report" in said[0]
@@ -374,8 +375,8 @@ def test_clean_removes_what_no_run_uses_and_says_how_much(tmp_path, capsys):
     host = owner_tag().split("@", 1)[1]
     dead = _dead_pid()
     stale = tmp_path / "reports" / f".o.partial-{dead}@{host}-abc12345"
-    stale.mkdir(parents=True)
-    (stale / "vectors.npy").write_bytes(b"v" * 5000)
+    (stale / ".prepared").mkdir(parents=True)
+    (stale / ".prepared" / "vectors.npy").write_bytes(b"v" * 5000)
     live = tmp_path / "reports" / f".o.partial-{os.getpid()}@{host}-def45678"
     live.mkdir()
     remote = tmp_path / "reports" / f".p.partial-{dead}@elsewhere-ghi78901"

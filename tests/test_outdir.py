@@ -11,6 +11,7 @@ import pytest
 
 from embeval_report.cli import main
 from embeval_report.errors import InputError
+from embeval_report.report.earlier import mark
 from embeval_report.report.outdir import OutputFolder
 
 
@@ -28,7 +29,8 @@ def fake_report(folder, extra=()):
     (folder / "results").mkdir()
     for name in ("metrics.json", "report.html"):
         (folder / name).write_text("old")
-    (folder / "run.json").write_text(json.dumps({"files": written}))
+    assert sorted(p.name for p in folder.iterdir()) == sorted(set(written) - {"run.json"})
+    (folder / "run.json").write_text(json.dumps(mark({}, folder)))  # the marker, and every file written
     for name in extra:
         (folder / name).write_text("mine")
     return folder
@@ -37,7 +39,7 @@ def fake_report(folder, extra=()):
 def staged(target):
     staging = target.staging()
     (staging / "report.html").write_text("new")
-    (staging / "run.json").write_text(json.dumps({"files": ["report.html", "run.json"]}))
+    (staging / "run.json").write_text(json.dumps(mark({}, staging)))
     return staging
 
 

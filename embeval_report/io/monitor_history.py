@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import ExitCode, InputError, OutputError, notice
+from ..safe_files import open_nofollow
 
 #: the alert levels of a batch and of each signal, mildest first (``monitor``'s vocabulary)
 LEVELS = ("ok", "warning", "critical")
@@ -36,7 +37,9 @@ _REQUIRED = ("batch", "timestamp", "level", "n", "signals")
 def append_history(path, record: dict) -> Path:
     """Append ``record`` (from :func:`history_record`) as one line to the JSONL file ``path`` (created).
 
-    The append is atomic for readers and other writers: under an exclusive ``flock`` of the file, one
+    The file is opened without following a symbolic link (a link, or anything but a regular file, at ``path`` is
+    one :class:`~embeval_report.errors.InputError` line). The append is atomic for readers and other writers:
+    under an exclusive ``flock`` of the file, one
     ``os.write`` of the whole line to a descriptor opened with ``O_APPEND``, then ``fsync``. A line left torn by
     an earlier crash (no final newline) gets a newline first, so this line stays whole; a write that fails
     (no space, quota) is undone (the file is cut back to its size before) and raised as one
@@ -45,13 +48,11 @@ def append_history(path, record: dict) -> Path:
     import fcntl
 
     path = Path(path)
-    if path.exists() and not path.is_file():
-        raise InputError(f"--history {path}: exists and is not a file")
     line = (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
     size = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = open_nofollow(path, os.O_RDWR | os.O_APPEND, "--history")  # a link there: one line, exit 2
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)

@@ -134,6 +134,7 @@ def _monitor(args) -> int:
 
     from ..io import load_vectors
     from ..io.monitor_history import append_history
+    from ..safe_files import check_target, replace_file
     from .score import history_record
     from .profile import load_profile
     from .score import LEVELS, score_batch
@@ -141,6 +142,11 @@ def _monitor(args) -> int:
     if not 0 < args.alpha < 1:
         raise InputError(f"--alpha: expected a value between 0 and 1, got {args.alpha}")
     quiet = str(args.json) == "-"  # only the JSON on stdout, nothing else unless an error
+    default = Path(f"monitor-{args.batch.stem}.json")
+    out = None if quiet else args.json or (args.history.parent / default if args.history else default)
+    for path, what in ((out, "--json"), (args.history, "--history")):
+        if path is not None:
+            check_target(path, what)  # a link there: one line, exit 2, before anything is read or written
     profile = load_profile(args.profile)
     Y, _ = _read_batch(args.batch, load_vectors)
     score = score_batch(profile, Y, seed=args.seed, alpha=args.alpha, label=args.batch.name, device=args.device)
@@ -150,10 +156,8 @@ def _monitor(args) -> int:
     if quiet:
         print(text)
     else:
-        default = Path(f"monitor-{args.batch.stem}.json")
-        out = args.json or (args.history.parent / default if args.history else default)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n")
+        replace_file(out, text + "\n", "--json")  # a new file renamed into place, never through a link
         print(table(score))
         print(out)
     if args.history:

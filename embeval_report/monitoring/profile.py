@@ -42,6 +42,7 @@ import torch
 
 from ..version import __version__
 from ..errors import InputError
+from ..safe_files import check_target, replace_file, replace_with
 from ..kernels import as_numpy, knn, resolve_device
 from ..metrics.isotropy import cosine_moments, spectral_metrics
 
@@ -210,12 +211,15 @@ def save_profile(profile: Profile, folder) -> Path:
         raise InputError(f"--out {folder}: a non-empty folder that is not a monitoring profile; give a new or empty "
                          "folder")
     folder.mkdir(parents=True, exist_ok=True)
-    tmp_arrays = folder / (ARRAYS_FILE + ".tmp.npz")
-    np.savez(tmp_arrays, **{k: getattr(profile, k) for k in _ARRAYS})
-    tmp_json = folder / (JSON_FILE + ".tmp")
-    tmp_json.write_text(json.dumps(profile.scalars(), indent=2))
-    tmp_arrays.replace(folder / ARRAYS_FILE)
-    tmp_json.replace(folder / JSON_FILE)
+    for name in (ARRAYS_FILE, JSON_FILE):  # both refused before either is written: a link there, a folder
+        check_target(folder / name, "--out")
+
+    def save_arrays(tmp: Path) -> None:
+        with open(tmp, "wb") as f:  # a file object: np.savez adds no suffix
+            np.savez(f, **{k: getattr(profile, k) for k in _ARRAYS})
+
+    replace_with(folder / ARRAYS_FILE, save_arrays, "--out")  # new files renamed into place, never through a link
+    replace_file(folder / JSON_FILE, json.dumps(profile.scalars(), indent=2), "--out")
     return folder
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..chapters.findings import Finding, json_safe
 from ..chapters.recorder import BASELINE_FILE
 from ..errors import InputError
+from ..safe_files import portable_path
 from .pairing import ModelReport, compare_reports, is_report_folder
 
 
@@ -25,7 +26,7 @@ def check_baseline(path) -> Path:
     folder = Path(path)
     if not folder.is_dir() or not is_report_folder(folder):
         raise InputError(f"--baseline {path}: not an embeval-report folder (expected an earlier report's folder with "
-                         "run.json and results/)")
+                         "results/ and the run.json embeval-report wrote)")
     return folder.resolve()
 
 
@@ -49,7 +50,7 @@ def compare_with_baseline(staging: Path, baseline: Path, *, mde, level: float, s
                                "previous": before[name]["value"], "value": m["value"],
                                "change": m["value"] - before[name]["value"], "verdict": m.get("verdict"),
                                "previous_verdict": before[name].get("verdict")})
-    doc = {"folder": str(baseline), "name": previous.name, "generated": previous.run.get("generated"),
+    doc = {"folder": portable_path(baseline, staging), "name": previous.name, "generated": previous.run.get("generated"),
            "comparisons": rows, "values": json_safe(values)}
     (staging / "results" / BASELINE_FILE).write_text(json.dumps(doc, indent=2, allow_nan=False))
     return doc

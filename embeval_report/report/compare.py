@@ -30,6 +30,8 @@ from ..metrics.effects import Effects
 from ..resources import notebooks_dir
 from ..chapters.registry import discover, resolve_settings
 from ..settings import ChapterSettings
+from ..safe_files import portable_path, resolve_recorded
+from .earlier import mark
 from .outdir import OutputFolder
 from .render.pdf import PDF_TIMEOUT, PdfTimeout
 from .pairing import ModelReport, is_report_folder, compare_reports
@@ -237,10 +239,10 @@ def write_comparison(folder: Path, reports: list[ModelReport], table: pd.DataFra
                      correction: str, effect: str, level: float, seed: int) -> dict:
     """``comparison.json`` and ``comparison.csv`` in ``folder``; returns the JSON document (``effect``: the
     ``--mde`` text; each comparison holds its own ``effect`` E and ``effect_rule``)."""
-    def where(path: Path) -> str:  # a report run here, inside the comparison folder: relative to it
-        return str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path)
+    def source(r: ModelReport) -> str | None:  # as the model's run.json recorded it, relative to this folder
+        return portable_path(resolve_recorded(r.run["source"], r.folder), folder) if r.run.get("source") else None
 
-    doc = dict(version=__version__, models=[dict(name=r.name, report=where(r.folder), source=r.run.get("source"),
+    doc = dict(version=__version__, models=[dict(name=r.name, report=portable_path(r.folder, folder), source=source(r),
                                                  n=r.run.get("n"), d=r.run.get("d")) for r in reports],
                correction=correction, effect=effect, level=level, seed=seed, alpha=0.05,
                primary_test="paired randomisation (sign-flip) test, two-sided",
@@ -269,9 +271,10 @@ def _model_metrics(r: ModelReport) -> dict:
 def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = None, chapters=None,
                 correction: str = "holm", renderer: str = "auto", pdf_engine: str = "typst", formats=("html", "pdf"),
                 title: str | None = None, timeout: int | None = None, force: bool = False, jobs: int = 1,
-                embedding_cache=None, progress=print,
+                embedding_cache=None, progress=print, record_paths: bool = False,
                 pdf_timeout: float | None = PDF_TIMEOUT) -> tuple[Path, pd.DataFrame, dict]:
-    """Run (or reuse) a report per model, pair and compare them, and write the comparison report at ``out``.
+    """Run (or reuse) a report per model, pair and compare them, and write the comparison report at ``out``
+    (``record_paths``: every run.json records absolute paths, see :func:`~.runner.run_report`).
 
     Returns ``(out, table, files)``. Raises :class:`InputError` for fewer than two models, bad names or a folder
     that may not be written, before anything runs.
@@ -279,7 +282,7 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
     import papermill as pm
 
     from .render import render_report
-    from .execution import KERNEL_ARGUMENTS, WarmKernel
+    from .execution import KERNEL_ARGUMENTS, WarmKernel, publish_notebook
     from .runner import run_report
 
     if len(sources) < 2:
@@ -309,7 +312,7 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
             folder = staging / "models" / slug
             run_report(source, folder, settings=settings, chapters=chapters, renderer=renderer,
                        pdf_engine=pdf_engine, formats=formats, timeout=timeout, jobs=jobs,
-                       embedding_cache=embedding_cache, pdf_timeout=pdf_timeout)
+                       embedding_cache=embedding_cache, record_paths=record_paths, pdf_timeout=pdf_timeout)
             reports.append(ModelReport.open(folder, name))
         progress("comparing the models unit by unit")
         table, ranks = compare_reports(reports, correction=correction, effects=effects, level=settings.level,
@@ -319,7 +322,8 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
         write_comparison(staging, reports, table, ranks, correction=correction, effect=effects.canonical(),
                          level=settings.level, seed=settings.seed)
         title = title or f"Model comparison: {' vs '.join(labels)}"
-        run_info = dict(title=title, name=" vs ".join(labels), source=", ".join(str(s) for s in sources),
+        shown = [str(Path(s).resolve()) if record_paths else portable_path(s, target.path) for s in sources]
+        run_info = dict(title=title, name=" vs ".join(labels), source=", ".join(shown),
                         seed=settings.seed, device=settings.device, version=__version__,
                         generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"), models=labels,
                         chapters=[dict(name="comparison", title="Model comparison", order=1, status="ok", reason="")])
@@ -333,8 +337,8 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
                                 execution_timeout=timeout, extra_arguments=KERNEL_ARGUMENTS, km=kernel.km)
         finally:
             kernel.release()
-        files_written = sorted(p.name for p in staging.iterdir() if not p.name.startswith(".")) + ["run.json"]
-        (staging / "run.json").write_text(json_text(dict(run_info, files=sorted(set(files_written))), indent=2))
+        publish_notebook(target_nb, target_nb, staging)  # no path of this machine in it
+        (staging / "run.json").write_text(json_text(mark(run_info, staging), indent=2))
         files = {}
         for fmt in formats:
             progress(f"rendering {fmt}")
@@ -343,6 +347,7 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
                                            pdf_engine=pdf_engine, pdf_timeout=pdf_timeout))
             except PdfTimeout as exc:  # the other formats are written
                 progress(f"warning: {exc}")
+        (staging / "run.json").write_text(json_text(mark(run_info, staging), indent=2))  # and the rendered files
         target.commit(staging)
     except BaseException as exc:
         target.abandon(staging, exc)  # removes staging; a write fault becomes one line (OutputError)

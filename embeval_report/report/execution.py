@@ -11,6 +11,7 @@ import nbformat
 
 from ..chapters.declaration import ChapterSpec
 from ..progress import RunProgress
+from ..safe_files import private_prefixes, scrub
 from .kernel_forks import KernelForks
 from .outdir import raise_write_fault
 from .render.common import strip_ansi
@@ -199,10 +200,50 @@ def execute_chapter(ch: ChapterSpec, staging: Path, params: dict, *, timeout: in
             status, reason = "skipped", strip_ansi(str(getattr(exc, "evalue", ""))).strip()
         else:
             status, reason = "failed", error_text(exc)
-    nb = nbformat.read(target if target.exists() else ch.notebook, as_version=4)
-    nb.metadata.setdefault("embeval", {}).update(name=ch.name, title=ch.title, status=status, error=reason or None)
-    nbformat.write(nb, target)
+    reason = scrub(reason, private_prefixes(*report_places(staging)))
+    publish_notebook(target if target.exists() else ch.notebook, target, staging,
+                     dict(name=ch.name, title=ch.title, status=status, error=reason or None))
     return ChapterOutcome(ch, status, reason, time.time() - t0)
+
+
+def report_places(staging: Path) -> list[tuple[Path, str]]:
+    """What paths of a run's staging folder and of the folder around it read as from the report folder."""
+    places = [(staging, "")]
+    if staging.parent != staging.parent.parent:
+        places.append((staging.parent, ".."))
+    return places
+
+
+#: the output fields of a notebook that hold text (a traceback, a warning, a printed path)
+_TEXT_FIELDS = ("text", "evalue", "traceback")
+
+
+def publish_notebook(source: Path, target: Path, staging: Path, embeval: dict | None = None) -> None:
+    """Write the executed notebook ``source`` to ``target`` as the report publishes it: papermill's record of
+    where it ran (``input_path``, ``output_path``) relative to the report, and the paths of this machine in its
+    outputs (tracebacks, warnings) replaced (:func:`~embeval_report.safe_files.scrub`: no staging folder, whose
+    name holds the host name, no Python environment); ``embeval``: the chapter's metadata."""
+    nb = nbformat.read(source, as_version=4)
+    prefixes = private_prefixes(*report_places(staging))
+    if embeval is not None:
+        nb.metadata.setdefault("embeval", {}).update(embeval)
+    pm = nb.metadata.get("papermill")
+    if pm:
+        pm["input_path"] = Path(str(pm.get("input_path") or target.name)).name
+        pm["output_path"] = target.relative_to(staging).as_posix() if target.is_relative_to(staging) else target.name
+
+    def clean(value):
+        return [clean(v) for v in value] if isinstance(value, list) else scrub(value, prefixes)
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            for key in _TEXT_FIELDS:
+                if key in out:
+                    out[key] = clean(out[key])
+            data = out.get("data") or {}
+            for kind in [k for k in data if k.startswith("text/")]:
+                data[kind] = clean(data[kind])
+    nbformat.write(nb, target)
 
 
 def _sequential(chapters: list[ChapterSpec], staging: Path, params: dict, timeout: int | None, shown: RunProgress,

@@ -3,8 +3,10 @@
 Rules (the tool never deletes a file it did not write):
 
 * a new or empty folder is written;
-* an earlier embeval-report output (it has ``run.json``) is replaced atomically, provided it holds
-  only what embeval-report writes;
+* an earlier report (:mod:`.earlier`: its ``run.json`` carries embeval-report's marker and the list of files the
+  run wrote, or the structure earlier versions wrote) is replaced atomically, provided it holds only what
+  embeval-report wrote (other top-level entries: refused unless ``--force``, which keeps them; a file the run did
+  not write inside the report's own folders: refused even with ``--force``);
 * any other non-empty folder is refused (exit status 2) unless ``--force``; with ``--force`` the
   report's own entries are added next to the folder's other files, which are kept (a folder that
   already holds an entry with one of the report's names that embeval-report did not write is
@@ -37,25 +39,16 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import ExitCode, InputError, OutputError, notice
-
-#: the top-level entries a report folder may hold (everything the runner and renderers write)
-REPORT_ENTRIES = frozenset({"report.html", "report.pdf", "metrics.json", "run.json", "chapters", "results",
-                            "demo-data", "embeddings", "report.typ.failed", "models", "comparison.json",
-                            "comparison.csv", "explore.ipynb"})
+from ..safe_files import open_nofollow
+from .earlier import REPORT_ENTRIES, EarlierReport
 
 
 def _listing(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
 
-def _written_by_us(folder: Path) -> set[str]:
-    """The entries an earlier run recorded as its own in ``run.json`` (all report entries for older runs)."""
-    try:
-        run = json.loads((folder / "run.json").read_text())
-    except (OSError, ValueError):
-        return set()
-    files = run.get("files") if isinstance(run, dict) else None
-    return set(files) if isinstance(files, list) else set(REPORT_ENTRIES)
+def _listed(names: list[str]) -> str:
+    return f"{', '.join(names[:5])}{', …' if len(names) > 5 else ''}"
 
 
 @dataclass(frozen=True)
@@ -75,18 +68,25 @@ class OutputFolder:
         if not out.exists() or not any(out.iterdir()):
             return cls(out)
         entries = _listing(out)
-        ours = _written_by_us(out)
-        if ours:  # an earlier report
-            foreign = [e for e in entries if e not in ours]
+        earlier = EarlierReport.read(out)
+        if earlier is not None:
+            inside = earlier.unrecorded()
+            if inside:
+                raise InputError(f"--out {out}: an earlier report folder holding files embeval-report did not write "
+                                 f"inside its own folders ({_listed(inside)}); replacing the report would delete "
+                                 "them, even with --force: move them away or choose another folder")
+            foreign = earlier.foreign()
             if not foreign:
                 return cls(out)
             if not force:
                 raise InputError(f"--out {out}: an earlier report folder that also holds files embeval-report did "
-                                 f"not write ({', '.join(foreign[:5])}{', …' if len(foreign) > 5 else ''}); move them "
-                                 "away, choose another folder, or pass --force to keep them and replace the report")
-            return cls(out, merge=True, previous=frozenset(e for e in entries if e in ours))
+                                 f"not write ({_listed(foreign)}); move them away, choose another folder, or pass "
+                                 "--force to keep them and replace the report")
+            return cls(out, merge=True, previous=frozenset(e for e in entries if e not in foreign))
         if not force:
-            raise InputError(f"--out {out}: folder is not empty and is not an embeval-report output (no run.json); "
+            why = ("its run.json was not written by embeval-report" if os.path.lexists(out / "run.json")
+                   else "no run.json")
+            raise InputError(f"--out {out}: folder is not empty and is not an embeval-report output ({why}); "
                              "choose a new or empty folder, or pass --force to add the report beside its files")
         clash = [e for e in entries if e in REPORT_ENTRIES]
         if clash:
@@ -272,8 +272,15 @@ def owner_tag() -> str:
 #: (``mkdtemp``'s 8 characters, or the pid alone for a replaced report)
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-(?:(?P<pid>\d+)@(?P<host>[A-Za-z0-9._-]+)-)?"
                        r"(?P<token>[a-z0-9_]{8}|\d+)$")
-#: what a staging or trash folder may hold: the report's entries and the run's hidden working files
+#: what a staging or trash folder may hold: the report's entries and the run's hidden working files (and the
+#: temporaries of a file being replaced: ``safe_files.replace_with``'s, and earlier versions' ``.NAME.tmp-PID``)
 _STAGING_ENTRIES = REPORT_ENTRIES | {".prepared", ".progress"}
+_TEMPORARY = re.compile(r"^\..+\.tmp(-\d+)?$")
+
+
+def _only_run_entries(folder: Path) -> bool:
+    """Whether ``folder`` holds only what a run's staging (or trash) folder holds."""
+    return all(p.name in _STAGING_ENTRIES or _TEMPORARY.match(p.name) for p in folder.iterdir())
 
 
 def pid_alive(pid: int) -> bool:
@@ -306,8 +313,8 @@ class Leftover:
         m = _LEFTOVER.match(path.name)
         if m is None or not path.is_dir() or path.is_symlink():
             return None
-        if m["pid"] is None and not {p.name for p in path.iterdir()} <= _STAGING_ENTRIES:
-            return None  # no owner in the name and not only what a run writes: not ours
+        if not _only_run_entries(path):
+            return None  # not only what a run writes: not ours, whatever its name says
         return cls(path, m["name"], m["kind"], int(m["pid"]) if m["pid"] else None, m["host"])
 
     def state(self) -> str:
@@ -338,7 +345,7 @@ def remove_stale(out: Path, *, say: Callable[[str], None] = notice) -> list[tupl
         left = Leftover.parse(entry)
         if left is None or left.name != out.name or left.state() != "gone":
             continue
-        if left.kind == "old" and not out.exists() and (entry / "run.json").is_file():
+        if left.kind == "old" and not out.exists() and EarlierReport.read(entry) is not None:
             entry.rename(out)
             say(f"restored the earlier report {out} from {entry.name}, left by run pid {left.pid} that was "
                 "stopped while moving its report into place")
@@ -391,6 +398,11 @@ def _holder(record: dict | None) -> str:
     return f"pid {record.get('pid')} on {record.get('host')}, started {since}{ago}"
 
 
+def _is_lock_record(record: dict | None) -> bool:
+    """Whether ``record`` is what :class:`OutputLock` writes into its file."""
+    return bool(record) and {"pid", "host", "since"} <= set(record)
+
+
 def _read_record(fd: int) -> dict | None:
     try:
         text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
@@ -428,7 +440,7 @@ class OutputLock:
 
         announced = False
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = open_nofollow(self.path, os.O_RDWR, "--out lock")
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -459,6 +471,11 @@ class OutputLock:
             break
         self.fd = fd
         previous = _read_record(fd)
+        if os.fstat(fd).st_size and not _is_lock_record(previous):
+            self.fd = None
+            os.close(fd)
+            raise InputError(f"--out lock {self.path}: holds something that is not a lock embeval-report wrote; it "
+                             "will not overwrite it: remove it or choose another --out")
         if previous:
             say(f"took over {self.path}: the run it names ({_holder(previous)}) is gone")
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
@@ -531,7 +548,8 @@ _CACHE_ENTRY = re.compile(r"^(corpus|queries)-[0-9a-f]{40}\.npy(\.[A-Za-z0-9_]+\
 def clean(root, *, dry_run: bool = False, say: Callable[[str], None] = print) -> int:
     """Remove what embeval-report left under ``root`` that no run uses; one line each, then the total.
 
-    * staging and trash folders (``.NAME.partial-*``, ``.NAME.old-*``) whose owner is gone; those of a live run,
+    * staging and trash folders (``.NAME.partial-*``, ``.NAME.old-*``, holding only what a run writes) whose
+      owner is gone; those of a live run,
       or of a run on another host, are left and said; those of an older embeval-report (no owner in the name,
       holding only what a run writes) are removed when no run holds the output's lock;
     * lock files embeval-report wrote (a record naming the run and the output) that no run holds;
@@ -590,7 +608,7 @@ def _lock_free(out: Path, *, remove: bool = False, ours: bool = False) -> bool:
 
     path = lock_path(out)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         return True
     except OSError:
@@ -606,7 +624,7 @@ def _lock_free(out: Path, *, remove: bool = False, ours: bool = False) -> bool:
                 return False
         if ours:
             record = _read_record(fd) or {}
-            if not {"pid", "host", "since"} <= set(record) or Path(str(record.get("out", ""))).name != out.name:
+            if not _is_lock_record(record) or Path(str(record.get("out", ""))).name != out.name:
                 return False
         if remove and _same_file(fd, path):
             path.unlink()

@@ -26,9 +26,11 @@ from ..io.model_source import embedded_source
 from ..io.side_data import load_side_data
 from ..progress import RunProgress
 from ..resources import EXPLORE_NOTEBOOK, explore_template
+from ..safe_files import portable_path
 from ..settings import ChapterSettings
 from ..version import __version__
 from .baseline import check_baseline, compare_with_baseline
+from .earlier import mark
 from .execution import ChapterOutcome, error_text, execute
 from .kernel_forks import KernelForks
 from .findings import derive_findings
@@ -78,6 +80,7 @@ class Run:
     done: dict[str, ChapterOutcome] = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     baseline: Path | None = None     # an earlier report of the previous model (--baseline)
+    record_paths: bool = False       # run.json keeps the absolute paths of the input (--record-paths)
     requested: bool = False          # the chapters were named (--chapters): one that lacks its input is an error
 
     @property
@@ -144,15 +147,16 @@ def select_chapters(run: Run) -> None:
 def describe_run(run: Run, out: Path, *, title, jobs, engine_info, graph) -> None:
     """The run's description (``run.json`` without the chapters): settings, set, engine, shared graph, model."""
     s, es = run.settings, run.es
-    model = dict(run.model_run, folder=_final_path(run.model_run["folder"], run.staging, out)) if run.model_run else None
+    model = (dict(run.model_run, **{k: published(run, run.model_run[k], out) for k in ("folder", "cache")
+                                    if run.model_run.get(k)}) if run.model_run else None)
     run.info = dict(title=title or f"Embedding evaluation: {es.name}", name=es.name,
-                    source=_final_path(run.source.resolve(), run.staging, out),
+                    source=published(run, run.source.resolve(), out),
                     seed=s.seed, device=s.device, sample_size=s.sample_size, options=s.set_options,
                     precision=s.precision, version=__version__, n=es.n, d=es.d, jobs=jobs, engine=engine_info,
                     memory_budget=s.compute().budget, runner_peak_rss_bytes=peak_rss_bytes(),
                     **({"neighbour_graph": graph} if graph else {}),
                     **({"model": model} if model else {}),
-                    **({"baseline": str(run.baseline)} if run.baseline else {}),
+                    **({"baseline": published(run, run.baseline, out)} if run.baseline else {}),
                     generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
 
 
@@ -188,9 +192,8 @@ def write_run(run: Run) -> None:
     chapters = [dict(name=o.chapter.name, title=o.chapter.title, order=o.chapter.order, status=o.status,
                      reason=o.reason, requires=list(o.chapter.requires), seconds=round(o.seconds, 2))
                 for o in sorted(run.outcomes(), key=lambda o: o.chapter.order)]
-    files = sorted(p.name for p in run.staging.iterdir() if not p.name.startswith(".")) + ["run.json"]
     run.info["runner_peak_rss_bytes"] = peak_rss_bytes()  # so far: the last write comes after rendering
-    doc = dict(run.info, chapters=chapters, files=sorted(set(files)))
+    doc = mark(dict(run.info, chapters=chapters), run.staging)  # the marker and every file: earlier.py
     (run.staging / "run.json").write_text(json_text(doc, indent=2))
 
 
@@ -210,7 +213,8 @@ def write_metrics(run: Run) -> None:
     """``metrics.json`` in the fixed schema, from the chapters' recorded results."""
     chapters = [dict(name=o.chapter.name, status=o.status, reason=o.reason)
                 for o in sorted(run.outcomes(), key=lambda o: o.chapter.order)]
-    doc = metrics_document(run.staging / "results", chapters, version=__version__, source=run.info["source"],
+    source = portable_path(_final_path(run.source.resolve(), run.staging, run.target.path), run.target.path)
+    doc = metrics_document(run.staging / "results", chapters, version=__version__, source=source,
                            seed=run.info["seed"], device=run.info["device"])
     (run.staging / "metrics.json").write_text(json_text(doc, indent=2))
 
@@ -239,20 +243,24 @@ def _final_path(path, staging: Path, out: Path) -> str:
     return str(out / path.relative_to(staging)) if path.is_relative_to(staging) else str(path)
 
 
-def _notebook_path(path: Path, staging: Path) -> str:
-    """A path as the chapter notebooks (cwd ``chapters/``) should see it."""
-    path = Path(path).resolve()
-    try:
-        return os.path.relpath(path, staging / "chapters") if path.is_relative_to(staging) else str(path)
-    except ValueError:
-        return str(path)
+def published(run: Run, path, out: Path) -> str:
+    """A path of the input as ``run.json`` records it: relative to the report folder ``out``
+    (:func:`~embeval_report.safe_files.portable_path`), absolute with ``--record-paths``."""
+    final = _final_path(path, run.staging, out)
+    return final if run.record_paths else portable_path(final, out)
+
+
+def _notebook_path(path: Path, staging: Path, out: Path) -> str:
+    """A path as the chapter notebooks (cwd ``chapters/``) should see it: relative to ``chapters/`` of the report
+    as it will be at ``out``."""
+    return portable_path(_final_path(Path(path).resolve(), staging, out), out / "chapters")
 
 
 def run_report(source, out, *, settings: ChapterSettings | None = None, chapters: list[str] | None = None,
                renderer: str = "auto", pdf_engine: str = "typst", formats=("html", "pdf"), title: str | None = None,
                timeout: int | None = None, prepare=None, force: bool = False, jobs: int = 1,
                embedding_cache=None, engine: str = "local", scheduler: str | None = None, workers: int = 2,
-               baseline=None, pdf_timeout: float | None = PDF_TIMEOUT) -> RunResult:
+               baseline=None, record_paths: bool = False, pdf_timeout: float | None = PDF_TIMEOUT) -> RunResult:
     """Build a complete report for ``source`` (a manifest or a vectors file) at ``out``.
 
     ``jobs`` chapters execute at once, each in its own process (statistical rigor and the summary last,
@@ -260,10 +268,12 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
     ``prepare(staging) -> source`` may create the input inside the staging folder (the demo does, so its
     data travels with the report). A manifest that names a model is embedded first (through
     ``embedding_cache``). ``baseline``: an earlier report folder of the previous model on the same inputs,
-    compared with this one (:mod:`.baseline`). ``pdf_timeout``: the PDF's wall-clock limit in seconds (None: none;
-    past it the PDF is not written and its error says so). ``engine="dask"`` (or a ``scheduler`` address) runs the shared graph and the
-    chapters' decomposable passes on a Dask cluster (a ``LocalCluster`` of ``workers`` processes, or the
-    scheduler at ``tcp://HOST:PORT``), closed before this returns. Raises
+    compared with this one (:mod:`.baseline`). ``record_paths``: ``run.json`` records the input's absolute paths
+    (else paths relative to the report folder, as every other file of the report). ``pdf_timeout``: the PDF's
+    wall-clock limit in seconds (None: none; past it the PDF is not written and its error says so).
+    ``engine="dask"`` (or a ``scheduler`` address) runs the shared graph and the chapters' decomposable passes on
+    a Dask cluster (a ``LocalCluster`` of ``workers`` processes, or the scheduler at ``tcp://HOST:PORT``), closed
+    before this returns. Raises
     :class:`~embeval_report.errors.InputError` for bad input or a folder that may not be written, before any
     chapter runs.
     """
@@ -280,15 +290,16 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
     chosen = select(everything, chapters)
     run = Run(target, target.staging(), settings, chosen,
               [ChapterOutcome(c, "skipped", NOT_SELECTED) for c in everything if c not in chosen],
-              baseline=baseline, requested=bool(chapters))
+              baseline=baseline, requested=bool(chapters), record_paths=record_paths)
     client = None
     forks = KernelForks.shared()  # the chapter kernels' template: its imports overlap the preparation of the input
     try:
         prepare_input(run, source, prepare=prepare, embedding_cache=embedding_cache)
         select_chapters(run)
         client, engine_info = dask_client(engine, scheduler, workers)
-        # both relative to chapters/ when inside the report: an executed notebook re-runs where the report ends up
-        params = dict(source=_notebook_path(run.source, run.staging), prepared=_notebook_path(run.cache, run.staging),
+        # both relative to chapters/: an executed notebook re-runs where the report ends up (beside its input)
+        params = dict(source=_notebook_path(run.source, run.staging, target.path),
+                      prepared=_notebook_path(run.cache, run.staging, target.path),
                       results_dir="../results", settings=settings.to_params())
         if client is not None:  # every chapter sends its passes to this cluster, open until the last has run
             params["settings"] = replace(settings, scheduler=client.scheduler.address).to_params()

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import InputError
+from ..safe_files import resolve_recorded
 
 #: the experiment runs go to when none is named
 DEFAULT_EXPERIMENT = "embeval-report"
@@ -217,9 +218,10 @@ def report_tags(folder: Path, metrics: dict) -> dict[str, str]:
     return tags
 
 
-def report_params(run: dict) -> dict[str, str]:
+def report_params(run: dict, folder=None) -> dict[str, str]:
     """The run settings (``run.json``), the options set, the chapters that ran, and the model's digest (a model
-    run's) or the vectors file's (blake2b of its bytes, when the input names one file)."""
+    run's) or the vectors file's (blake2b of its bytes, when the input names one file; ``run.json`` records its
+    path relative to the report ``folder``)."""
     params = {k: run.get(k) for k in ("name", "source", "seed", "device", "sample_size", "precision",
                                       "memory_budget", "n", "d", "version", "jobs")}
     params.update({f"option.{k}": v for k, v in (run.get("options") or {}).items()})
@@ -228,7 +230,8 @@ def report_params(run: dict) -> dict[str, str]:
     if model:
         params.update(model=model.get("name"), model_digest=model.get("digest"))
     else:
-        digest = vectors_digest(run.get("source"))
+        source = run.get("source")
+        digest = vectors_digest(resolve_recorded(source, folder) if source and folder is not None else source)
         if digest:
             params["vectors_digest"] = digest
     return {metric_name(k): _param_text(v) for k, v in params.items()}
@@ -290,7 +293,7 @@ def log_report(tracking: Tracking, folder, *, parent: str | None = None, run_nam
         created = client.create_run(tracking._experiment_id(), run_name=run_name or tracking.run_name or run.get("name"))
         run_id = created.info.run_id
         try:
-            _log(client, run_id, report_metrics(metrics), report_params(run), tags)
+            _log(client, run_id, report_metrics(metrics), report_params(run, folder), tags)
             for name in ARTIFACTS:
                 if (folder / name).is_file():
                     client.log_artifact(run_id, str(folder / name))
