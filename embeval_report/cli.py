@@ -60,6 +60,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="write into a non-empty folder that is not a report; its files are kept")
     p.add_argument("--wait", action="store_true",
                    help="when another run is writing the same --out, wait for it to end instead of exiting with 2")
+    p.add_argument("--record-paths", action="store_true",
+                   help="run.json records the input's absolute paths (default: relative to the report folder, as in "
+                        "every other file of the report, so that a published report names no folder of this machine)")
     p.add_argument("--chapters", type=lambda s: list(_csv(s)),
                    help="comma-separated chapter names (default: every chapter whose inputs exist)")
     add_input_arguments(p)
@@ -265,7 +268,7 @@ def run_arguments(args) -> dict:
                 formats=args.formats, title=args.title, timeout=args.timeout, force=args.force, jobs=args.jobs,
                 embedding_cache=args.embedding_cache, engine="dask" if args.dask or args.scheduler else "local",
                 scheduler=args.scheduler, workers=args.dask_workers, baseline=getattr(args, "baseline", None),
-                pdf_timeout=args.pdf_timeout)
+                record_paths=args.record_paths, pdf_timeout=args.pdf_timeout)
 
 
 def tracked(tracking, log, *args, **kwargs) -> str | None:
@@ -411,6 +414,8 @@ def _render(args) -> int:
         try:
             written.append(render_report(args.dir, title=args.title, formats=(fmt,), renderer=args.renderer,
                                          pdf_engine=args.pdf_engine, pdf_timeout=args.pdf_timeout)[fmt])
+        except InputError:  # a link where the report file goes: one line, exit 2
+            raise
         except Exception as exc:
             print(f"embeval-report: warning: {fmt} rendering failed: {' '.join(str(exc).split())}", file=sys.stderr)
     for path in written:
@@ -436,7 +441,8 @@ def _compare(args) -> int:
             args.sources, args.out, names=args.names, settings=settings, chapters=args.chapters,
             correction=args.correction, renderer=args.renderer, pdf_engine=args.pdf_engine, formats=args.formats,
             title=args.title, timeout=args.timeout, force=args.force, jobs=args.jobs,
-            embedding_cache=args.embedding_cache, progress=say, pdf_timeout=args.pdf_timeout)
+            embedding_cache=args.embedding_cache, progress=say, record_paths=args.record_paths,
+            pdf_timeout=args.pdf_timeout)
     for line in terminal_lines(table, read_side_by_side(out), [name for name, _ in tr.compared_models(out)]):
         print(f"  {line}", file=sys.stderr)
     for f in files.values():
