@@ -33,6 +33,7 @@ import pandas as pd
 from ..errors import InputError
 from ..resources import EXPLORE_NOTEBOOK as NOTEBOOK
 from ..resources import explore_template
+from ..safe_files import replace_with, resolve_recorded
 #: the columns of :attr:`ReportFolder.metrics`
 METRIC_COLUMNS = ["chapter", "name", "value", "ci_low", "ci_high", "verdict", "direction", "label", "reference"]
 #: the columns of :attr:`ReportFolder.findings` (the findings schema of ``metrics.json``)
@@ -49,8 +50,7 @@ SCATTER_LEVELS = 10
 def write_notebook(folder) -> Path:
     """Copy the exploration notebook's template into a report folder (``folder/explore.ipynb``)."""
     target = Path(folder) / NOTEBOOK
-    shutil.copyfile(explore_template(), target)
-    return target
+    return replace_with(target, lambda tmp: shutil.copyfile(explore_template(), tmp), "explore:")
 
 
 def metrics_table(folder) -> pd.DataFrame:
@@ -87,20 +87,21 @@ def read_findings(folder) -> tuple[str | None, pd.DataFrame]:
 
 
 def report_source(folder, run: dict | None = None) -> Path:
-    """The input a report was made from: ``run.json``'s ``source``, or, when that path is gone and it lay inside
-    the report (the demo's data, a model run's embeddings), the same file in ``folder`` (a moved report)."""
+    """The input a report was made from: ``run.json``'s ``source`` (relative to the report folder, or absolute
+    with ``--record-paths`` and in reports of earlier versions), or, when that path is gone and it lay inside the
+    report (the demo's data, a model run's embeddings), the same file in ``folder`` (a moved report)."""
     folder = Path(folder)
     run = run if run is not None else _read_json(folder / "run.json")
-    source = Path(run.get("source") or "")
-    if source.exists():
+    source = resolve_recorded(run.get("source") or "", folder)
+    if run.get("source") and source.exists():
         return source
     own = set(run.get("files") or ())  # the report's own top-level entries
     parts = source.parts
     for i, part in enumerate(parts):
         if part in own and (folder.joinpath(*parts[i:])).exists():
             return folder.joinpath(*parts[i:])
-    raise InputError(f"{folder}: the report's input {source} is gone (run.json, field 'source'); its set cannot be "
-                     "read again")
+    raise InputError(f"{folder}: the report's input {source} is gone (run.json, field 'source', relative to the "
+                     "report folder unless the run had --record-paths); its set cannot be read again")
 
 
 def _read_json(path: Path, missing=None):
