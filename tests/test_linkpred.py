@@ -315,7 +315,13 @@ def test_chapters_end_to_end(tmp_path):
     assert {m for m in recorded if not m.startswith("mde_")} == set(lp.METRICS)
     assert {m for m in recorded if m.startswith("mde_")} == {"mde_mean_rank", "mde_mrr", "mde_hits_at_1", "mde_hits_at_10",
                                                              "mde_hits_at_50"}
-    assert set(doc["chapters"]["temporal_link_prediction"]["metrics"]) == set(tp.TEMPORAL_METRICS)
+    recorded = set(doc["chapters"]["temporal_link_prediction"]["metrics"])
+    assert {m for m in recorded if not m.startswith("mde_")} == set(tp.TEMPORAL_METRICS)
+    assert {m for m in recorded if m.startswith("mde_")} == {"mde_temporal_mrr", "mde_temporal_hits_at_10"}
+    units = pd.read_csv(out / "results" / "units" / "temporal_link_prediction.csv", keep_default_na=False)
+    t_info = json.loads((out / "results" / "temporal_link_prediction.json").read_text())["info"]
+    assert len(units) == t_info["units"]["stats"]["temporal_mrr"]["n"] > 0 and units["edge"].is_unique
+    assert units["horizon"].isin([row["horizon"] for row in t_info["by_horizon"]]).all()
     html = (out / "report.html").read_text()
     assert "raw, realistic ties, 100 negatives, cosine" in html and "Why random splits leak" in html
     out2 = tmp_path / "out2"
@@ -527,3 +533,86 @@ def test_link_data_from_side_data_with_a_negatives_file(tmp_path):
         r = lp.evaluate_link_prediction(X, data, probe=False, heuristics=True)
     assert np.isnan(r.values["adjusted_hits_at_10"]) and r.metrics["adjusted_hits_at_10"].to_json()["value"] is None
     assert r.protocol["n_test"] == 2 and r.n_candidates.tolist() == [3, 2]
+
+
+# ---------------------------------------------------------------------------------------------
+# The task scorers (issue 41): per-test-edge units, their aggregates, the plan, compare
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("chapter", ["link_prediction", "temporal_link_prediction"])
+def test_scorer_aggregates_are_the_recorded_numbers(chapter):
+    from scorer_world import assert_aggregates_are_recorded
+
+    assert_aggregates_are_recorded(chapter)
+
+
+@pytest.mark.parametrize("chapter", ["link_prediction", "temporal_link_prediction"])
+def test_scorer_plan_does_not_read_the_vectors(chapter):
+    from scorer_world import assert_plan_ignores_the_vectors
+
+    assert_plan_ignores_the_vectors(chapter)
+
+
+def test_edge_units_reproduce_every_headline_number():
+    """On planted data (ties, filtered ranks, relations): the unit table's aggregates are the evaluation's own
+    numbers, bit for bit, and each test edge's placement is its share of the pooled negatives below it."""
+    from embeval_report.chapters import link_prediction as lchapter
+
+    X, e = planted(n=200, blocks=8, n_edges=1200, seed=3)
+    X[:20] = X[0]  # exact ties
+    data = g.build_link_data(e, len(X), split="random", n_negatives=40)
+    for ties, filtered in (("realistic", False), ("pessimistic", True)):
+        plan = lp.LinkPlan(data, lp.edge_ids(data.test, np.arange(len(X)).astype(str)), "cosine", ties, filtered)
+        run = lp.run_link_prediction(X, plan, device="cpu")
+        r = lp.evaluate_link_prediction(X, data, score="cosine", ties=ties, filtered=filtered, probe=False,
+                                        heuristics=False, device="cpu")
+        values = lchapter.SCORER.values(run.per_edge)
+        assert values == {m: r.values[m] for m in values}
+        pos, neg = run.cs.pooled(filtered)
+        i = 5
+        assert run.per_edge["auc_placement"][i] == ((neg < pos[i]).sum() + 0.5 * (neg == pos[i]).sum()) / len(neg)
+
+
+def test_temporal_units_carry_the_horizon_and_the_change_over_it():
+    from embeval_report.chapters import temporal_link_prediction as tch
+
+    X, e = planted(n=240, blocks=8, n_edges=1800, t=True)
+    plan = tp.temporal_plan(e, len(X), n_negatives=50, n_bins=4)
+    run = tp.run_temporal(X, plan, device="cpu")
+    t = tp.evaluate_temporal(X, e, len(X), n_negatives=50, n_bins=4, max_heuristic_queries=200, plan=plan, cs=run.cs)
+    values = tch.SCORER.values(run.per_edge)
+    assert values == {m: t.values[m] for m in values}
+    by_bin = run.per_edge.groupby("horizon", sort=False)["temporal_mrr"].agg(["size", "mean"])
+    horizon = t.horizon.iloc[1:].set_index("horizon")
+    assert by_bin["size"].to_dict() == horizon["test edges"].to_dict()
+    assert by_bin["mean"].to_dict() == horizon["MRR"].to_dict()
+    assert list(run.per_edge["horizon"]) == [plan.horizons[b] for b in plan.bins]
+    again = tp.evaluate_temporal(X, e, len(X), n_negatives=50, n_bins=4, max_heuristic_queries=200)
+    assert again.values == t.values  # the plan and scores handed over change nothing
+
+
+@pytest.mark.parametrize("chapter,headline", [
+    ("link_prediction", ("mrr", "mean_rank", "hits_at_10", "amri", "adjusted_mrr", "auc")),
+    ("temporal_link_prediction", ("temporal_mrr", "temporal_hits_at_10", "temporal_amri", "temporal_auc"))])
+def test_compare_finds_a_planted_difference_there_only(tmp_path, chapter, headline):
+    from scorer_world import assert_found_only_in, planted_comparison
+
+    assert_found_only_in(planted_comparison(tmp_path, chapter), chapter, headline)
+
+
+def test_plan_fingerprint_of_a_large_plan_is_fast_and_by_value():
+    """A link plan's negatives (here 2 million) enter the fingerprint as a digest of their values: the same values in
+    another integer type give the same fingerprint, one changed negative another, in well under the seconds a JSON
+    list of them takes."""
+    import time
+
+    from embeval_report.metrics.scoring import plan_fingerprint
+
+    cand = np.random.default_rng(0).integers(0, 100_000, (20_000, 101))
+    start = time.perf_counter()
+    f = plan_fingerprint({"candidates": cand, "seed": 0})
+    assert time.perf_counter() - start < 2.0
+    assert f == plan_fingerprint({"candidates": cand.astype(np.int32), "seed": 0})
+    other = cand.copy()
+    other[123, 45] += 1
+    assert f != plan_fingerprint({"candidates": other, "seed": 0})

@@ -365,3 +365,68 @@ def test_end_to_end_report(tmp_path):
     html = (out / "report.html").read_text()
     for words in ("most popular", "Lorenz", "head", "The evaluation protocol", "Wilcoxon"):
         assert words in html, words
+
+
+# ---------------------------------------------------------------------------------------------
+# The task scorer (issue 41): per-user units, their aggregates, the plan, compare
+# ---------------------------------------------------------------------------------------------
+
+def test_scorer_aggregates_are_the_recorded_numbers():
+    from scorer_world import assert_aggregates_are_recorded
+
+    assert_aggregates_are_recorded("recommendation")
+
+
+def test_scorer_plan_does_not_read_the_vectors():
+    from scorer_world import assert_plan_ignores_the_vectors
+
+    assert_plan_ignores_the_vectors("recommendation")
+
+
+def test_user_units_reproduce_every_per_user_number_with_users_without_history():
+    """Given test interactions, some users have no training item (serendipity undefined, NaN): the unit table's
+    aggregates, read back from its CSV too, are the evaluation's numbers bit for bit, and the user ids are the
+    units."""
+    from embeval_report.chapters import recommendation as chapter
+
+    U, V, train, test = random_case(7, n_users=60, n_items=120)
+    train = [t if x % 6 else [] for x, t in enumerate(train)]  # every sixth user: no history
+    u = [x for x, t in enumerate(train) for _ in t]
+    i = [y for t in train for y in t]
+    s = rc.split_interactions(np.arange(60), np.arange(60, 180), u, np.array(i) + 60,
+                              test_user=[x for x, t in enumerate(test) for _ in t],
+                              test_item=np.array([y for t in test for y in t]) + 60)
+    ids = np.array([f"u{x}" for x in range(60)] + [f"i{y}" for y in range(120)], dtype=object)
+    X = np.vstack([U, V])
+    plan = rc.recommendation_plan(s, ids)
+    run = rc.run_recommendation(X, plan, device="cpu")
+    r = rc.evaluate_recommendation(U, V, s, device="cpu", seed=1)
+    assert run.per_user["serendipity"].isna().sum() >= 10
+    values = chapter.SCORER.values(run.per_user)
+    assert values == {m: r.metrics[m].value for m in values}
+    assert list(run.per_user["user"]) == [f"u{x}" for x in s.evaluated]
+    csv = run.per_user.to_csv(index=False)
+    import io
+    back = pd.read_csv(io.StringIO(csv), dtype={"user": str}, keep_default_na=False,
+                       na_values={m: ["", "nan", "NaN"] for m in rc.ACCURACY})  # as compare reads a unit table
+    assert chapter.SCORER.values(back) == values
+
+
+def test_compare_finds_a_planted_recommendation_difference_there_only(tmp_path):
+    from scorer_world import assert_found_only_in, planted_comparison
+
+    table = planted_comparison(tmp_path, "recommendation")
+    assert_found_only_in(table, "recommendation", ("ndcg_at_10", "hit_rate_at_10", "recall_at_10", "mrr"))
+
+
+def test_plan_fingerprint_reads_the_split_s_interactions():
+    """A recommendation plan holds sparse matrices: its fingerprint reads their entries (not their text, which
+    names only the shape and the count), so two splits with as many interactions but other ones differ."""
+    from embeval_report.metrics.scoring import plan_fingerprint
+
+    a = rc.split_interactions(np.arange(3), np.arange(3, 8), [0, 1, 2, 0], [3, 4, 5, 6], holdout=0)
+    b = rc.split_interactions(np.arange(3), np.arange(3, 8), [0, 1, 2, 0], [3, 4, 5, 7], holdout=0)
+    assert a.train.nnz == b.train.nnz and str(a.train) != "" and plan_fingerprint(a) != plan_fingerprint(b)
+    assert plan_fingerprint(a) == plan_fingerprint(rc.split_interactions(np.arange(3), np.arange(3, 8), [0, 1, 2, 0],
+                                                                         [3, 4, 5, 6], holdout=0))
+    assert plan_fingerprint(a.train) == plan_fingerprint(a.train.tocoo())

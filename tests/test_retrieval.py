@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -573,3 +574,73 @@ def test_judged_only_ndcg_hand_case_and_judgement_coverage():
     cov = res.info["judgements"]
     assert cov["docs_never_judged"] == 3 and cov["share_never_judged"] == pytest.approx(0.6)
     assert cov["unjudged_in_top"] == 3  # d3, d9 and d4 are in the top 10 unjudged
+
+
+# ---------------------------------------------------------------------------------------------
+# The task scorer (issue 41): per-query units, their aggregates, the plan, compare
+# ---------------------------------------------------------------------------------------------
+
+def test_scorer_aggregates_are_the_recorded_numbers():
+    from scorer_world import assert_aggregates_are_recorded
+
+    assert_aggregates_are_recorded("retrieval")
+
+
+def test_scorer_plan_does_not_read_the_vectors():
+    from scorer_world import assert_plan_ignores_the_vectors
+
+    assert_plan_ignores_the_vectors("retrieval")
+
+
+def test_one_changed_query_vector_changes_that_querys_row_only():
+    """The issue's "Done when": a set and a copy with one query vector changed, scored on the same plan, differ in
+    that query's row of the unit table and in no other. The changed query is one whose relevant documents are not
+    ranked first; it becomes a copy of its grade-2 document, which it then ranks first (cosine 1)."""
+    from scorer_world import manifest_a, scorer_setup
+
+    scorer, es, side, settings = scorer_setup(manifest_a("retrieval"), "retrieval")
+    inputs = scorer.inputs(es, side, settings)
+    plan = scorer.plan(inputs, settings)
+    before = scorer.units(es.vectors, inputs, plan).set_index("query_id")
+    qid = before.index[before["first_relevant_rank"] > 1][0]
+    j = list(inputs.query_ids).index(qid)
+    judged = plan.judged
+    doc = judged.loc[(judged["query_id"] == qid) & (judged["relevance"] == 2), "doc_id"].iloc[0]
+    row = list(es.ids).index(doc)
+
+    def query_j_on_its_document(Q):
+        Q = np.array(Q, copy=True)
+        Q[j] = es.vectors[row]
+        return Q
+
+    after = scorer.units(es.vectors, scorer.map_inputs(inputs, query_j_on_its_document), plan).set_index("query_id")
+    assert list(before.index) == list(after.index)
+    pd.testing.assert_frame_equal(before.drop(index=qid), after.drop(index=qid))  # every other query: bit for bit
+    assert before.loc[qid, "first_relevant_rank"] > 1 and after.loc[qid, "first_relevant_rank"] == 1
+    assert after.loc[qid, "mrr"] == 1.0 > before.loc[qid, "mrr"]
+
+
+def test_scorer_applies_a_remedy_to_the_query_vectors_too():
+    """``map_inputs``: a transform of the set (centring by the corpus mean) applied to the queries as well gives
+    what the metric function gives on both transformed sets; without queries the corpus is the query set."""
+    from scorer_world import manifest_a, scorer_setup
+
+    scorer, es, side, settings = scorer_setup(manifest_a("retrieval"), "retrieval")
+    inputs = scorer.inputs(es, side, settings)
+    plan = scorer.plan(inputs, settings)
+    mu = np.asarray(es.vectors, np.float64).mean(0)
+    centre = (lambda X: np.asarray(X, np.float64) - mu)
+    units = scorer.units(centre(es.vectors), scorer.map_inputs(inputs, centre), plan)
+    ref = rt.evaluate_retrieval(centre(inputs.queries), centre(es.vectors), side.qrels, query_ids=inputs.query_ids,
+                                doc_ids=es.ids, device="cpu", desc=None).per_query
+    pd.testing.assert_frame_equal(units[list(ref.columns)], ref)
+    assert not units["mrr"].equals(scorer.units(centre(es.vectors), inputs, plan)["mrr"])  # the queries did move
+    own = scorer.map_inputs(replace(inputs, queries=None), centre)
+    assert own.queries is None
+
+
+def test_compare_finds_a_planted_retrieval_difference_there_only(tmp_path):
+    from scorer_world import assert_found_only_in, planted_comparison
+
+    table = planted_comparison(tmp_path, "retrieval")
+    assert_found_only_in(table, "retrieval", ("mrr", "ndcg_at_10", "map"))

@@ -7,14 +7,15 @@ from typing import TYPE_CHECKING
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from ..errors import ChapterSkipped, InputError
-from ..io.graph import read_score
 from ..metrics import linkpred as lp
+from ..metrics.scoring import Aggregate, TaskScorer, check_units, weighted_mean
 from ..metrics.edge_probes import (
     FALSE_NEGATIVE_RATE_LIMIT,
     OPERATOR_LABELS,
@@ -24,7 +25,7 @@ from ..metrics.edge_probes import (
     NegativeQuality,
     ProbeResult,
 )
-from ..metrics.graph import HEURISTIC_FORMULAS, HEURISTIC_SHORT, LinkData, link_data
+from ..metrics.graph import HEURISTIC_FORMULAS, HEURISTIC_SHORT, link_data
 from ..metrics.ranks import KS, SCORE_FORMULAS, SCORE_NAMES, Ranks
 from ..present.display import callout, escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
@@ -75,33 +76,52 @@ def precheck(es, side, settings) -> str | None:
     return None
 
 
-def _link_data(ctx: ChapterContext) -> tuple[LinkData, list]:
+def link_plan(inputs: lp.LinkInputs, settings) -> lp.LinkPlan:
     """The evaluation protocol from the side data and options; a time split that cannot separate past
     from future (every edge at one time) falls back to a seeded random split, stated in the notes."""
-    side = ctx.side
-    kw = dict(test_fraction=ctx.option("test_fraction"), n_negatives=ctx.option("n_negatives"),
-              strategy=ctx.option("negative_strategy"), pool=ctx.option("negative_pool"), seed=ctx.seed)
+    side = inputs.side
+    kw = dict(test_fraction=settings.option("test_fraction"), n_negatives=settings.option("n_negatives"),
+              strategy=settings.option("negative_strategy"), pool=settings.option("negative_pool"), seed=settings.seed)
     try:
-        return link_data(side, ctx.es.n, **kw), []
+        data, notes = link_data(side, inputs.n, **kw), ()
     except InputError as e:
         if not (side.edges.has_time and side.test_edges is None and side.negatives is None):
             raise ChapterSkipped(str(e)) from None
-        note = (f"The edges cannot be split by time ({e}); a seeded random split is used instead.")
-        return link_data(side, ctx.es.n, split="random", **kw), [note]
+        notes = (f"The edges cannot be split by time ({e}); a seeded random split is used instead.",)
+        data = link_data(side, inputs.n, split="random", **kw)
+    return lp.LinkPlan(data, lp.edge_ids(data.test, inputs.ids), inputs.score, settings.option("ties"),
+                       settings.option("filtered"), notes)
+
+
+#: link prediction scored per test edge: its rank among its negatives; the rank metrics are means over the edges
+SCORER = TaskScorer(
+    unit="test edges", key="edge", columns=(*lp.RANK_MEANS, "n_candidates", "auc_placement"),
+    aggregates=(Aggregate("mean_rank", "lower", mean_of="mean_rank"),
+                *(Aggregate(m, mean_of=m) for m in lp.RANK_MEANS[1:]),
+                *(Aggregate(adjusted, fn=partial(lp.adjusted, name=name), unit_column=name,
+                            boot=partial(lp.adjusted_weighted, name=name))
+                  for adjusted, name in (("amri", "mean_rank"), ("adjusted_mrr", "mrr"),
+                                         ("adjusted_hits_at_10", "hits_at_10"))),
+                Aggregate("auc", fn=lp.placement_auc, unit_column="auc_placement",
+                          boot=partial(weighted_mean, column="auc_placement"))),
+    inputs=lp.LinkInputs.of, plan=link_plan,
+    score=lambda X, inputs, plan: lp.run_link_prediction(X, plan, device=inputs.device).per_edge)
 
 
 def compute(ctx: ChapterContext) -> LinkPredictionReport:
     """Rank every test edge against its negatives, run the probes and heuristics, and record every number."""
-    score = read_score(ctx.side.score)
-    data, notes = _link_data(ctx)
-    result = lp.evaluate_link_prediction(ctx.es.vectors, data, score=score, ties=ctx.option("ties"),
-                                         filtered=ctx.option("filtered"),
+    inputs = SCORER.inputs(ctx.es, ctx.side, ctx.settings)
+    plan = SCORER.plan(inputs, ctx.settings)
+    run = lp.run_link_prediction(ctx.es.vectors, plan, device=inputs.device)  # the scorer's units, with the scores
+    units = check_units(run.per_edge, SCORER.key, SCORER.columns)
+    score, notes = plan.score, list(plan.notes)
+    result = lp.evaluate_link_prediction(ctx.es.vectors, plan.data, score=score, ties=plan.ties,
+                                         filtered=plan.filtered,
                                          max_heuristic_queries=ctx.option("heuristic_queries"), level=ctx.level,
-                                         seed=ctx.seed, device=ctx.device)
+                                         seed=ctx.seed, device=ctx.device, cs=run.cs)
     recs = recommendations(result.quality)
     ctx.rec.add(*result.metrics.values())
-    ctx.rec.units(lp.per_edge_ranks(result, ctx.es.ids), key="edge", unit="test edges",
-                  means=("mean_rank", "mrr", *(f"hits_at_{k}" for k in KS)))
+    ctx.rec.scored(SCORER, units, plan)
     ctx.rec.test(*lp.negative_quality_tests(result.quality))
     ctx.rec.note(protocol=result.protocol, protocol_tag=result.tag, expected_under_chance=result.expected,
                  tie_and_filter=result.tie_table.to_dict(orient="records"),
@@ -584,5 +604,5 @@ CHAPTER = ChapterSpec(
     effects=(Effect("edge separation", ("auc", "probe_roc_auc", "probe_average_precision", "negative_score_cohens_d"),
                     "The vectors barely separate held-out edges from non-edges",
                     "Do not use these vectors for link prediction as they are:"),),
-    findings=findings,
+    findings=findings, scorer=SCORER,
 )

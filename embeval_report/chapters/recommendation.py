@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dataclasses import dataclass
+from functools import partial
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -15,6 +16,7 @@ from scipy import stats as sps
 
 from ..errors import ChapterSkipped
 from ..metrics import recommendation as rc
+from ..metrics.scoring import Aggregate, TaskScorer, check_units, weighted_mean
 from ..present.display import callout, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.display import show_tests as show_recorded_tests
@@ -60,18 +62,35 @@ def precheck(es, side, settings) -> str | None:
     return None
 
 
-def compute(ctx: ChapterContext) -> RecommendationReport:
-    """Split the interactions, recommend from the embeddings and the baselines, and record every number."""
-    es, side = ctx.es, ctx.side
-    inter, given = side.interactions, side.test_interactions
-    roles = inter.roles
-    notes = []
-    score = side.score or "dot"
+@dataclass(frozen=True)
+class RecommendationInputs:
+    """The scorer's inputs: the interactions (and the given test interactions), the score (``notes``: how the
+    manifest's was adapted), the set's ids and where to rank (``device``: every device gives the same lists)."""
+
+    interactions: object
+    test_interactions: object | None
+    score: str
+    notes: tuple
+    ids: np.ndarray
+    device: str = "auto"
+
+
+def recommendation_inputs(es, side, settings) -> RecommendationInputs:
+    """The interactions and the score (the dot product when the manifest's is not a recommendation score)."""
+    score, notes = side.score or "dot", ()
     if score not in rc.SCORES:
-        notes.append(f"The manifest's score `{score}` is not a recommendation score; the dot product is used.")
+        notes = (f"The manifest's score `{score}` is not a recommendation score; the dot product is used.",)
         score = "dot"
-    kw = dict(time=inter.time, rating=inter.rating, holdout=int(ctx.option("rec_holdout")), seed=ctx.seed,
-              min_rating=float(ctx.option("rec_min_rating")))
+    return RecommendationInputs(side.interactions, side.test_interactions, score, notes, es.ids, settings.device)
+
+
+def recommendation_plan(inputs: RecommendationInputs, settings) -> rc.RecommendationPlan:
+    """The split of the interactions (the given test interactions, else each user's latest or seeded random
+    ``rec_holdout``) and the evaluated users; :class:`ChapterSkipped` when no user has a held-out interaction."""
+    inter, given = inputs.interactions, inputs.test_interactions
+    roles = inter.roles
+    kw = dict(time=inter.time, rating=inter.rating, holdout=int(settings.option("rec_holdout")), seed=settings.seed,
+              min_rating=float(settings.option("rec_min_rating")))
     if given is not None:
         kw |= dict(test_user=given.user, test_item=given.item, test_rating=given.rating)
     split = rc.split_interactions(roles.users, roles.items, inter.user, inter.item, **kw)
@@ -82,17 +101,43 @@ def compute(ctx: ChapterContext) -> RecommendationReport:
                f"no user has more than {split.holdout} distinct items to hold {split.holdout} out"
                if given is None else "the test interactions are empty")
         raise ChapterSkipped(f"no user has a held-out interaction to evaluate: {why}")
-    result = rc.evaluate_recommendation(es.vectors[split.user_rows], es.vectors[split.item_rows], split, score=score,
-                                        level=ctx.level, seed=ctx.seed, device=ctx.device,
-                                        sampled_negatives=int(ctx.option("rec_sampled_negatives")))
+    return rc.recommendation_plan(split, inputs.ids, score=inputs.score,
+                                  sampled_negatives=int(settings.option("rec_sampled_negatives")))
+
+
+#: recommendation scored per evaluated user: the accuracy of its top 10 (and what the list does beyond accuracy)
+SCORER = TaskScorer(
+    unit="users", key="user",
+    columns=(*rc.ACCURACY, "n_test", "hits", "first_rank", "list_length", *rc.PER_USER_BEYOND,
+             "recommended_popularity", "history_popularity"),
+    aggregates=(*(Aggregate(m, mean_of=m) for m in rc.ACCURACY),
+                # means over the users with a value (NaN without a history, a list of two): as the chapter computes
+                # them, paired by the bootstrap
+                *(Aggregate(m, fn=partial(rc.user_mean, column=m), unit_column=m,
+                            boot=partial(weighted_mean, column=m)) for m in rc.PER_USER_BEYOND)),
+    inputs=recommendation_inputs, plan=recommendation_plan,
+    score=lambda X, inputs, plan: rc.run_recommendation(X, plan, device=inputs.device).per_user)
+
+
+def compute(ctx: ChapterContext) -> RecommendationReport:
+    """Split the interactions, recommend from the embeddings and the baselines, and record every number."""
+    es = ctx.es
+    inputs = SCORER.inputs(es, ctx.side, ctx.settings)
+    plan = SCORER.plan(inputs, ctx.settings)
+    split = plan.split
+    run = rc.run_recommendation(es.vectors, plan, device=inputs.device)  # the scorer's units, with the lists
+    units = check_units(run.per_user, SCORER.key, SCORER.columns)
+    result = rc.evaluate_recommendation(es.vectors[split.user_rows], es.vectors[split.item_rows], split,
+                                        score=plan.score, level=ctx.level, seed=ctx.seed, device=ctx.device,
+                                        sampled_negatives=plan.sampled_negatives, run=run)
     ctx.rec.add(*result.metrics.values(), *result.sampled_metrics.values())
     lift = _lift(result, ctx)
-    per_user = result.recommenders["embeddings"].per_user.assign(user=es.ids[split.user_rows[result.users]])
-    ctx.rec.units(per_user, key="user", unit="users", means=rc.ACCURACY)
-    ctx.rec.note(protocol=result.protocol, users_and_items=roles.source, **result.info,
+    ctx.rec.scored(SCORER, units, plan)
+    notes = list(inputs.notes)
+    ctx.rec.note(protocol=result.protocol, users_and_items=inputs.interactions.roles.source, **result.info,
                  baselines=baseline_table(result, raw=True).to_dict(orient="records"),
                  lift_over_baselines=lift.to_dict(orient="records"), **({"adapted": notes} if notes else {}))
-    return RecommendationReport(result, lift, roles.source, tuple(notes), ctx.rec)
+    return RecommendationReport(result, lift, inputs.interactions.roles.source, tuple(notes), ctx.rec)
 
 
 def _lift(result: rc.RecommendationResult, ctx: ChapterContext) -> pd.DataFrame:
@@ -412,5 +457,5 @@ CHAPTER = ChapterSpec(
     description="Top-10 recommendation from user·item scores over the whole catalogue: accuracy on held-out interactions, coverage, concentration, novelty, diversity, serendipity, popularity bias and personalization, beside most-popular and random baselines (seed 001 §21.4.2).",
     requires=("interactions",), optional=("test_interactions", "users", "items", "score"),
     options=(REC_HOLDOUT, REC_SAMPLED_NEGATIVES, REC_MIN_RATING), precheck=precheck, demo="recommendation",
-    findings=findings,
+    findings=findings, scorer=SCORER,
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -12,6 +13,7 @@ import pandas as pd
 
 from ..io import group_column
 from ..metrics import retrieval as rt
+from ..metrics.scoring import Aggregate, TaskScorer, check_units, weighted_mean
 from ..io.texts import SNIPPET, snippet, texts_by_id
 from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
@@ -23,7 +25,8 @@ from .declaration import ChapterSpec
 if TYPE_CHECKING:
     from .setup import ChapterContext
 
-__all__ = ["RetrievalReport", "compute", "curves_figure", "distribution_figure", "group_table", "narrative",
+__all__ = ["SCORER", "RetrievalInputs", "RetrievalReport", "compute", "curves_figure", "distribution_figure",
+           "group_table", "narrative",
            "precheck", "show_curves", "show_distribution", "show_groups", "show_metrics", "show_protocol",
            "judgements_text", "show_summary", "show_worst", "worst_queries"]
 
@@ -56,25 +59,84 @@ def precheck(es, side, settings) -> str | None:
     return None
 
 
-def compute(ctx: ChapterContext) -> RetrievalReport:
-    """Rank the corpus for every judged query and record the metrics."""
-    es, side = ctx.es, ctx.side
+@dataclass(frozen=True)
+class RetrievalInputs:
+    """The scorer's inputs: the query vectors (``None``: the corpus itself is the queries), the ids, the
+    judgements and the manifest's settings (``metric`` the set's score, ``exclude_self``); ``device`` where
+    to rank (not part of the plan: every device gives the same exact ranks)."""
+
+    queries: np.ndarray | None
+    query_ids: np.ndarray
+    doc_ids: np.ndarray
+    qrels: pd.DataFrame
+    metric: str
+    exclude_self: bool
+    device: str = "auto"
+    meta: pd.DataFrame | None = None   # the queries' metadata (their groups)
+    source: str = ""                   # where the queries come from, in words
+
+
+def retrieval_inputs(es, side, settings) -> RetrievalInputs:
+    """The queries (the ``queries`` side data, else the corpus itself), the judgements and the settings."""
+    score = es.fields.get("score", "cosine")
     if "queries" in side:
         q = side.queries
-        Q, qids, meta, source = q.vectors, q.ids, q.metadata, q.file
+        queries, qids, meta, source = q.vectors, q.ids, q.metadata, q.file
     else:
-        Q, qids, meta, source = es.vectors, es.ids, es.metadata, "the corpus itself (no queries given)"
-    score = es.fields.get("score", "cosine")
-    metric = score if score in rt.METRICS_KIND else "cosine"
-    result = rt.evaluate_retrieval(Q, es.vectors, side.qrels, query_ids=qids, doc_ids=es.ids, metric=metric,
-                                   exclude_self=bool(side.exclude_self), level=ctx.level, seed=ctx.seed,
-                                   device=ctx.device, label="qrels")
+        queries, qids, meta, source = None, es.ids, es.metadata, "the corpus itself (no queries given)"
+    return RetrievalInputs(queries, qids, es.ids, side.qrels, score if score in rt.METRICS_KIND else "cosine",
+                           bool(side.exclude_self), settings.device, meta, source)
+
+
+def retrieval_plan(inputs: RetrievalInputs, settings) -> rt.RetrievalPlan:
+    """The evaluated queries and their judgements, the score, the tie policy and the own-document rule
+    (:func:`~embeval_report.metrics.retrieval.retrieval_plan`): from the judgements and the ids only."""
+    return rt.retrieval_plan(inputs.qrels, query_ids=inputs.query_ids, doc_ids=inputs.doc_ids, metric=inputs.metric,
+                             exclude_self=inputs.exclude_self, label="qrels")
+
+
+def retrieval_run(X, inputs: RetrievalInputs, plan: rt.RetrievalPlan) -> rt.RetrievalRun:
+    """``X`` (the corpus) ranked for every evaluated query: the query vectors are ``X`` itself when the corpus is
+    the queries."""
+    return rt.run_retrieval(X if inputs.queries is None else inputs.queries, X, plan, device=inputs.device)
+
+
+def _map_queries(inputs: RetrievalInputs, f) -> RetrievalInputs:
+    """The inputs with the query vectors mapped by ``f`` (a remedy applied to the set applies to its queries)."""
+    return inputs if inputs.queries is None else replace(inputs, queries=f(inputs.queries))
+
+
+#: retrieval scored per query: trec_eval's metrics of each evaluated query; the chapter's numbers are their means
+SCORER = TaskScorer(
+    unit="queries", key="query_id", columns=("n_judged", "n_relevant", "first_relevant_rank", *rt.METRICS,
+                                             rt.JUDGED_NDCG),
+    aggregates=(*(Aggregate(m, mean_of=m) for m in rt.METRICS),
+                # a mean over queries too, paired by the bootstrap: it has never been a per-unit mean of the rigor
+                # chapter (its power), so the report records no new number for it
+                Aggregate(rt.JUDGED_NDCG, fn=lambda t: float(np.asarray(t[rt.JUDGED_NDCG], float).mean()),
+                          unit_column=rt.JUDGED_NDCG, boot=partial(weighted_mean, column=rt.JUDGED_NDCG))),
+    inputs=retrieval_inputs, plan=retrieval_plan,
+    score=lambda X, inputs, plan: retrieval_run(X, inputs, plan).per_query, map_inputs=_map_queries)
+
+
+def compute(ctx: ChapterContext) -> RetrievalReport:
+    """Rank the corpus for every judged query and record the metrics."""
+    es = ctx.es
+    inputs = SCORER.inputs(es, ctx.side, ctx.settings)
+    plan = SCORER.plan(inputs, ctx.settings)
+    run = retrieval_run(es.vectors, inputs, plan)  # the scorer's units, with the ranks the chapter also shows
+    units = check_units(run.per_query, SCORER.key, SCORER.columns)
+    Q = es.vectors if inputs.queries is None else inputs.queries
+    result = rt.evaluate_retrieval(Q, es.vectors, ctx.side.qrels, query_ids=inputs.query_ids, doc_ids=es.ids,
+                                   metric=plan.metric, exclude_self=plan.exclude_self, level=ctx.level, seed=ctx.seed,
+                                   device=ctx.device, label="qrels", plan=plan, run=run)
     ctx.rec.add(*result.metrics.values())
-    ctx.rec.units(result.per_query, key="query_id", unit="queries", means=rt.METRICS)
+    ctx.rec.scored(SCORER, units, plan)
     ctx.rec.note(protocol=result.protocol, excluded_queries=result.excluded_queries[:50], **result.info)
+    meta, qids = inputs.meta, inputs.query_ids
     groups, column = _query_groups(meta, qids)
     texts = {**texts_by_id(es.fields, es.metadata), **texts_by_id(None, meta)}
-    rep = RetrievalReport(result, rt.cutoff_curves(result), groups, column, source, texts=texts,
+    rep = RetrievalReport(result, rt.cutoff_curves(result), groups, column, inputs.source, texts=texts,
                           qrels_note=str(es.fields.get("qrels_note") or ""))
     by_group = group_table(rep, ctx.level, seed=ctx.seed)
     if by_group is not None:
@@ -312,5 +374,5 @@ CHAPTER = ChapterSpec(
     name="retrieval", title="Retrieval", order=85,
     description="Retrieval quality on judged queries: recall, precision, MAP, MRR and nDCG with trec_eval's definitions over an exact ranking of the whole corpus (seed 001 §21.2).",
     requires=("qrels",), optional=("queries", "exclude_self"),
-    precheck=precheck, demo="retrieval",
+    precheck=precheck, demo="retrieval", scorer=SCORER,
 )

@@ -7,13 +7,16 @@ from typing import TYPE_CHECKING
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 from ..errors import ChapterSkipped, InputError
-from ..io.graph import EdgeList, read_score
+from ..io.graph import EdgeList
+from ..metrics import linkpred as lp
 from ..metrics import temporal as tp
+from ..metrics.scoring import Aggregate, TaskScorer, check_units, weighted_mean
 from ..metrics.graph import HEURISTIC_FORMULAS, HEURISTIC_SHORT, format_time
 from ..present.format import metric_text
 from ..present.display import callout, escape, show_figure, show_markdown, show_table
@@ -55,6 +58,41 @@ def precheck(es, side, settings) -> str | None:
     return None
 
 
+def temporal_inputs(es, side, settings) -> lp.LinkInputs:
+    """The edges (:class:`ChapterSkipped` without timestamps: nothing to split by time)."""
+    if not side.edges.has_time:
+        raise ChapterSkipped("the edges have no timestamp column")
+    return lp.LinkInputs.of(es, side, settings)
+
+
+def temporal_plan(inputs: lp.LinkInputs, settings) -> tp.TemporalPlan:
+    """The split at the cut, its negatives and each test edge's horizon, from the edges, the options and the seed."""
+    try:
+        option = settings.option
+        return tp.temporal_plan(inputs.side.edges, inputs.n, inputs.ids, train_fraction=1 - option("test_fraction"),
+                                score=inputs.score, ties=option("ties"), filtered=option("filtered"),
+                                n_negatives=option("n_negatives"), strategy=option("negative_strategy"),
+                                pool=option("negative_pool"), seed=settings.seed)
+    except InputError as e:
+        raise ChapterSkipped(str(e)) from None
+
+
+#: temporal link prediction scored per test edge after the cut (with its horizon): its rank among its negatives
+SCORER = TaskScorer(
+    unit="test edges", key="edge",
+    columns=tuple(f"{tp.PREFIX}{m}" for m in lp.RANK_MEANS) + ("n_candidates", "auc_placement", "bin", "horizon"),
+    aggregates=(Aggregate("temporal_mrr", mean_of="temporal_mrr"),
+                Aggregate("temporal_hits_at_10", mean_of="temporal_hits_at_10"),
+                Aggregate("temporal_auc", fn=lp.placement_auc, unit_column="auc_placement",
+                          boot=partial(weighted_mean, column="auc_placement")),
+                Aggregate("temporal_amri", fn=partial(lp.adjusted, name="mean_rank", prefix=tp.PREFIX),
+                          unit_column="temporal_mean_rank",
+                          boot=partial(lp.adjusted_weighted, name="mean_rank", prefix=tp.PREFIX)),
+                Aggregate("mrr_change_over_horizon", fn=tp.horizon_change, boot=tp.horizon_change_weighted)),
+    inputs=temporal_inputs, plan=temporal_plan,
+    score=lambda X, inputs, plan: tp.run_temporal(X, plan, device=inputs.device).per_edge)
+
+
 def compute(ctx: ChapterContext) -> TemporalReport:
     """Evaluate before/after a cut, by horizon, at several cuts and against a random split; record every number."""
     edges = ctx.side.edges
@@ -62,16 +100,21 @@ def compute(ctx: ChapterContext) -> TemporalReport:
     if not edges.has_time:
         ctx.rec.note(not_run="the edges have no timestamp column")
         return TemporalReport(None, edges, unused)
+    inputs = SCORER.inputs(ctx.es, ctx.side, ctx.settings)
+    plan = SCORER.plan(inputs, ctx.settings)
+    run = tp.run_temporal(ctx.es.vectors, plan, device=inputs.device)  # the scorer's units, with the scores
+    units = check_units(run.per_edge, SCORER.key, SCORER.columns)
     try:
         result = tp.evaluate_temporal(
             ctx.es.vectors, edges, ctx.es.n, train_fraction=1 - ctx.option("test_fraction"),
-            score=read_score(ctx.side.score), ties=ctx.option("ties"), filtered=ctx.option("filtered"),
+            score=plan.score, ties=plan.ties, filtered=plan.filtered,
             n_negatives=ctx.option("n_negatives"), strategy=ctx.option("negative_strategy"),
             pool=ctx.option("negative_pool"), max_heuristic_queries=ctx.option("heuristic_queries"), level=ctx.level,
-            seed=ctx.seed, device=ctx.device)
+            seed=ctx.seed, device=ctx.device, plan=plan, cs=run.cs)
     except InputError as e:
         raise ChapterSkipped(str(e)) from None
     ctx.rec.add(*result.metrics.values())
+    ctx.rec.scored(SCORER, units, plan)
     ctx.rec.note(cut=format_time(result.cut, result.is_date), protocol_tag=result.tag,
                  by_horizon=result.horizon.to_dict(orient="records"), by_cut=result.cuts.to_dict(orient="records"),
                  random_vs_temporal=result.leakage.to_dict(orient="records"))
@@ -304,5 +347,5 @@ CHAPTER = ChapterSpec(
     description="Train before a cut, test after it: MRR, Hits@10 and AUC by horizon, at several cuts, and against a random split to show its leakage (seed 000 §218.2). Needs timestamps on the edges.",
     requires=("edges",), optional=("score",),
     options=LINK_OPTIONS, precheck=precheck, demo="graph",
-    findings=findings,
+    findings=findings, scorer=SCORER,
 )

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..io.graph import EdgeList
+from ..io.graph import EdgeList, read_score
 from ..kernels import as_numpy, resolve_device
 from ..stats import DEFAULT_LEVEL, HypothesisTest, mean_ci
 from .edge_probes import (
@@ -48,7 +48,11 @@ from .ranks import (
     CandidateScores,
     Ranks,
     adjust,
+    adjusted_index,
     auc_delong,
+    chance_terms,
+    expected_metrics,
+    positive_placements,
     proportion_ci,
     rank_values,
     ranks_from_scores,
@@ -183,19 +187,104 @@ def negative_quality_tests(q) -> list[HypothesisTest]:
                            null="a positive edge scores no higher than a negative one")]
 
 
-def per_edge_ranks(result: LinkPredictionResult, ids) -> pd.DataFrame:
-    """One row per test edge: its id (``src→dst``, with the relation and an occurrence number when needed),
-    the headline rank and the per-edge terms whose means are ``mean_rank``, ``mrr`` and ``hits_at_k``."""
-    test, r = result.data.test, np.asarray(result.ranks, float)
+def edge_ids(test: EdgeList, ids) -> np.ndarray:
+    """The unit id of each test edge: ``src→dst``, with the relation and an occurrence number when needed."""
     ids = np.asarray(ids, dtype=object)
     rel = test.relation if test.relation is not None else np.full(len(test.src), "", dtype=object)
     edge = [f"{ids[a]}→{ids[b]}" + (f" [{c}]" if c not in ("", None) else "") for a, b, c in zip(test.src, test.dst, rel)]
     edge = pd.Series(edge, dtype=object)
-    edge = edge + edge.groupby(edge).cumcount().map(lambda i: "" if i == 0 else f" #{i + 1}")
-    out = pd.DataFrame({"edge": edge, "mean_rank": r, "mrr": 1.0 / r})
+    return (edge + edge.groupby(edge).cumcount().map(lambda i: "" if i == 0 else f" #{i + 1}")).to_numpy(dtype=object)
+
+
+def edge_table(edges, rk: Ranks, ties: str, pos, neg, *, prefix: str = "", device="cpu") -> pd.DataFrame:
+    """One row per test edge: its id (column ``edge``), the headline rank (``mean_rank``) and the per-edge terms
+    whose means are ``mrr`` and ``hits_at_k``, its candidate count (``n_candidates``, for the chance adjustment)
+    and its positive's placement among the pooled negatives ``neg`` (``auc_placement``, whose mean is the AUC).
+    ``prefix`` names the rank columns (the temporal chapter's ``temporal_mrr``, …)."""
+    r = np.asarray(rk.get(ties), float)
+    out = pd.DataFrame({"edge": edges, f"{prefix}mean_rank": r, f"{prefix}mrr": 1.0 / r})
     for k in KS:
-        out[f"hits_at_{k}"] = (r <= k).astype(float)
+        out[f"{prefix}hits_at_{k}"] = (r <= k).astype(float)
+    out["n_candidates"] = rk.n_candidates
+    out["auc_placement"] = positive_placements(pos, neg, device)
     return out
+
+
+def adjusted(table: pd.DataFrame, name: str, prefix: str = "") -> float:
+    """The chance-adjusted ``name`` (``mean_rank``: the AMRI; ``mrr``, ``hits_at_k``) of a table of test edges
+    (:func:`edge_table`): the mean of the column against its expectation under the edges' candidate counts."""
+    value = float(np.asarray(table[prefix + name], float).mean())
+    return adjust(name, value, expected_metrics(np.asarray(table["n_candidates"], float)), warn=False)
+
+
+def adjusted_weighted(table: pd.DataFrame, W: np.ndarray, name: str, prefix: str = "") -> np.ndarray:
+    """:func:`adjusted` under each row of unit weights ``W`` (resamples × test edges): the paired bootstrap's
+    ``boot``."""
+    total = W.sum(1)
+    value = (W @ np.asarray(table[prefix + name], float)) / total
+    return adjusted_index(name, value, (W @ chance_terms(np.asarray(table["n_candidates"], float), name)) / total)
+
+
+def placement_auc(table: pd.DataFrame) -> float:
+    """The AUC of a table of test edges: the mean placement of the positives among the pooled negatives (a
+    bootstrap over test edges keeps the negatives fixed, DeLong's positive-side variance)."""
+    return float(np.asarray(pd.to_numeric(table["auc_placement"], errors="coerce"), float).mean())
+
+
+@dataclass(frozen=True)
+class LinkInputs:
+    """The link-prediction scorers' inputs: the side data (``edges``, and ``test_edges`` / ``negatives`` when given),
+    the set's size and ids, the score, and where to score (``device``: every device gives the same ranks)."""
+
+    side: object
+    n: int
+    ids: np.ndarray
+    score: str
+    device: str = "auto"
+
+    @classmethod
+    def of(cls, es, side, settings) -> "LinkInputs":
+        """From a loaded set, its side data and the run's settings."""
+        return cls(side, es.n, es.ids, read_score(side.score), settings.device)
+
+
+@dataclass(frozen=True)
+class LinkPlan:
+    """The protocol, fixed before any vector is read: the split, each test edge's negatives and the known edges
+    (:class:`~.graph.LinkData`, from the edges and the seed), the unit id of each test edge, the score, the tie
+    policy, raw or filtered ranks, and how the protocol adapted to the input (``notes``, in words)."""
+
+    data: LinkData
+    edges: np.ndarray
+    score: str = "dot"
+    ties: str = "realistic"
+    filtered: bool = False
+    notes: tuple = ()
+
+
+@dataclass(frozen=True)
+class EdgeRun:
+    """One set of vectors ranked on a plan: the unit table (:func:`edge_table`) and every candidate's score."""
+
+    per_edge: pd.DataFrame
+    cs: CandidateScores
+
+
+def run_link_prediction(X, plan: LinkPlan, *, device="auto") -> EdgeRun:
+    """Score every test edge's candidates with ``X`` and rank its positive (:func:`~.ranks.score_candidates`)."""
+    if plan.ties not in TIES:
+        raise ValueError(f"ties must be one of {TIES}, not {plan.ties!r}")
+    dev = resolve_device(device)
+    data = plan.data
+    cs = score_candidates(as_numpy(X), data.test.src, data.candidates, score=plan.score, known=data.known,
+                          rel=data.test_rel, device=dev)
+    return EdgeRun(edge_table(plan.edges, cs.ranks(plan.filtered), plan.ties, *cs.pooled(plan.filtered), device=dev),
+                   cs)
+
+
+#: the link-prediction headline metrics as aggregates of the unit table: the means of its rank columns (per unit),
+#: the chance-adjusted ones and the AUC of the whole table
+RANK_MEANS = ("mean_rank", "mrr", *(f"hits_at_{k}" for k in KS))
 
 
 def protocol_tag(score: str, ties: str, filtered: bool, data: LinkData) -> str:
@@ -222,20 +311,23 @@ def rank_intervals(r: np.ndarray, expected: dict, level: float, seed: int, names
 def evaluate_link_prediction(X, data: LinkData, *, score: str = "dot", ties: str = "realistic", filtered: bool = False,
                              probe: bool = True, heuristics: bool = True, max_probe_edges: int = 20_000,
                              max_heuristic_queries: int | None = 2000, level: float = DEFAULT_LEVEL, seed: int = 0,
-                             device="auto") -> LinkPredictionResult:
+                             device="auto", cs: CandidateScores | None = None) -> LinkPredictionResult:
     """Rank every test edge against its negatives and compute the chapter's metrics.
 
     ``filtered`` chooses the headline ranks (both raw and filtered are always computed and shown);
     ``ties`` the tie policy (``realistic`` default). The probe trains on up to ``max_probe_edges``
     training edges and tests on as many test edges; the heuristics rank at most
-    ``max_heuristic_queries`` test edges (``None``: all).
+    ``max_heuristic_queries`` test edges (``None``: all). ``cs``: the candidates' scores when already computed
+    (:func:`run_link_prediction` on the same data and score).
     """
     if ties not in TIES:
         raise ValueError(f"ties must be one of {TIES}, not {ties!r}")
     dev = resolve_device(device)
     X = as_numpy(X)
     test = data.test
-    cs = score_candidates(X, test.src, data.candidates, score=score, known=data.known, rel=data.test_rel, device=dev)
+    if cs is None:
+        cs = score_candidates(X, test.src, data.candidates, score=score, known=data.known, rel=data.test_rel,
+                              device=dev)
     rk = cs.ranks(filtered)
     r = rk.get(ties)
     values, expected = rank_values(rk, ties)

@@ -238,12 +238,21 @@ def harmonic(n) -> np.ndarray:
     return special.digamma(np.asarray(n, float) + 1) + np.euler_gamma
 
 
+def chance_terms(n_candidates, name: str) -> np.ndarray:
+    r"""Each test edge's expected ``name`` (``mean_rank``, ``mrr``, ``hits_at_k``) when its positive's rank is uniform
+    on 1..N_i: :math:`(N_i + 1)/2`, :math:`H_{N_i}/N_i`, :math:`\min(k, N_i)/N_i`."""
+    N = np.asarray(n_candidates, float)
+    if name == "mean_rank":
+        return (N + 1) / 2
+    if name == "mrr":
+        return harmonic(N) / N
+    return np.minimum(int(name.rpartition("_")[2]), N) / N
+
+
 def expected_metrics(n_candidates, ks=KS) -> dict[str, float]:
     """Expected ``mean_rank``, ``mrr``, ``hits_at_k`` when each positive's rank is uniform on 1..N_i."""
-    N = np.asarray(n_candidates, float)
-    out = {"mean_rank": float(((N + 1) / 2).mean()), "mrr": float((harmonic(N) / N).mean())}
-    out.update({f"hits_at_{k}": float((np.minimum(k, N) / N).mean()) for k in ks})
-    return out
+    return {name: float(chance_terms(n_candidates, name).mean())
+            for name in ("mean_rank", "mrr", *(f"hits_at_{k}" for k in ks))}
 
 
 def adjust(name: str, value: float, expected: dict, *, warn: bool = True) -> float:
@@ -264,7 +273,16 @@ def adjust(name: str, value: float, expected: dict, *, warn: bool = True) -> flo
             warnings.warn(f"chance-adjusted {name.replace('_', ' ')} is undefined: {why}", UndefinedMetricWarning,
                           stacklevel=2)
         return float("nan")
-    return float(1 - (value - 1) / (e - 1)) if name == "mean_rank" else float((value - e) / (1 - e))
+    return float(adjusted_index(name, value, e))
+
+
+def adjusted_index(name: str, value, e):
+    """:func:`adjust` of values and expectations (arrays: elementwise), NaN where chance is already perfect."""
+    value, e = np.asarray(value, float), np.asarray(e, float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if name == "mean_rank":
+            return np.where(e > 1, 1 - (value - 1) / (e - 1), np.nan)
+        return np.where(e < 1, (value - e) / (1 - e), np.nan)
 
 
 def rank_values(rk: Ranks, ties: str, ks=KS) -> tuple[dict, dict]:
@@ -288,6 +306,15 @@ def _placements(a: np.ndarray, b: np.ndarray, device) -> np.ndarray:
     return (lo.double() + 0.5 * (hi - lo).double()).cpu().numpy()
 
 
+def positive_placements(pos, neg, device="cpu") -> np.ndarray:
+    r"""Each positive's share of the negatives it outscores, ties counting ½ (DeLong's placement values
+    :math:`V_{10}`): their mean is the AUC. NaN for every positive without negatives."""
+    pos, neg = np.asarray(pos, float), np.asarray(neg, float)
+    if len(neg) == 0:
+        return np.full(len(pos), np.nan)
+    return _placements(pos, neg, resolve_device(device)) / len(neg)
+
+
 def auc_delong(pos, neg, level: float = DEFAULT_LEVEL, *, device="cpu", warn: bool = True
                ) -> tuple[float, float, float]:
     r"""Exact AUC :math:`P(s^+ > s^-) + \tfrac12 P(s^+ = s^-)` over all positive–negative pairs and its
@@ -303,7 +330,7 @@ def auc_delong(pos, neg, level: float = DEFAULT_LEVEL, *, device="cpu", warn: bo
                           stacklevel=2)
         return float("nan"), float("nan"), float("nan")
     dev = resolve_device(device)
-    v10 = _placements(pos, neg, dev) / N          # share of negatives below each positive
+    v10 = positive_placements(pos, neg, dev)      # share of negatives below each positive
     v01 = 1.0 - _placements(neg, pos, dev) / P    # share of positives above each negative
     auc = float(v10.mean())
     if P < 2 or N < 2:

@@ -377,6 +377,13 @@ def catalogue_stats(R: sp.csr_matrix, beyond: pd.DataFrame, w: np.ndarray | None
             "personalization": _personalization(R, w)}
 
 
+def user_mean(per_user: pd.DataFrame, column: str) -> float:
+    """The mean of a per-user column over the users where it is defined (NaN where none is): the chapter's value
+    of each per-user metric (a unit table read back from its CSV may hold its missing values as text)."""
+    x = pd.to_numeric(per_user[column], errors="coerce")
+    return float(np.nanmean(x)) if x.notna().any() else float("nan")
+
+
 @dataclass(frozen=True)
 class RecommenderResult:
     """One recommender's per-user table (accuracy and beyond), exposure counts and catalogue numbers."""
@@ -394,8 +401,7 @@ def evaluate_lists(name: str, ranked: Ranked, split: Split, b: BeyondInputs, use
     beyond = beyond_per_user(ranked.top, hits, users, b)
     per_user = pd.concat([acc, beyond], axis=1)
     R = _lists_matrix(ranked.top, users, len(split.item_rows))
-    values = {m: float(np.nanmean(per_user[m])) if per_user[m].notna().any() else float("nan")
-              for m in (*ACCURACY, *PER_USER_BEYOND)}
+    values = {m: user_mean(per_user, m) for m in (*ACCURACY, *PER_USER_BEYOND)}
     values |= catalogue_stats(R, beyond)
     return RecommenderResult(name, per_user, np.asarray(R.sum(0)).ravel(), values, ranked.top)
 
@@ -469,15 +475,69 @@ class RecommendationResult:
     info: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RecommendationPlan:
+    """The protocol, fixed before any vector is read: the split (training and test interactions), the evaluated
+    users (local indices, and their ids: the units), the score and the sampled-negative count."""
+
+    split: Split
+    users: np.ndarray
+    user_ids: np.ndarray
+    score: str = "dot"
+    sampled_negatives: int = 0
+
+
+def recommendation_plan(split: Split, ids, *, score: str = "dot", sampled_negatives: int = 0) -> RecommendationPlan:
+    """The plan of ``split`` (``ids``: the set's ids, indexed by the split's embedding rows)."""
+    if score not in SCORES:
+        raise ValueError(f"score must be one of {SCORES}, not {score!r}")
+    users = split.evaluated
+    return RecommendationPlan(split, users, np.asarray(ids, dtype=object)[split.user_rows[users]].astype(str), score,
+                              int(sampled_negatives))
+
+
+@dataclass(frozen=True)
+class RecommendationRun:
+    """One set of vectors recommending on a plan: ``per_user`` the unit table (``user``, then accuracy and beyond
+    per evaluated user), ``embeddings`` its recommender's result, ``lists`` its lists (every user of the split)
+    and ``beyond`` what the beyond-accuracy metrics read."""
+
+    per_user: pd.DataFrame
+    embeddings: RecommenderResult
+    lists: Ranked
+    beyond: BeyondInputs
+
+
+def run_recommendation(vectors, plan: RecommendationPlan, *, device="auto") -> RecommendationRun:
+    """Every evaluated user's exact top 10 by ``plan.score`` from ``vectors`` (the whole set: the split's rows are
+    read from it) and its metrics."""
+    split = plan.split
+    return _recommend(vectors[split.user_rows], vectors[split.item_rows], split, plan.score, device, plan.user_ids)
+
+
+def _recommend(user_vectors, item_vectors, split: Split, score: str, device, user_ids) -> RecommendationRun:
+    users = split.evaluated
+    U, V = np.asarray(user_vectors), np.asarray(item_vectors)
+    ranked = rank_catalogue(U[users], V, split.train[users], split.test[users], score=score, device=device)
+    full = Ranked(np.full((len(split.user_rows), K), -1, np.int64), np.zeros(len(split.user_rows), np.int64),
+                  ranked.n_scans, ranked.n_rescored)
+    full.top[users], full.first_rank[users] = ranked.top, ranked.first_rank
+    b = BeyondInputs.of(split.train, V)
+    emb = evaluate_lists("embeddings", full, split, b, users)
+    per_user = emb.per_user.assign(user=user_ids)
+    return RecommendationRun(per_user[["user", *emb.per_user.columns]], emb, full, b)
+
+
 def evaluate_recommendation(user_vectors, item_vectors, split: Split, *, score: str = "dot",
                             level: float = DEFAULT_LEVEL, seed: int = 0, device="auto", baselines: bool = True,
-                            sampled_negatives: int = 0) -> RecommendationResult:
+                            sampled_negatives: int = 0, run: RecommendationRun | None = None) -> RecommendationResult:
     """Recommend, for every evaluated user of ``split``, the top 10 of the whole catalogue by ``score``
     (training items excluded), and compute every metric for the embeddings and the baselines.
 
     ``user_vectors`` (len(split.user_rows), d) and ``item_vectors`` (len(split.item_rows), d) aligned
     with the split's local indices. Raises :class:`~embeval_report.errors.InputError` when no user
-    has a test item.
+    has a test item. ``run``: the embeddings' lists when already made (:func:`run_recommendation` on the same
+    split and score).
     """
     if score not in SCORES:
         raise ValueError(f"score must be one of {SCORES}, not {score!r}")
@@ -490,12 +550,9 @@ def evaluate_recommendation(user_vectors, item_vectors, split: Split, *, score: 
     n = len(split.item_rows)
     U, V = np.asarray(user_vectors), np.asarray(item_vectors)
     tr_u, te_u = split.train[users], split.test[users]
-    ranked = rank_catalogue(U[users], V, tr_u, te_u, score=score, device=device)
-    full = Ranked(np.full((len(split.user_rows), K), -1, np.int64), np.zeros(len(split.user_rows), np.int64),
-                  ranked.n_scans, ranked.n_rescored)
-    full.top[users], full.first_rank[users] = ranked.top, ranked.first_rank
-    b = BeyondInputs.of(split.train, V)
-    results = {"embeddings": evaluate_lists("embeddings", full, split, b, users)}
+    if run is None:
+        run = _recommend(U, V, split, score, device, np.arange(len(users)).astype(str))
+    full, b, results = run.lists, run.beyond, {"embeddings": run.embeddings}
     if baselines:
         phi = b.phi
         pop_score = phi - np.arange(n) / (n + 1.0)  # ties: lower catalogue position first (exact in float64)
@@ -536,7 +593,8 @@ def evaluate_recommendation(user_vectors, item_vectors, split: Split, *, score: 
                     n_train=int(split.train.nnz), n_test=int(split.test.nnz),
                     users_without_training=int((np.diff(split.train.indptr)[users] == 0).sum()),
                     sampled_negatives=sampled_negatives, **c)
-    info = dict(device=str(resolve_device(device)), top_list_scans=ranked.n_scans, rescored_items=ranked.n_rescored)
+    info = dict(device=str(resolve_device(device)), top_list_scans=full.n_scans,
+                rescored_items=full.n_rescored)
     return RecommendationResult(metrics, results, split, users, protocol, sampled, sampled_metrics, info)
 
 

@@ -252,31 +252,48 @@ def protocol_tag(metric: str, n_docs: int, exclude_self: bool, ties: str) -> str
             f" ties{', own document excluded' if exclude_self else ''}")
 
 
-def evaluate_retrieval(queries, corpus, qrels, *, query_ids, doc_ids, metric: str = "cosine",
-                       exclude_self: bool = False, ties: str = "trec_eval", top_k: int = TOP_K,
-                       level: float = DEFAULT_LEVEL, seed: int = 0, device="auto", label: str = "qrels",
-                       desc: str | None = "retrieval ranks") -> RetrievalResult:
-    """Rank the corpus for every judged query and compute the chapter's metrics.
+@dataclass(frozen=True)
+class RetrievalPlan:
+    """The retrieval protocol, fixed before any vector is read: from the judgements, the ids and the options.
 
-    ``queries`` (m, d) and ``corpus`` (n, d) vectors with their ids ``query_ids`` / ``doc_ids``;
-    ``qrels`` the judgements (a table from :func:`~embeval_report.io.qrels.read_qrels`, or a mapping
-    ``{query_id: {doc_id: grade}}``; checked against the ids, ``label`` naming them in messages).
-    ``metric`` ``"cosine"`` or ``"dot"``; ``exclude_self`` leaves each query's own id out of its
-    ranking; ``ties`` the tie policy (module docstring). Means get ``level`` bootstrap intervals
-    over queries (seeded by ``seed``). Raises :class:`~embeval_report.errors.InputError` when no
-    judged query has a relevant document.
+    ``judged`` the judgements used (``query_id``, ``doc_id``, ``relevance``; a query's judgement of its own
+    document dropped under ``exclude_self``), ``qrow`` / ``drow`` their query and corpus rows; ``own`` each
+    query's own corpus row (-1: none, or not excluded); ``evaluated`` the rows of the queries with a relevant
+    judgement (the units, in the order of the query vectors); ``excluded`` the judged queries without one.
     """
+
+    metric: str
+    ties: str
+    exclude_self: bool
+    top_k: int
+    query_ids: np.ndarray
+    doc_ids: np.ndarray
+    judged: pd.DataFrame
+    qrow: np.ndarray
+    drow: np.ndarray
+    own: np.ndarray
+    evaluated: np.ndarray
+    excluded: list
+    n_self_judged: int
+    n_judged_queries: int
+
+    @property
+    def is_relevant(self) -> np.ndarray:
+        """Which judgements are relevant (grade >= 1)."""
+        return self.judged["relevance"].to_numpy(np.int64) >= 1
+
+
+def retrieval_plan(qrels, *, query_ids, doc_ids, metric: str = "cosine", exclude_self: bool = False,
+                   ties: str = "trec_eval", top_k: int = TOP_K, label: str = "qrels") -> RetrievalPlan:
+    """The protocol of :func:`evaluate_retrieval` from the judgements and the ids alone (no vector is read):
+    the judgements checked against the ids (``label`` naming them in messages), each query's own document
+    dropped under ``exclude_self``, and the queries with a relevant judgement. Raises
+    :class:`~embeval_report.errors.InputError` when no judged query has a relevant document."""
     if metric not in METRICS_KIND:
         raise ValueError(f"metric must be one of {METRICS_KIND}, not {metric!r}")
-    Q, C = as_numpy(queries), as_numpy(corpus)
     qids, dids = as_ids(query_ids, "query ids"), as_ids(doc_ids, "document ids")
-    for ids, X, what in ((qids, Q, "query"), (dids, C, "corpus")):
-        if len(ids) != len(X):
-            raise InputError(f"{len(ids)} {what} ids for {len(X)} {what} vectors; expected one id per vector")
+    for ids, what in ((qids, "query"), (dids, "corpus")):
         check_unique(ids, f"{what} ids")
-        if not np.isfinite(X).all():
-            raise InputError(f"{what} vectors: row {int(np.argmax(~np.isfinite(X).all(1))) + 1} holds a "
-                             "non-finite value; expected finite numbers")
     judged = qrels_frame(qrels, query_ids=qids, doc_ids=dids, label=label)
     qrow = pd.Index(qids).get_indexer(judged["query_id"].to_numpy(dtype=object))
     drow = pd.Index(dids).get_indexer(judged["doc_id"].to_numpy(dtype=object))
@@ -292,12 +309,36 @@ def evaluate_retrieval(queries, corpus, qrels, *, query_ids, doc_ids, metric: st
         raise InputError(f"{label}: no judged query has a relevant document (relevance >= 1)"
                          f"{' once each query’s own document is excluded' if self_judged.any() else ''}; "
                          "expected at least one")
-    local = np.full(len(qids), -1, np.int64)
+    return RetrievalPlan(metric, ties, bool(exclude_self), top_k, qids, dids, judged, qrow, drow, own, evaluated,
+                         excluded, int(self_judged.sum()), int(has_judgement.sum()))
+
+
+@dataclass(frozen=True)
+class RetrievalRun:
+    """One set of vectors ranked on a plan: ``per_query`` the unit table (:func:`per_query_metrics` and
+    ``ndcg_at_10_judged``, one row per evaluated query), ``judged`` the plan's judgements with the ``rank`` and
+    ``score`` of each relevant one, ``ranks`` the exact ranks and top lists."""
+
+    per_query: pd.DataFrame
+    judged: pd.DataFrame
+    ranks: RelevantRanks
+
+
+def run_retrieval(queries, corpus, plan: RetrievalPlan, *, device="auto",
+                  desc: str | None = "retrieval ranks") -> RetrievalRun:
+    """Rank the corpus for every evaluated query of ``plan`` and compute each query's metrics. ``queries`` and
+    ``corpus``: one vector per id of the plan (any vectors: a model's, another model's, a remedied copy)."""
+    Q, C = as_numpy(queries), as_numpy(corpus)
+    for ids, X, what in ((plan.query_ids, Q, "query"), (plan.doc_ids, C, "corpus")):
+        if len(ids) != len(X):
+            raise InputError(f"{len(ids)} {what} ids for {len(X)} {what} vectors; expected one id per vector")
+    qrow, drow, evaluated = plan.qrow, plan.drow, plan.evaluated
+    local = np.full(len(plan.query_ids), -1, np.int64)
     local[evaluated] = np.arange(len(evaluated))
-    is_rel = grade >= 1
-    rk = rank_relevant(Q[evaluated], C, local[qrow[is_rel]], drow[is_rel], metric=metric, ties=ties, doc_ids=dids,
-                       exclude=own[evaluated], top_k=top_k, device=device, desc=desc)
-    judged = judged.assign(rank=np.nan, score=np.nan)
+    is_rel = plan.is_relevant
+    rk = rank_relevant(Q[evaluated], C, local[qrow[is_rel]], drow[is_rel], metric=plan.metric, ties=plan.ties,
+                       doc_ids=plan.doc_ids, exclude=plan.own[evaluated], top_k=plan.top_k, device=device, desc=desc)
+    judged = plan.judged.assign(rank=np.nan, score=np.nan)
     judged.loc[is_rel, "rank"] = rk.ranks
     judged.loc[is_rel, "score"] = rk.scores
     # queries in the order of their vectors
@@ -309,11 +350,50 @@ def evaluate_retrieval(queries, corpus, qrels, *, query_ids, doc_ids, metric: st
     scores = ev["score"].to_numpy(float).copy()
     zero = ~np.isfinite(scores)  # grade-0 judgements have no rank: score them exactly here
     if zero.any():
-        Qs, Cs = Space.of(Q[evaluated], metric), Space.of(C, metric)
+        Qs, Cs = Space.of(Q[evaluated], plan.metric), Space.of(C, plan.metric)
         scores[zero] = pair_scores(Qs, Cs, local[ev["_q"].to_numpy()[zero]], ev_drow[zero])
-    tk = tie_keys(np.arange(len(dids)) if ties == "index" else dids, ties)
+    tk = tie_keys(np.arange(len(plan.doc_ids)) if plan.ties == "index" else plan.doc_ids, plan.ties)
     condensed = judged_only_ndcg(ev.assign(score=scores, doc=ev_drow), tk)
     per_query[JUDGED_NDCG] = condensed.reindex(per_query["query_id"].to_numpy()).to_numpy()
+    return RetrievalRun(per_query, judged, rk)
+
+
+def evaluate_retrieval(queries, corpus, qrels, *, query_ids, doc_ids, metric: str = "cosine",
+                       exclude_self: bool = False, ties: str = "trec_eval", top_k: int = TOP_K,
+                       level: float = DEFAULT_LEVEL, seed: int = 0, device="auto", label: str = "qrels",
+                       desc: str | None = "retrieval ranks", plan: RetrievalPlan | None = None,
+                       run: RetrievalRun | None = None) -> RetrievalResult:
+    """Rank the corpus for every judged query and compute the chapter's metrics.
+
+    ``queries`` (m, d) and ``corpus`` (n, d) vectors with their ids ``query_ids`` / ``doc_ids``;
+    ``qrels`` the judgements (a table from :func:`~embeval_report.io.qrels.read_qrels`, or a mapping
+    ``{query_id: {doc_id: grade}}``; checked against the ids, ``label`` naming them in messages).
+    ``metric`` ``"cosine"`` or ``"dot"``; ``exclude_self`` leaves each query's own id out of its
+    ranking; ``ties`` the tie policy (module docstring). Means get ``level`` bootstrap intervals
+    over queries (seeded by ``seed``). Raises :class:`~embeval_report.errors.InputError` when no
+    judged query has a relevant document. ``plan`` (:func:`retrieval_plan`) and ``run``
+    (:func:`run_retrieval`): the protocol and the ranking when already made (the other arguments then
+    describe the same protocol; ``metric``, ``ties``, ``exclude_self``, ``top_k`` are the plan's).
+    """
+    if metric not in METRICS_KIND:
+        raise ValueError(f"metric must be one of {METRICS_KIND}, not {metric!r}")
+    Q, C = as_numpy(queries), as_numpy(corpus)
+    qids, dids = as_ids(query_ids, "query ids"), as_ids(doc_ids, "document ids")
+    for ids, X, what in ((qids, Q, "query"), (dids, C, "corpus")):
+        if len(ids) != len(X):
+            raise InputError(f"{len(ids)} {what} ids for {len(X)} {what} vectors; expected one id per vector")
+        check_unique(ids, f"{what} ids")
+        if not np.isfinite(X).all():
+            raise InputError(f"{what} vectors: row {int(np.argmax(~np.isfinite(X).all(1))) + 1} holds a "
+                             "non-finite value; expected finite numbers")
+    if plan is None:
+        plan = retrieval_plan(qrels, query_ids=qids, doc_ids=dids, metric=metric, exclude_self=exclude_self,
+                              ties=ties, top_k=top_k, label=label)
+    if run is None:
+        run = run_retrieval(Q, C, plan, device=device, desc=desc)
+    metric, ties, exclude_self, top_k = plan.metric, plan.ties, plan.exclude_self, plan.top_k
+    per_query, judged, rk, evaluated = run.per_query, run.judged, run.ranks, plan.evaluated
+    is_rel = plan.is_relevant
     values = {name: float(per_query[name].mean()) for name in (*METRICS, JUDGED_NDCG)}
     cis = {name: mean_ci(per_query[name].to_numpy(), level, seed=seed, units=UNIT) for name in (*METRICS, JUDGED_NDCG)}
     tag = protocol_tag(metric, len(dids), exclude_self, ties)
@@ -322,14 +402,14 @@ def evaluate_retrieval(queries, corpus, qrels, *, query_ids, doc_ids, metric: st
     relevant["rank"] = relevant["rank"].astype(np.int64)
     top = _top_frame(qids[evaluated], rk, dids, judged)
     protocol = dict(metric=metric, ties=ties, exclude_self=exclude_self, level=level, seed=seed, top_k=top_k,
-                    n_docs=len(dids), n_queries=len(qids), n_judged_queries=int(has_judgement.sum()),
-                    n_evaluated=len(evaluated), n_without_relevant=len(excluded),
-                    n_unjudged=int((~has_judgement).sum()), n_judgements=int(len(judged)),
-                    n_relevant_judgements=int(is_rel.sum()), self_judgements_dropped=int(self_judged.sum()))
+                    n_docs=len(dids), n_queries=len(qids), n_judged_queries=plan.n_judged_queries,
+                    n_evaluated=len(evaluated), n_without_relevant=len(plan.excluded),
+                    n_unjudged=len(qids) - plan.n_judged_queries, n_judgements=int(len(judged)),
+                    n_relevant_judgements=int(is_rel.sum()), self_judgements_dropped=plan.n_self_judged)
     info = dict(device=str(resolve_device(device)), rescored_pairs=rk.n_rescored, top_list_scans=rk.n_top_scans,
                 judgements=judged_coverage(judged, top, len(dids)))
     return RetrievalResult(values=values, metrics=metrics, per_query=per_query, relevant=relevant, top=top,
-                           excluded_queries=excluded, protocol=protocol, tag=tag, info=info)
+                           excluded_queries=list(plan.excluded), protocol=protocol, tag=tag, info=info)
 
 
 def _top_frame(qids, rk: RelevantRanks, dids, judged: pd.DataFrame) -> pd.DataFrame:

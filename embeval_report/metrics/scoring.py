@@ -177,17 +177,27 @@ def _plain(obj):
         m = obj.tocsr(copy=True)
         m.sum_duplicates()
         m.sort_indices()
-        return {"shape": list(m.shape), "indptr": _plain(m.indptr), "indices": _plain(m.indices), "data": _plain(m.data)}
+        return {"shape": list(m.shape), **{k: _plain(getattr(m, k)) for k in ("indptr", "indices", "data")}}
     if isinstance(obj, np.ndarray):
         if obj.size > DIGEST_ABOVE and obj.dtype.kind in "biuf":  # millions of negatives: a digest of the values
             v = np.ascontiguousarray(obj, dtype="<f8" if obj.dtype.kind == "f" else "<i8")
-            return {"shape": list(obj.shape), "values": hashlib.blake2b(memoryview(v).cast("B"), digest_size=16).hexdigest()}
+            digest = hashlib.blake2b(memoryview(v).cast("B"), digest_size=16).hexdigest()
+            return {"shape": list(obj.shape), "values": digest}
         return obj.tolist()
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, float) and not math.isfinite(obj):
         return str(obj)
     return obj
+
+
+def weighted_mean(table: pd.DataFrame, W: np.ndarray, column: str) -> np.ndarray:
+    """An :class:`Aggregate`'s ``boot`` for a whole-table metric that is a mean over units: the mean of ``column``
+    over its finite values under each row of unit weights ``W`` (resamples × units); NaN for a row without any."""
+    x = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
+    ok = np.isfinite(x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return (W @ np.where(ok, x, 0.0)) / (W @ ok.astype(float))
 
 
 def joined_units(a: pd.DataFrame, b: pd.DataFrame, key: str) -> tuple[pd.DataFrame, pd.DataFrame]:

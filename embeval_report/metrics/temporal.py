@@ -28,6 +28,8 @@ from .linkpred import (
     PYKEEN,
     SEED_002,
     UNIT,
+    edge_ids,
+    edge_table,
     heuristic_ranks,
     protocol_tag,
     rank_intervals,
@@ -110,11 +112,105 @@ def _gap_se(a: np.ndarray, b: np.ndarray) -> float:
     return math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
 
 
+@dataclass(frozen=True)
+class TemporalPlan:
+    """The protocol at the cut, fixed before any vector is read: the split and each test edge's negatives
+    (:class:`~.graph.LinkData`), the unit id of each test edge, its horizon (``bins``: the equal-width bin of its
+    time since the cut, ``horizons`` each bin's label, ``bin_edges`` relative to the cut, ``scale`` / ``unit``
+    the time unit of the labels), the score, the tie policy and raw or filtered ranks."""
+
+    data: LinkData
+    edges: np.ndarray
+    bins: np.ndarray
+    horizons: tuple
+    bin_edges: np.ndarray
+    scale: float
+    unit: str
+    score: str = "dot"
+    ties: str = "realistic"
+    filtered: bool = False
+
+
+def temporal_plan(edges: EdgeList, n_entities: int, ids=None, *, train_fraction: float = 0.8, n_bins: int = 5,
+                  score: str = "dot", ties: str = "realistic", filtered: bool = False, n_negatives: int = 100,
+                  strategy: str = "uniform", pool: str = "entities", seed: int = 0) -> TemporalPlan:
+    """The split at the ``train_fraction`` cut, its negatives and the horizon of each test edge (``ids``: the
+    set's ids, for the edges' unit ids; row numbers when ``None``). Raises
+    :class:`~embeval_report.errors.InputError` when no cut separates past from future."""
+    if not edges.has_time:
+        raise ValueError("a temporal plan needs timestamps")
+    data = build_link_data(edges, n_entities, split="temporal", test_fraction=1 - train_fraction,
+                           n_negatives=n_negatives, strategy=strategy, pool=pool, seed=seed)
+    dt = data.test.time - data.cut
+    span = float(dt.max()) if len(dt) else 0.0
+    scale, unit = _unit(edges.time_is_date, span)
+    bin_edges = np.linspace(0, span, n_bins + 1) if span > 0 else np.array([0.0, 1.0])
+    which = np.clip(np.searchsorted(bin_edges, dt, side="right") - 1, 0, len(bin_edges) - 2)
+    labels = tuple(_bin_label(bin_edges[b] / scale, bin_edges[b + 1] / scale, unit) for b in range(len(bin_edges) - 1))
+    unit_ids = edge_ids(data.test, np.arange(n_entities).astype(str) if ids is None else ids)
+    return TemporalPlan(data, unit_ids, which, labels, bin_edges, scale, unit, score, ties, filtered)
+
+
+@dataclass(frozen=True)
+class TemporalRun:
+    """One set of vectors ranked on a plan: the unit table (:func:`~.linkpred.edge_table` with ``temporal_``
+    rank columns, each test edge's ``bin`` and ``horizon``) and every candidate's score."""
+
+    per_edge: pd.DataFrame
+    cs: CandidateScores
+
+
+def run_temporal(X, plan: TemporalPlan, *, device="auto") -> TemporalRun:
+    """Score every test edge after the cut against its negatives with ``X`` and rank its positive."""
+    dev = resolve_device(device)
+    d = plan.data
+    cs = score_candidates(as_numpy(X), d.test.src, d.candidates, score=plan.score, known=d.known, rel=d.test_rel,
+                          device=dev)
+    table = edge_table(plan.edges, cs.ranks(plan.filtered), plan.ties, *cs.pooled(plan.filtered), prefix=PREFIX,
+                       device=dev)
+    table["bin"] = plan.bins
+    table["horizon"] = np.asarray(plan.horizons, dtype=object)[plan.bins]
+    return TemporalRun(table, cs)
+
+
+#: the rank columns of the temporal unit table: ``temporal_mrr``, ``temporal_hits_at_10``, …
+PREFIX = "temporal_"
+
+
+def horizon_change(table: pd.DataFrame) -> float:
+    """``mrr_change_over_horizon`` of a unit table: the MRR of the last horizon with test edges minus that of the
+    first (NaN with fewer than two)."""
+    b = np.asarray(pd.to_numeric(table["bin"]), np.int64)
+    rr = np.asarray(table[PREFIX + "mrr"], float)
+    present = np.unique(b)
+    if len(present) < 2:
+        return float("nan")
+    return float(float(rr[b == present[-1]].mean()) - float(rr[b == present[0]].mean()))
+
+
+def horizon_change_weighted(table: pd.DataFrame, W: np.ndarray) -> np.ndarray:
+    """:func:`horizon_change` under each row of unit weights ``W`` (resamples × test edges): the paired bootstrap's
+    ``boot``."""
+    b = np.asarray(pd.to_numeric(table["bin"]), np.int64)
+    rr = np.asarray(table[PREFIX + "mrr"], float)
+    bins = np.unique(b)
+    onehot = (b[:, None] == bins[None, :]).astype(float)          # test edges × bins
+    count = W @ onehot
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = (W @ (onehot * rr[:, None])) / count               # resamples × bins; NaN where a bin is empty
+    present = count > 0
+    first = np.argmax(present, axis=1)
+    last = len(bins) - 1 - np.argmax(present[:, ::-1], axis=1)
+    rows = np.arange(len(W))
+    return np.where(present.sum(1) >= 2, mean[rows, last] - mean[rows, first], np.nan)
+
+
 def evaluate_temporal(X, edges: EdgeList, n_entities: int, *, train_fraction: float = 0.8, n_bins: int = 5,
                       cut_fractions=(0.5, 0.6, 0.7, 0.8, 0.9), score: str = "dot", ties: str = "realistic",
                       filtered: bool = False, n_negatives: int = 100, strategy: str = "uniform",
                       pool: str = "entities", heuristic: str = "adamic_adar", max_heuristic_queries: int | None = 2000,
-                      level: float = DEFAULT_LEVEL, seed: int = 0, device="auto") -> TemporalResult:
+                      level: float = DEFAULT_LEVEL, seed: int = 0, device="auto", plan: TemporalPlan | None = None,
+                      cs: CandidateScores | None = None) -> TemporalResult:
     """Temporal link prediction: train strictly before a cut, test after it, by horizon.
 
     * the cut is the time of the ``train_fraction`` quantile edge (seed 000 §218.2.3); test edges are
@@ -126,30 +222,31 @@ def evaluate_temporal(X, edges: EdgeList, n_entities: int, *, train_fraction: fl
 
     The vectors are fixed; only ``heuristic`` (on the graph before the cut) is re-fitted per split.
     Raises :class:`~embeval_report.errors.InputError` when no cut separates past from future (every
-    edge at one time).
+    edge at one time). ``plan`` (:func:`temporal_plan`) and ``cs`` (:func:`run_temporal`): the protocol at the
+    cut and its candidates' scores when already made with the same arguments.
     """
     dev = resolve_device(device)
     X = as_numpy(X)
     if not edges.has_time:
         raise ValueError("evaluate_temporal needs timestamps")
 
-    def run(data: LinkData):
-        cs = score_candidates(X, data.test.src, data.candidates, score=score, known=data.known, rel=data.test_rel,
-                              device=dev)
+    def run(data: LinkData, cs=None):
+        if cs is None:
+            cs = score_candidates(X, data.test.src, data.candidates, score=score, known=data.known,
+                                  rel=data.test_rel, device=dev)
         rows = sample_rows(len(data.test), max_heuristic_queries, seed)
         keep = None if not filtered or cs.removed is None else ~cs.removed[rows]
         h = heuristic_ranks(data.train, n_entities, data.test.src[rows], data.candidates[rows], keep, (heuristic,))
         return cs, rows, h[heuristic]
 
     kw = dict(n_negatives=n_negatives, strategy=strategy, pool=pool, seed=seed)
-    data = build_link_data(edges, n_entities, split="temporal", test_fraction=1 - train_fraction, **kw)
-    cs, hrows, hr = run(data)
+    if plan is None:
+        plan = temporal_plan(edges, n_entities, train_fraction=train_fraction, n_bins=n_bins, score=score, ties=ties,
+                             filtered=filtered, **kw)
+    data = plan.data
+    cs, hrows, hr = run(data, cs)
     cut = data.cut
-    dt = data.test.time - cut
-    span = float(dt.max()) if len(dt) else 0.0
-    scale, unit = _unit(edges.time_is_date, span)
-    bin_edges = np.linspace(0, span, n_bins + 1) if span > 0 else np.array([0.0, 1.0])
-    which = np.clip(np.searchsorted(bin_edges, dt, side="right") - 1, 0, len(bin_edges) - 2)
+    scale, unit, bin_edges, which = plan.scale, plan.unit, plan.bin_edges, plan.bins
     hwhich = which[hrows]
     # a "before the cut" reference: training edges scored by the same protocol
     tr_rows = sample_rows(len(data.train), len(data.test), seed + 2)
@@ -163,8 +260,7 @@ def evaluate_temporal(X, edges: EdgeList, n_entities: int, *, train_fraction: fl
         idx = np.flatnonzero(which == b)
         if not len(idx):
             continue
-        label = _bin_label(bin_edges[b] / scale, bin_edges[b + 1] / scale, unit)
-        row = _bin_row(label, idx, cs, ties, filtered, hr, np.flatnonzero(hwhich == b), level, seed)
+        row = _bin_row(plan.horizons[b], idx, cs, ties, filtered, hr, np.flatnonzero(hwhich == b), level, seed)
         row["mid"] = (bin_edges[b] + bin_edges[b + 1]) / 2 / scale
         rows.append(row)
     horizon = pd.DataFrame(rows)
