@@ -357,3 +357,21 @@ def test_values_whose_squares_overflow_float32_are_refused(tmp_path, value, row)
     np.save(tmp_path / "big.npy", big)  # read in blocks (out of core) under a small budget: the same line
     with ComputeContext(memory_budget="16MiB"), pytest.raises(InputError, match=r"^big\.npy, row 15001: its length"):
         load_vectors(tmp_path / "big.npy")
+
+
+def test_deep_nesting_is_one_line(tmp_path):
+    """JSON Lines and YAML nested past the parsers' depth: one line naming the file and the line, no traceback."""
+    from embeval_report.io.limits import load_yaml
+    from embeval_report.io.monitor_history import read_history
+    from embeval_report.io.texts import read_texts
+    from embeval_report.io.training_log import read_training_log
+
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "log.jsonl").write_text('{"step": 1, "loss": ' + deep + "}\n")
+    (tmp_path / "texts.jsonl").write_text('{"id": "a", "text": ' + deep + "}\n")
+    (tmp_path / "history.jsonl").write_text(deep + "\n")
+    for read, name in ((read_training_log, "log.jsonl"), (read_texts, "texts.jsonl"), (read_history, "history.jsonl")):
+        with pytest.raises(InputError, match=rf"{re.escape(name)}, line 1: (invalid|not valid) JSON"):
+            read(tmp_path / name)
+    with pytest.raises(InputError, match=r"^m\.yaml, line 1: invalid YAML: exceeded maximum nesting depth"):
+        load_yaml(deep, "m.yaml")

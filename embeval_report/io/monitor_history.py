@@ -111,7 +111,7 @@ def _parse_line(line: str, i: int) -> tuple[dict, list[dict]]:
     """One history line: its record and its signal rows (batch index ``i``); raises :class:`_BadLine`."""
     try:
         rec = json.loads(line)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise _BadLine(f"not valid JSON ({exc.args[0] if exc.args else exc})") from None
     if not isinstance(rec, dict):
         raise _BadLine(f"expected a JSON object, found {type(rec).__name__}")

@@ -212,6 +212,7 @@ def _chunk_rows(array: Any) -> int | None:
 
 
 def _read_ids(array: Any, label: str) -> np.ndarray:
+    check_whole_read(tuple(array.shape), np.dtype(array.dtype).itemsize, label, "the ids array")  # read whole
     with library_errors(label, "ids"):
         values = np.asarray(array[...])
     if values.dtype.kind in "fcb":

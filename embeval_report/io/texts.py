@@ -75,6 +75,8 @@ def _read_jsonl(path: Path, label: str) -> tuple[np.ndarray, list[str]]:
         except json.JSONDecodeError as e:
             raise InputError(f"{where}: invalid JSON ({e.msg} at column {e.colno}); expected one JSON object "
                              'per line, e.g. {"id": "d1", "text": "..."}') from None
+        except RecursionError:
+            raise InputError(f"{where}: invalid JSON (nested too deeply); expected one JSON object per line") from None
         if not isinstance(record, dict):
             raise InputError(f'{where}: expected a JSON object with "id" and "text", found {describe(record)}')
         key = "id" if "id" in record or "_id" not in record else "_id"

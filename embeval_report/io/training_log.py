@@ -145,6 +145,9 @@ def _read_jsonl(text: str, label: str):
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise InputError(f"{label}, line {n}: invalid JSON ({e.msg}); expected one JSON object per line") from None
+        except RecursionError:
+            raise InputError(f"{label}, line {n}: invalid JSON (nested too deeply); expected one JSON object per "
+                             "line") from None
         if not isinstance(obj, dict):
             raise InputError(f"{label}, line {n}: expected a JSON object {{\"step\": ..., \"loss\": ...}}, found "
                              f"{type(obj).__name__}")
