@@ -208,14 +208,30 @@ def test_derive_findings_sorts_worst_first_and_a_failed_chapter_is_a_protocol_fi
     chapters = [c for c in discover() if c.name in ("isotropy", "uniformity", "hubness")]
     found = derive_findings(tmp_path, chapters, {"isotropy": ("ok", ""), "uniformity": ("ok", ""),
                                                  "hubness": ("failed", "RuntimeError: boom")})
-    # geometry only: the diagnostics are capped at concerning (their cost is unknown), the failure is the evaluation's
+    # geometry only: the diagnostics are capped at concerning (their cost is unknown; uniformity merges into the
+    # anisotropy, its cause), the failure is the evaluation's
     assert [(f.chapter, f.kind, f.severity) for f in found] == [
-        ("isotropy", "diagnostic", "concerning"), ("uniformity", "diagnostic", "concerning"),
-        ("hubness", "evaluation", "concerning")]
-    assert found[2].category == "protocol" and "boom" in found[2].sentence
-    assert "cost" in found[0].sentence and "unknown" in found[0].sentence
+        ("isotropy", "diagnostic", "concerning"), ("hubness", "evaluation", "concerning")]
+    assert found[1].category == "protocol" and "boom" in found[1].sentence
+    assert "cost" in found[0].sentence and "unknown" in found[0].sentence and "uniformity" in found[0].metrics
     doc = json.loads((tmp_path / "findings.json").read_text(), parse_constant=lambda c: pytest.fail(c))
-    assert doc["status"] == "concerning" and doc["scope"] == "geometry only" and len(doc["findings"]) == 3
+    assert doc["status"] == "concerning" and doc["scope"] == "geometry only" and len(doc["findings"]) == 2
+
+
+def test_findings_of_one_cause_merge_into_one(tmp_path):
+    """Poor uniformity is the anisotropy seen on the sphere: with both flagged the report says it once."""
+    iso = {"chapter": "isotropy", "metrics": {"apcs": metric(0.5, "problematic", 0.4, 0.6, "APCS")}, "info": {},
+           "tests": []}
+    uni = {"chapter": "uniformity", "metrics": {"uniformity": metric(-0.9, "concerning", label="Uniformity")},
+           "info": {}, "tests": []}
+    for name, doc in (("isotropy", iso), ("uniformity", uni)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    chapters = [c for c in discover() if c.name in ("isotropy", "uniformity")]
+    (f,) = derive_findings(tmp_path, chapters, {c.name: ("ok", "") for c in chapters})
+    assert f.chapter == "isotropy" and f.cause == "anisotropy" and f.metrics == ("apcs", "uniformity")
+    assert "The same shows in Uniformity and alignment" in f.sentence
+    assert f.evidence["also"] == [{"chapter": "uniformity", "title": "The vectors do not spread over the sphere",
+                                   "severity": "concerning"}]
 
 
 def _remedy_row(remedy, chapter, metric, diff, verdict):

@@ -70,6 +70,7 @@ class Effect:
     action: str = ""
     category: str = "model"
     titles: tuple[tuple[str, str], ...] = ()   # (metric, title): the title when that metric leads the finding
+    cause: str = ""   # the underlying cause several effects share (findings of one cause merge into one); default name
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Finding:
     rule: str = "threshold"     # threshold | baseline | event | worst group | data quality | comparison | run
     effect: str = ""
     kind: str = ""              # KINDS; default: "evaluation" for the evaluation categories, else "model"
+    cause: str = ""             # findings of one cause merge into one (default: the effect)
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:
@@ -102,13 +104,15 @@ class Finding:
             object.__setattr__(self, "section", f"chapter-{self.chapter}")
         if not self.effect:
             object.__setattr__(self, "effect", self.metrics[0] if self.metrics else self.title)
+        if not self.cause:
+            object.__setattr__(self, "cause", self.effect)
 
     def to_json(self) -> dict:
         """The ``findings`` entry of ``metrics.json`` (every number finite or null)."""
         return {"severity": self.severity, "kind": self.kind, "category": self.category, "chapter": self.chapter,
                 "title": self.title, "sentence": self.sentence, "metrics": list(self.metrics),
                 "evidence": json_safe(self.evidence), "section": self.section, "rule": self.rule,
-                "effect": self.effect}
+                "effect": self.effect, "cause": self.cause}
 
     @property
     def rank(self) -> tuple:
@@ -214,7 +218,7 @@ def threshold_findings(r: ChapterResults, effects: tuple[Effect, ...] = ()) -> l
         worst = max(SEVERITY[flagged[k]["verdict"]] for k in members)
         lead = next(k for k in sorted(members, key=lambda k: _position(e, k)) if SEVERITY[flagged[k]["verdict"]] == worst)
         out.append(_threshold_finding(r, lead, members, dict(e.titles).get(lead, e.title), e.action, e.category,
-                                      e.name))
+                                      e.name, e.cause))
     for k in flagged:
         if k not in used:
             m = flagged[k]
@@ -228,7 +232,7 @@ def _position(e: Effect, name: str) -> int:
 
 
 def _threshold_finding(r: ChapterResults, lead: str, members: list[str], title: str, action: str, category: str,
-                       effect: str) -> Finding:
+                       effect: str, cause: str = "") -> Finding:
     m = r.metrics[lead]
     others = [k for k in members if k != lead]
     related = (f"; {len(others)} related metric{'s' if len(others) > 1 else ''} agree"
@@ -237,7 +241,7 @@ def _threshold_finding(r: ChapterResults, lead: str, members: list[str], title: 
     sentence = (f"{action + ' ' if action else ''}{m.get('label') or lead} is {value_text(m)}: "
                 f"{m['verdict']} by {_band_text(lead, m)}{related}.")
     return Finding(m["verdict"], category, r.name, title, sentence.strip(), metrics=(lead, *others),
-                   evidence=metric_evidence(m, lead), rule="threshold", effect=effect)
+                   evidence=metric_evidence(m, lead), rule="threshold", effect=effect, cause=cause)
 
 
 #: the findings of a report, in its results folder (written by the runner once every test is adjusted)

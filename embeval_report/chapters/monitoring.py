@@ -353,5 +353,6 @@ CHAPTER = ChapterSpec(
     effects=(Effect("batch shift", ("mean_shift", "mean_shift_ratio", "norm_shift", "isotropy_drift_apcs", "mmd",
                                     "ks_rejected_fraction", "domain_classifier_auc", "anomalous_fraction"),
                     "New batches have shifted from the reference profile",
-                    "Check the data pipeline of the latest batches, then retrain if the shift is real:"),),
+                    "Check the data pipeline of the latest batches, then retrain if the shift is real:",
+                    cause="drift"),),
 )

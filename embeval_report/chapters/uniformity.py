@@ -379,6 +379,7 @@ CHAPTER = ChapterSpec(
     requires=("vectors",), optional=("positive_pairs",),
     precheck=precheck,
     effects=(Effect("uniformity", ("uniformity",), "The vectors do not spread over the sphere",
-                    "Expect crowded neighbourhoods; a contrastive objective or a correction spreads them:"),),
+                    "Expect crowded neighbourhoods; a contrastive objective or a correction spreads them:",
+                    cause="anisotropy"),),
     kind="diagnostic", remedies=("centring", "all-but-the-top", "whitening"),
 )

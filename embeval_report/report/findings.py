@@ -48,6 +48,27 @@ def chapter_findings(spec, r: ChapterResults) -> list[Finding]:
     return out
 
 
+def merge_causes(findings: list[Finding], titles: dict) -> list[Finding]:
+    """One finding per cause: the findings (in rank order) that share a ``cause`` with an earlier one of the same
+    kind (uniformity with anisotropy, the monitoring's batch shift with the snapshots' drift) are folded into it:
+    their metrics join its own and its sentence names them; ``evidence["also"]`` lists them."""
+    out, lead_of = [], {}
+    for f in findings:
+        key = (f.kind, f.cause)
+        if key not in lead_of:
+            lead_of[key] = len(out)
+            out.append(f)
+            continue
+        i = lead_of[key]
+        lead = out[i]
+        also = list(lead.evidence.get("also", [])) + [{"chapter": f.chapter, "title": f.title, "severity": f.severity}]
+        out[i] = replace(lead, metrics=tuple(dict.fromkeys((*lead.metrics, *f.metrics))),
+                         evidence=dict(lead.evidence, also=also),
+                         sentence=f"{lead.sentence} The same shows in {titles.get(f.chapter, f.chapter)}: "
+                                  f"{f.title[:1].lower() + f.title[1:]} ({f.severity}).")
+    return out
+
+
 #: the scope of a report that evaluated no task, only the geometry of the vectors
 GEOMETRY_ONLY = "geometry only"
 GEOMETRY_ONLY_TEXT = ("geometry only: add labels, judgements, edges or interactions to judge the model; the geometry "
@@ -131,7 +152,7 @@ def derive_findings(results_dir: Path, chapters: list, outcomes: dict) -> list[F
     found += [(order.get(f.chapter, len(order)), f) for f in regression_findings(read_baseline(results_dir))]
     graded = grade_diagnostics([f for _, f in found], records.get("remedies"))
     found = sorted(zip([o for o, _ in found], graded), key=lambda of: (*of[1].rank, of[0]))
-    findings = [f for _, f in found]
+    findings = merge_causes([f for _, f in found], {c.name: c.title for c in chapters})
     ran = {spec.name for spec in chapters if spec.stage == 0 and outcomes.get(spec.name, ("skipped",))[0] == "ok"}
     model_ran = any(spec.kind == "model" for spec in chapters if spec.name in ran)
     if not ran:
