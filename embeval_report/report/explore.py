@@ -277,7 +277,7 @@ class Exploration(ReportFolder):
                 return pd.DataFrame()
             chapter = next(iter(self._model.units))
         table = self.units(chapter)
-        means = self._units_info(chapter)["means"]
+        means = list(self._units_info(chapter)["means"]) or _unit_columns(chapter)
         metric = metric or means[0]
         if metric not in means:
             raise InputError(f"chapter {chapter!r} has no per-unit {metric!r}; it has {', '.join(means)}")
@@ -480,3 +480,12 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _unit_columns(chapter: str) -> list[str]:
+    """The per-unit columns of a chapter whose metrics are whole-table aggregates (node classification's
+    ``correct``): the scorer's ``unit_column`` of each aggregate."""
+    from ..chapters.registry import chapter as declared
+
+    scorer = declared(chapter).scorer
+    return list(dict.fromkeys(a.unit_column for a in (scorer.aggregates if scorer else ()) if a.unit_column))
