@@ -174,3 +174,22 @@ def test_pairing_compares_whole_table_metrics_through_the_scorer(tmp_path):
     assert all(r["result"].diff == 0 and r["same_plan"] is False for r in same.values())
     table = paired.compare_table(list(rows.values()))
     assert set(table["verdict"]) == {"B better"}
+
+
+def test_rank_intervals_of_a_whole_table_metric():
+    rng = np.random.default_rng(5)
+    n = 600
+    y = rng.integers(0, 4, n)
+
+    def table(p_correct):
+        pred = np.where(rng.random(n) < p_correct, y, rng.integers(0, 4, n))
+        return pd.DataFrame({"fold": np.arange(n) % 5, "y": y, "y_pred": pred, "correct": (pred == y).astype(int)})
+
+    tables = {"weak": table(0.3), "good": table(0.8), "good too": table(0.8), "best": table(0.97)}
+    ranks = paired.rank_intervals_of(tables, nc.fold_macro_f1, n_boot=200).set_index("model")
+    assert ranks.loc["best", "rank"] == 1 and (ranks.loc["best", ["rank_low", "rank_high"]] == 1).all()
+    assert ranks.loc["weak", "rank"] == 4 and ranks.loc["weak", "rank_low"] == 4
+    # two models of equal quality cannot be separated: their intervals overlap
+    assert ranks.loc["good", "rank_low"] <= ranks.loc["good too", "rank_high"]
+    assert ranks.loc["good too", "rank_low"] <= ranks.loc["good", "rank_high"]
+    assert ranks.loc["best", "mean"] == nc.fold_macro_f1(tables["best"])

@@ -171,19 +171,11 @@ def paired_aggregate(fn, a: pd.DataFrame, b: pd.DataFrame, *, direction: str = "
     n = len(a)
     va, vb = float(fn(a)), float(fn(b))
     diff = vb - va
-    rng = np.random.default_rng([seed, 41])
-    reps = np.full(n_resamples, math.nan)
     if n >= 2:
-        step = max(1, min(n_resamples, BATCH_VALUES // (8 * n)))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for s in range(0, n_resamples, step):
-                draws = [rng.integers(0, n, n) for _ in range(min(step, n_resamples - s))]
-                if boot is not None:
-                    W = np.stack([np.bincount(idx, minlength=n) for idx in draws]).astype(float)
-                    reps[s:s + len(draws)] = np.asarray(boot(b, W), float) - np.asarray(boot(a, W), float)
-                else:
-                    reps[s:s + len(draws)] = [float(fn(b.iloc[idx])) - float(fn(a.iloc[idx])) for idx in draws]
+        both = resampled_values([a, b], fn, boot=boot, n_resamples=n_resamples, rng=np.random.default_rng([seed, 41]))
+        reps = both[:, 1] - both[:, 0]
+    else:
+        reps = np.full(n_resamples, math.nan)
     reps = reps[np.isfinite(reps)]
     if len(reps) >= 2 and np.isfinite(diff):
         q = (1 - level) / 2
@@ -209,6 +201,25 @@ def paired_aggregate(fn, a: pd.DataFrame, b: pd.DataFrame, *, direction: str = "
     return PairedComparison(n=n, mean_a=va, mean_b=vb, diff=diff, ci_low=lo, ci_high=hi, ci_method=how, sd_diff=sd,
                             d_z=diff / sd if np.isfinite(sd) and sd > 0 else math.nan, wins=wins, ties=ties,
                             losses=losses, p_t=math.nan, p_wilcoxon=math.nan, p_randomisation=p, mde=mde), reps
+
+
+def resampled_values(tables: list[pd.DataFrame], fn, *, boot=None, n_resamples: int, rng) -> np.ndarray:
+    """``fn`` of each table (the same units, row for row) on ``n_resamples`` bootstrap draws of the units, the same
+    draw for every table: an array (resamples × tables). ``boot(table, W)`` computes ``fn`` for many draws at once
+    from their unit counts ``W``; the draws are the same with it or without."""
+    n = len(tables[0])
+    out = np.full((n_resamples, len(tables)), math.nan)
+    step = max(1, min(n_resamples, BATCH_VALUES // (8 * n)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for s in range(0, n_resamples, step):
+            draws = [rng.integers(0, n, n) for _ in range(min(step, n_resamples - s))]
+            if boot is not None:
+                W = np.stack([np.bincount(idx, minlength=n) for idx in draws]).astype(float)
+                out[s:s + len(draws)] = np.column_stack([np.asarray(boot(t, W), float) for t in tables])
+            else:
+                out[s:s + len(draws)] = [[float(fn(t.iloc[idx])) for t in tables] for idx in draws]
+    return out
 
 
 def randomisation_pvalue(d, *, n_resamples: int = RANDOMISATION_RESAMPLES, seed: int = 0) -> float:
@@ -333,6 +344,30 @@ def compare_table(rows: list[dict], *, correction: str = "holm", effects=None, a
     return table
 
 
+def rank_intervals_of(tables: dict[str, pd.DataFrame], fn, *, boot=None, direction: str = "higher",
+                      level: float = DEFAULT_LEVEL, n_boot: int = RANK_RESAMPLES, seed: int = 0) -> pd.DataFrame:
+    """:func:`rank_intervals` for a whole-table metric ``fn`` (macro-F1, ARI, ...) of each model's unit table
+    (``tables[model]``, the same units row for row): the units resampled jointly, ``fn`` of every model on each
+    draw (:func:`resampled_values`), each model's rank per draw."""
+    names = list(tables)
+    frames = [tables[m] for m in names]
+    sign = -1.0 if direction == "higher" else 1.0
+    point = np.array([float(fn(t)) for t in frames])
+    reps = resampled_values(frames, fn, boot=boot, n_resamples=n_boot, rng=np.random.default_rng(seed))
+    reps = reps[np.isfinite(reps).all(1)]
+    return _rank_table(names, point, sps.rankdata(sign * reps, method="min", axis=-1), len(frames[0]), level,
+                       sign)
+
+
+def _rank_table(names, point, rank_reps, units: int, level: float, sign: float) -> pd.DataFrame:
+    q = (1 - level) / 2
+    return pd.DataFrame({"model": names, "mean": point,
+                         "rank": sps.rankdata(sign * point, method="min").astype(int),
+                         "rank_low": np.quantile(rank_reps, q, axis=0, method="lower").astype(int),
+                         "rank_high": np.quantile(rank_reps, 1 - q, axis=0, method="higher").astype(int),
+                         "units": units}).sort_values("rank", kind="stable").reset_index(drop=True)
+
+
 def rank_intervals(values: dict[str, np.ndarray], *, direction: str = "higher", level: float = DEFAULT_LEVEL,
                    n_boot: int = RANK_RESAMPLES, seed: int = 0) -> pd.DataFrame:
     """Each model's rank (1 = best) by the mean over units, and its bootstrap interval: units resampled
@@ -350,11 +385,7 @@ def rank_intervals(values: dict[str, np.ndarray], *, direction: str = "higher", 
     reps = np.empty((n_boot, len(names)))
     for i in range(n_boot):
         reps[i] = ranks(M[rng.integers(0, n, n)].mean(0))
-    q = (1 - level) / 2
-    return pd.DataFrame({"model": names, "mean": M.mean(0), "rank": ranks(M.mean(0)).astype(int),
-                         "rank_low": np.quantile(reps, q, axis=0, method="lower").astype(int),
-                         "rank_high": np.quantile(reps, 1 - q, axis=0, method="higher").astype(int),
-                         "units": n}).sort_values("rank", kind="stable").reset_index(drop=True)
+    return _rank_table(names, M.mean(0), reps, n, level, sign)
 
 
 def rollup(table: pd.DataFrame) -> pd.DataFrame:

@@ -126,17 +126,24 @@ def rank_tables(reports: list[ModelReport], table: pd.DataFrame, *, level: float
         return {}
     out = {}
     for (chapter, metric), part in table.groupby(["chapter", "metric"], sort=False):
-        if any(chapter not in r.units or metric not in r.units[chapter] for r in reports):
-            continue  # a whole-table metric has no per-unit column to rank by
+        if any(chapter not in r.units for r in reports):
+            continue
         key = reports[0].records[chapter]["info"]["units"]["key"]
-        frames = [r.units[chapter].drop_duplicates(key).set_index(key)[metric] for r in reports]
+        frames = [r.units[chapter].drop_duplicates(key).set_index(key) for r in reports]
         common = frames[0].index
         for f in frames[1:]:
             common = common.intersection(f.index)
         if len(common) < 2:
             continue
-        ranks = paired.rank_intervals({r.name: f.loc[common].to_numpy(float) for r, f in zip(reports, frames)},
-                                      direction=part["direction"].iloc[0], level=level, seed=seed)
+        direction = part["direction"].iloc[0]
+        if all(metric in f for f in frames):  # a mean over units
+            ranks = paired.rank_intervals({r.name: f.loc[common, metric].to_numpy(float)
+                                           for r, f in zip(reports, frames)}, direction=direction, level=level,
+                                          seed=seed)
+        else:  # a whole-table metric: the scorer's aggregate on every joint draw of the units
+            agg = scorer_of(chapter).aggregate(metric)
+            ranks = paired.rank_intervals_of({r.name: f.loc[common].reset_index() for r, f in zip(reports, frames)},
+                                             agg.fn, boot=agg.boot, direction=direction, level=level, seed=seed)
         out[f"{chapter}.{metric}"] = ranks
     return out
 
