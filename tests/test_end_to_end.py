@@ -15,7 +15,8 @@ from embeval_report.io import load_source
 from embeval_report.report.render import quarto_available
 from embeval_report.resources import notebooks_dir
 
-METRIC_KEYS = {"value", "ci_low", "ci_high", "verdict", "direction", "reference"}
+METRIC_KEYS = {"value", "ci_low", "ci_high", "verdict", "direction", "reference", "ci_method", "n", "outside_ci",
+               "bias_corrected", "slice", "citations"}
 ISOTROPY_METRICS = {"condition_number", "participation_ratio", "participation_ratio_fraction", "apcs", "apcs_std",
                     "dims_for_90pct_variance", "effective_dim_entropy", "top10_variance_ratio"}
 

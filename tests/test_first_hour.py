@@ -246,3 +246,128 @@ def test_python_messages_name_keywords_not_flags(tmp_path):
     with pytest.raises(InputError) as caught:
         evaluate(np.eye(4, dtype=np.float32) + 0.1, tmp_path / "out", chapters="retrieval")
     assert str(caught.value).startswith("chapters=retrieval: cannot run") and "--" not in str(caught.value)
+
+
+# ------------------------------------------------------------------------------------------ 6. MLflow
+
+
+def _auth_server(user: str, password: str):
+    """A tracking server stand-in that requires Basic auth: /health and the experiment lookup MLflow's client
+    makes; returns (server, the Authorization headers it saw)."""
+    import base64
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            seen.append((self.path.split("?")[0], self.headers.get("Authorization")))
+            if self.headers.get("Authorization") != expected:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="mlflow"')
+                self.end_headers()
+                return
+            if self.path.startswith("/health"):
+                body = b"OK"
+            else:
+                body = json.dumps({"experiment": {"experiment_id": "1", "name": "embeval-report",
+                                                  "artifact_location": "mlruns/1", "lifecycle_stage": "active",
+                                                  "creation_time": 0, "last_update_time": 0}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, seen
+
+
+def test_mlflow_credentials_are_basic_auth_and_never_printed(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("mlflow")
+    import base64
+    import os
+
+    from embeval_report.errors import InputError
+    from embeval_report.report.tracking import Tracking
+
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    server, seen = _auth_server("alice", "s3cr3t-pw")
+    port = server.server_address[1]
+    try:
+        t = Tracking.resolve(f"http://alice:s3cr3t-pw@127.0.0.1:{port}")
+        assert t.tracking_uri == f"http://127.0.0.1:{port}" and "s3cr3t" not in repr(t)
+        t.check()  # the server is up and takes the credentials: the check passes
+        token = "Basic " + base64.b64encode(b"alice:s3cr3t-pw").decode()
+        assert ("/health", token) in seen
+        assert any(path.startswith("/api/2.0/mlflow/experiments/get-by-name") and auth == token for path, auth in seen)
+        assert "MLFLOW_TRACKING_PASSWORD" not in os.environ  # set for the client only
+        with pytest.raises(InputError) as refused:  # wrong password: one line, pointing to the variables
+            Tracking.resolve(f"http://alice:wrong-pw@127.0.0.1:{port}").check()
+        assert "MLFLOW_TRACKING_USERNAME" in str(refused.value) and "wrong-pw" not in str(refused.value)
+    finally:
+        server.shutdown()
+    # a server that is down: exit 2, one line, no password
+    _label_set(tmp_path / "s", 0, "s")
+    assert main(["run", str(tmp_path / "s" / "m.yaml"), "--out", str(tmp_path / "out"), "--mlflow",
+                 f"http://alice:s3cr3t-pw@127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot be reached" in err and "s3cr3t" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_mlflow_names_numbers_and_a_database_path(tmp_path):
+    from embeval_report.report import tracking as tr
+
+    assert tr.Tracking.resolve(str(tmp_path / "mlflow.db")).tracking_uri == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert tr.Tracking.resolve(str(tmp_path / "mlruns")).tracking_uri.startswith("file://")
+    (tmp_path / "cmp").mkdir()
+    (tmp_path / "cmp" / "metrics.json").write_text(json.dumps({"comparisons": {"mrr": {
+        "difference": 0.1, "ci_low": 0.05, "ci_high": 0.15, "p_adjusted": 0.01, "effect": 0.01}}}))
+    assert tr.comparison_metrics(tmp_path / "cmp") == {"mrr.diff": 0.1, "mrr.diff.ci_low": 0.05,
+                                                       "mrr.diff.ci_high": 0.15, "mrr.p_adjusted": 0.01,
+                                                       "mrr.effect": 0.01}
+    counts = tr.verdict_counts(["no difference larger than E", "B better", None, "B better"])
+    assert counts == {"no_difference_larger_than_E": 1, "B_better": 2}
+    assert tr.report_metrics({"chapters": {"c": {"metrics": {"m": {
+        "value": 2.0, "ci_low": 2.1, "ci_high": 3.0, "n": 40, "outside_ci": True, "bias_corrected": 2.5}}}}}) == {
+        "c.m": 2.0, "c.m.ci_low": 2.1, "c.m.ci_high": 3.0, "c.m.n": 40.0, "c.m.bias_corrected": 2.5,
+        "c.m.outside_ci": 1.0}
+
+
+# ------------------------------------------------------------------------------------------ 5. the metrics table
+
+
+def test_each_metric_says_its_interval_method_units_slice_and_citations(tmp_path):
+    from api_sets import write_small_set
+
+    from embeval_report import evaluate
+    from embeval_report.report.metrics_file import EXTRA_KEYS, metric_entry
+
+    report = evaluate(write_small_set(tmp_path / "set"), tmp_path / "r", chapters=["isotropy", "retrieval"],
+                      formats="html")
+    doc = json.loads((report.path / "metrics.json").read_text())
+    entries = {(c, k): m for c, e in doc["chapters"].items() for k, m in e["metrics"].items()}
+    assert all(set(EXTRA_KEYS) <= set(m) for m in entries.values())
+    mrr = entries["retrieval", "mrr"]
+    assert mrr["n"] == 24 and "24 queries" in mrr["ci_method"] and mrr["outside_ci"] is False
+    assert any(c.startswith("Voorhees, E. M. (1999). The TREC-8 question answering track report") for c in mrr["citations"])
+    assert any(c.startswith("Ethayarajh, K. (2019)") for c in entries["isotropy", "apcs"]["citations"])
+    assert entries["retrieval", "mde_mrr"]["n"] == 24
+    for (c, k), m in entries.items():  # outside_ci says what the numbers say, with the bias-corrected estimate
+        if m["ci_low"] is not None and m["value"] is not None:
+            assert m["outside_ci"] == (not m["ci_low"] <= m["value"] <= m["ci_high"]), (c, k)
+            assert m["bias_corrected"] is not None or not m["outside_ci"] or c != "isotropy", (c, k)
+        assert m["citations"], (c, k)
+    table = report.metrics.set_index(["chapter", "name"])
+    assert table.loc[("retrieval", "mrr"), "n"] == 24 and table.loc[("retrieval", "mrr"), "ci_method"] == mrr["ci_method"]
+    assert {"slice", "outside_ci", "bias_corrected", "citations"} <= set(table.columns)
+    assert metric_entry("mean_drift__2024_02", {"value": 0.1, "reference": "seed 000 §217.2.3.2"}, {})["slice"] \
+        == "2024_02"
+    assert metric_entry("mean_drift", {"value": 0.1}, {})["slice"] is None

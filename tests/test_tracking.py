@@ -77,10 +77,20 @@ def _check_run(run, folder, uri):
     expected = {}
     for chapter, entry in doc["chapters"].items():
         for name, m in entry["metrics"].items():
-            for suffix, key in (("", "value"), (".ci_low", "ci_low"), (".ci_high", "ci_high")):
+            for suffix, key in (("", "value"), (".ci_low", "ci_low"), (".ci_high", "ci_high"), (".n", "n")):
                 if m[key] is not None:
                     expected[f"{chapter}.{name}{suffix}"] = m[key]
-    assert expected and run.data.metrics == expected  # exactly: float64 round-trips on both backends
+            if m["outside_ci"]:
+                expected.update({f"{chapter}.{name}.outside_ci": 1.0,
+                                 f"{chapter}.{name}.bias_corrected": m["bias_corrected"]})
+    logged = {k: v for k, v in run.data.metrics.items() if not k.startswith("embeval.")}
+    assert expected and logged == expected  # exactly: float64 round-trips on both backends
+    levels = {"healthy": 0, "concerning": 1, "problematic": 2, "not evaluated": 3}
+    assert run.data.metrics["embeval.status_level"] == levels[doc["status"]] == levels[run.data.tags["embeval.status"]]
+    assert run.data.metrics["embeval.findings"] == len(doc["findings"])
+    assert run.data.metrics["embeval.findings.problematic"] == sum(f["severity"] == "problematic"
+                                                                   for f in doc["findings"])
+    assert run.inputs.dataset_inputs[0].dataset.digest == run.data.params["vectors_digest"]
     info = json.loads((folder / "run.json").read_text())
     assert run.data.params["seed"] == str(info["seed"]) and run.data.params["n"] == str(info["n"])
     assert len(run.data.params["vectors_digest"]) == 32
@@ -89,10 +99,11 @@ def _check_run(run, folder, uri):
         for m in entry["metrics"].values():
             if m["verdict"]:
                 verdicts[m["verdict"]] = verdicts.get(m["verdict"], 0) + 1
-    assert {k.split(".")[-1]: int(v) for k, v in run.data.tags.items() if k.startswith("embeval.verdicts.")} == verdicts
+    assert {k.split(".")[-1]: v for k, v in run.data.metrics.items() if k.startswith("embeval.verdicts.")} == verdicts
+    assert not [k for k in run.data.tags if " " in k]
     with tracking._quiet(uri):
         artifacts = {a.path for a in Tracking(uri).client().list_artifacts(run.info.run_id)}
-    assert {"report.html", "metrics.json", "run.json"} <= artifacts
+    assert {"report.html", "metrics.json", "run.json", "metrics.csv"} <= artifacts
 
 
 @pytest.fixture(scope="module")
@@ -130,8 +141,10 @@ def test_tracking_server_and_compare_nests_one_run_per_model(small, server, tmp_
         assert runs[name].data.tags["mlflow.parentRunId"] == parent.info.run_id
         _check_run(runs[name], folder, server)
     comparisons = json.loads((tmp_path / "cmp" / "metrics.json").read_text())["comparisons"]
-    for name, c in comparisons.items():
-        assert parent.data.metrics[f"{metric_name(name)}.difference"] == c["difference"]
+    for name, c in comparisons.items():  # the difference's interval under .diff (a model run's .ci_low: the value's)
+        assert parent.data.metrics[f"{metric_name(name)}.diff"] == c["difference"]
+        assert parent.data.metrics[f"{metric_name(name)}.diff.ci_low"] == c["ci_low"]
+    assert not [k for k in list(parent.data.tags) + list(parent.data.metrics) if " " in k]
 
 
 def test_unreachable_server_stops_before_any_chapter(small, tmp_path, capsys):

@@ -35,7 +35,8 @@ from ..resources import EXPLORE_NOTEBOOK as NOTEBOOK
 from ..resources import explore_template
 from ..safe_files import replace_with, resolve_recorded
 #: the columns of :attr:`ReportFolder.metrics`
-METRIC_COLUMNS = ["chapter", "name", "value", "ci_low", "ci_high", "verdict", "direction", "label", "reference"]
+METRIC_COLUMNS = ["chapter", "name", "value", "ci_low", "ci_high", "verdict", "direction", "label", "reference",
+                  "slice", "ci_method", "n", "outside_ci", "bias_corrected", "citations"]
 #: the columns of :attr:`ReportFolder.findings` (the findings schema of ``metrics.json``)
 FINDING_COLUMNS = ["severity", "category", "chapter", "title", "sentence", "metrics", "evidence", "section", "rule",
                    "effect"]
@@ -55,7 +56,10 @@ def write_notebook(folder) -> Path:
 
 def metrics_table(folder) -> pd.DataFrame:
     """One row per metric of ``folder/metrics.json`` (:data:`METRIC_COLUMNS`), in report order; ``label`` from
-    the chapter's ``results/<chapter>.json``."""
+    the chapter's ``results/<chapter>.json``; ``slice`` the sub-key of a metric recorded per snapshot, group or run
+    (``mean_drift__2024_02``: ``2024_02``), ``outside_ci`` whether the interval excludes the value (then
+    ``bias_corrected`` is the better guide), ``n`` the units it is over and ``citations`` its reference as papers
+    (a report of an earlier version: from its records where they hold them)."""
     folder = Path(folder)
     doc = _read_json(folder / "metrics.json")
     rows = []
@@ -63,11 +67,17 @@ def metrics_table(folder) -> pd.DataFrame:
         record = _read_json(folder / "results" / f"{chapter}.json", missing={})
         recorded = record.get("metrics", {}) if isinstance(record, dict) else {}
         for name, m in (entry.get("metrics") or {}).items():
-            rows.append(dict(chapter=chapter, name=name, **{k: m.get(k) for k in METRIC_COLUMNS[2:-2]},
-                             label=recorded.get(name, {}).get("label") or name, reference=m.get("reference")))
+            if "citations" not in m:  # metrics.json of an earlier version: the same fields from the records
+                from .metrics_file import metric_entry
+
+                m = dict(metric_entry(name, recorded.get(name, {}), {}), **m)
+            rows.append(dict(chapter=chapter, name=name, **{k: m.get(k) for k in METRIC_COLUMNS[2:7]},
+                             label=recorded.get(name, {}).get("label") or name,
+                             **{k: m.get(k) for k in METRIC_COLUMNS[8:]}))
     table = pd.DataFrame(rows, columns=METRIC_COLUMNS)
-    for c in ("value", "ci_low", "ci_high"):
+    for c in ("value", "ci_low", "ci_high", "bias_corrected"):
         table[c] = pd.to_numeric(table[c], errors="coerce").astype(float)
+    table["n"] = pd.array(table["n"], dtype="Int64")
     return table
 
 

@@ -1,17 +1,22 @@
 """Logging a report to MLflow: one run per report, the metrics, the decision, the settings and the files.
 
 A report is logged as one MLflow run (:func:`log_report`): every metric of ``metrics.json`` with a value as
-``<chapter>.<metric>`` and its interval beside it as ``<chapter>.<metric>.ci_low`` / ``.ci_high`` (names reduced
-to what MLflow accepts: letters, digits and ``_-./`` and space; a null value, undefined or infinite, is not
-logged); the status and the number of findings per severity as tags (``embeval.status``,
-``embeval.findings.<severity>``), with the count of verdicts per level; the run settings and the digest of the
-model (a model run's content digest) or of the vectors file as params; ``report.html``, ``report.pdf``,
-``metrics.json``, ``run.json`` and the findings table (``findings.csv``) as artifacts. ``compare`` logs one run
-per model nested in a run of the comparison (:func:`log_comparison`).
+``<chapter>.<metric>``, its interval beside it as ``<chapter>.<metric>.ci_low`` / ``.ci_high``, the units it is
+over as ``.n`` and, where the interval excludes the value, ``.outside_ci`` (1) and the ``.bias_corrected`` estimate
+(names reduced to what MLflow accepts: letters, digits and ``_-./`` and space; a null value, undefined or
+infinite, is not logged); the status as a number (``embeval.status_level``: 0 healthy, 1 concerning, 2
+problematic, 3 not evaluated) and the findings and verdicts per level as counts (``embeval.findings.<severity>``,
+``embeval.verdicts.<level>``), with the status as the tag ``embeval.status``; the run settings and the digest of
+the model (a model run's content digest) or of the vectors file as params, the vectors as the run's dataset input;
+``report.html``, ``report.pdf``, ``metrics.json``, ``run.json``, the findings table (``findings.csv``) and the
+metrics table (``metrics.csv``: slice, interval method, citations) as artifacts. ``compare`` logs one run per model
+nested in a run of the comparison (:func:`log_comparison`).
 
 Where to log (:class:`Tracking`) comes from ``--mlflow URI`` or the manifest's ``mlflow: {tracking_uri,
-experiment, run_name}``; :meth:`Tracking.check` tells an unreachable server (or mlflow not installed) in one
-line before any chapter runs. mlflow is imported only here, when a report is tracked.
+experiment, run_name}``; a path ending in ``.db``/``.sqlite`` is an SQLite database, credentials in an http(s) URI
+(``http://user:pass@host``) are taken off it and given to MLflow's client as ``MLFLOW_TRACKING_USERNAME`` /
+``MLFLOW_TRACKING_PASSWORD`` (never printed); :meth:`Tracking.check` tells an unreachable server (or mlflow not
+installed) in one line before any chapter runs. mlflow is imported only here, when a report is tracked.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import InputError
@@ -38,6 +43,13 @@ DEFAULT_EXPERIMENT = "embeval-report"
 CHECK_TIMEOUT = 10
 #: what MLflow accepts in a metric, param or tag name; anything else becomes "_"
 _BAD_NAME = re.compile(r"[^A-Za-z0-9_\-./ ]")
+#: a report's status as a number (``embeval.status_level``): a filter ``>= 2`` finds every report a
+#: ``--fail-on problematic`` gate stops, a report that evaluated nothing included
+STATUS_LEVELS = {"healthy": 0, "concerning": 1, "problematic": 2, "not evaluated": 3}
+#: a path with one of these suffixes is an SQLite database (``sqlite:///`` URI), not a file store
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+#: user:password in a URI, as messages show it
+_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^/@:\s]*)(?::[^/@\s]*)?@", re.I)
 #: files of a report folder logged as artifacts (when present)
 ARTIFACTS = ("report.html", "report.pdf", "metrics.json", "run.json")
 #: files of a comparison folder logged as artifacts (when present)
@@ -56,6 +68,8 @@ class Tracking:
     tracking_uri: str | None = None
     experiment: str = DEFAULT_EXPERIMENT
     run_name: str | None = None
+    username: str | None = field(default=None, repr=False)   # from an http(s) URI's user:password@
+    password: str | None = field(default=None, repr=False)
 
     @classmethod
     def resolve(cls, uri: str | None = None, source=None, setting=None) -> "Tracking | None":
@@ -78,7 +92,19 @@ class Tracking:
         if given is None and uri is None:
             return None
         given = given or cls()
-        return replace(given, tracking_uri=_normalise_uri(uri)) if uri is not None else given
+        given = replace(given, tracking_uri=_normalise_uri(uri)) if uri is not None else given
+        return given.without_credentials()
+
+    def without_credentials(self) -> "Tracking":
+        """The tracking with ``user:password@`` taken off an http(s) URI and kept for the client's Basic auth."""
+        parsed = urllib.parse.urlsplit(self.tracking_uri or "")
+        if parsed.scheme not in ("http", "https") or (parsed.username is None and parsed.password is None):
+            return self
+        host = parsed.hostname or ""
+        netloc = (f"[{host}]" if ":" in host else host) + (f":{parsed.port}" if parsed.port else "")
+        return replace(self, tracking_uri=urllib.parse.urlunsplit(parsed._replace(netloc=netloc)),
+                       username=urllib.parse.unquote(parsed.username or ""),
+                       password=urllib.parse.unquote(parsed.password or ""))
 
     def check(self) -> None:
         """Raise :class:`InputError` (one line) when mlflow is not installed or the tracking server cannot be
@@ -91,12 +117,20 @@ class Tracking:
                 from None
         scheme = urllib.parse.urlparse(self.tracking_uri or "").scheme
         if scheme in ("http", "https"):
-            url = self.tracking_uri.rstrip("/") + "/health"
+            request = urllib.request.Request(self.tracking_uri.rstrip("/") + "/health", headers=self._auth_header())
             try:
-                with urllib.request.urlopen(url, timeout=CHECK_TIMEOUT) as answer:
+                with urllib.request.urlopen(request, timeout=CHECK_TIMEOUT) as answer:
                     answer.read()
+            except urllib.error.HTTPError as exc:
+                if exc.code in (401, 403):
+                    given = "the credentials given" if self._auth_header() else "a request without credentials"
+                    raise InputError(f"--mlflow {self.tracking_uri}: the tracking server refused {given} (HTTP "
+                                     f"{exc.code}); give them in the URI (http://user:password@host) or in "
+                                     "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD") from None
+                raise InputError(f"--mlflow {self.tracking_uri}: the tracking server cannot be reached (HTTP "
+                                 f"{exc.code}); start it or give another URI") from None
             except (urllib.error.URLError, OSError, ValueError) as exc:
-                reason = getattr(exc, "reason", exc)
+                reason = redact(str(getattr(exc, "reason", exc)))
                 raise InputError(f"--mlflow {self.tracking_uri}: the tracking server cannot be reached ({reason}); "
                                  "start it or give another URI") from None
         try:
@@ -104,13 +138,24 @@ class Tracking:
         except Exception as exc:
             raise InputError(f"--mlflow {target}: {_one_line(exc)}") from None
 
+    def _auth_header(self) -> dict:
+        """The Basic authorization of this tracking's credentials (the URI's, else MLflow's variables)."""
+        import base64
+
+        user = self.username if self.username is not None else os.environ.get("MLFLOW_TRACKING_USERNAME")
+        password = self.password if self.password is not None else os.environ.get("MLFLOW_TRACKING_PASSWORD")
+        if user is None and password is None:
+            return {}
+        token = base64.b64encode(f"{user or ''}:{password or ''}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+
     def client(self):
         from mlflow.tracking import MlflowClient
 
         return MlflowClient(tracking_uri=self.tracking_uri)
 
     def _experiment_id(self) -> str:
-        with _quiet(self.tracking_uri):
+        with _quiet(self.tracking_uri, self):
             client = self.client()
             found = client.get_experiment_by_name(self.experiment)
             return found.experiment_id if found is not None else client.create_experiment(self.experiment)
@@ -131,7 +176,8 @@ def _manifest_tracking(path: Path) -> Tracking | None:
 
 
 def _normalise_uri(uri: str | None, base: Path | None = None) -> str | None:
-    """A plain folder path (or a relative ``file:`` one) as an absolute ``file:`` URI; other URIs unchanged."""
+    """A plain folder path (or a relative ``file:`` one) as an absolute ``file:`` URI, a plain path ending in
+    ``.db``/``.sqlite``/``.sqlite3`` as an ``sqlite:///`` URI; other URIs unchanged."""
     if uri is None:
         return None
     uri = str(uri)
@@ -140,27 +186,42 @@ def _normalise_uri(uri: str | None, base: Path | None = None) -> str | None:
         path = Path(urllib.parse.unquote(parsed.path if parsed.scheme else uri)).expanduser()
         if not path.is_absolute():
             path = (base or Path.cwd()) / path
+        if path.suffix.lower() in SQLITE_SUFFIXES and not path.is_dir():  # a database file, not a store folder
+            return f"sqlite:///{path.resolve()}"
         return path.resolve().as_uri()
     return uri
 
 
+def redact(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@`` in it replaced by ``***``."""
+    return _CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{m.group('user')}:***@", str(text))
+
+
 @contextlib.contextmanager
-def _quiet(uri: str | None):
+def _quiet(uri: str | None, tracking: "Tracking | None" = None):
     """MLflow's own lines ("View run ... at") on stderr, not on the command's standard output; a ``file:`` store,
-    which MLflow keeps in maintenance mode, allowed because it was named explicitly."""
-    allow = urllib.parse.urlparse(uri or "").scheme == "file" and "MLFLOW_ALLOW_FILE_STORE" not in os.environ
-    if allow:
-        os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    which MLflow keeps in maintenance mode, allowed because it was named explicitly; the credentials of
+    ``tracking``'s URI in MLflow's ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD`` for the client (restored after)."""
+    scoped = {}
+    if urllib.parse.urlparse(uri or "").scheme == "file" and "MLFLOW_ALLOW_FILE_STORE" not in os.environ:
+        scoped["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    if tracking is not None and tracking.username is not None:
+        scoped.update(MLFLOW_TRACKING_USERNAME=tracking.username, MLFLOW_TRACKING_PASSWORD=tracking.password or "")
+    before = {k: os.environ.get(k) for k in scoped}
+    os.environ.update(scoped)
     try:
         with contextlib.redirect_stdout(sys.stderr):
             yield
     finally:
-        if allow:
-            os.environ.pop("MLFLOW_ALLOW_FILE_STORE", None)
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = redact(" ".join(str(exc).split()) or type(exc).__name__)
     return text if len(text) <= 300 else text[:297] + "..."
 
 
@@ -172,15 +233,60 @@ def metric_name(*parts: str) -> str:
 
 
 def report_metrics(metrics: dict) -> dict[str, float]:
-    """The MLflow metrics of a ``metrics.json`` document: ``<chapter>.<metric>`` and ``.ci_low``/``.ci_high``
-    for every non-null number (a name that would repeat after cleaning gets ``_2``, ``_3``)."""
+    """The MLflow metrics of a ``metrics.json`` document: ``<chapter>.<metric>``, ``.ci_low``/``.ci_high`` and
+    ``.n`` for every non-null number, ``.outside_ci`` (1) and ``.bias_corrected`` where the interval excludes the
+    value (a name that would repeat after cleaning gets ``_2``, ``_3``)."""
     out: dict[str, float] = {}
     for chapter, entry in (metrics.get("chapters") or {}).items():
         for name, m in (entry.get("metrics") or {}).items():
             base = _unique(metric_name(chapter, name), out)
-            for suffix, key in (("", "value"), (".ci_low", "ci_low"), (".ci_high", "ci_high")):
-                if isinstance(m.get(key), (int, float)) and not isinstance(m.get(key), bool):
+            outside = m.get("outside_ci") is True
+            for suffix, key in (("", "value"), (".ci_low", "ci_low"), (".ci_high", "ci_high"), (".n", "n"),
+                                (".bias_corrected", "bias_corrected" if outside else None)):
+                if _number(m.get(key)):
                     out[base + suffix] = float(m[key])
+            if outside:
+                out[base + ".outside_ci"] = 1.0
+    return out
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def status_metrics(folder: Path, metrics: dict) -> dict[str, float]:
+    """The decision as numbers: ``embeval.status_level`` (:data:`STATUS_LEVELS`), ``embeval.findings`` and
+    ``embeval.findings.<severity>`` (when the run recorded findings), ``embeval.verdicts.<level>`` (how many
+    metrics got each verdict); a filter such as ``metrics."embeval.findings.problematic" > 0`` finds runs."""
+    from .explore import read_findings
+
+    status, findings = read_findings(folder)
+    out: dict[str, float] = {}
+    if status is not None:
+        if status in STATUS_LEVELS:
+            out["embeval.status_level"] = float(STATUS_LEVELS[status])
+        out["embeval.findings"] = float(len(findings))
+        counts = findings["severity"].value_counts()
+        for severity in ("problematic", "concerning", "healthy"):
+            out[f"embeval.findings.{severity}"] = float(counts.get(severity, 0))
+    for level, count in verdict_counts(m.get("verdict") for entry in (metrics.get("chapters") or {}).values()
+                                       for m in (entry.get("metrics") or {}).values()).items():
+        out[f"embeval.verdicts.{level}"] = float(count)
+    return out
+
+
+def tag_name(text: str) -> str:
+    """A word of a tag or metric key: :func:`metric_name`'s characters, spaces as ``_``
+    (``no difference larger than E`` → ``no_difference_larger_than_E``)."""
+    return metric_name(str(text)).replace(" ", "_")
+
+
+def verdict_counts(verdicts) -> dict[str, int]:
+    """How many of ``verdicts`` (None skipped) each level has, its key a :func:`tag_name`."""
+    out: dict[str, int] = {}
+    for v in verdicts:
+        if v:
+            out[tag_name(v)] = out.get(tag_name(v), 0) + 1
     return out
 
 
@@ -194,25 +300,15 @@ def _unique(name: str, taken: dict) -> str:
 
 
 def report_tags(folder: Path, metrics: dict) -> dict[str, str]:
-    """``embeval.status``, ``embeval.findings`` and ``embeval.findings.<severity>`` (when the run recorded
-    findings), ``embeval.verdicts.<level>`` and the chapters that failed."""
+    """``embeval.report``, ``embeval.status`` (when the run recorded findings; its counts are metrics:
+    :func:`status_metrics`) and the chapters that failed."""
     from .explore import read_findings
 
-    status, findings = read_findings(folder)
+    status, _ = read_findings(folder)
     tags = {"embeval.report": "report"}
     if status is not None:
         tags["embeval.status"] = str(status)
-        tags["embeval.findings"] = str(len(findings))
-        for severity, count in findings["severity"].value_counts().items():
-            tags[f"embeval.findings.{metric_name(severity)}"] = str(count)
-    verdicts: dict[str, int] = {}
-    failed = []
-    for chapter, entry in (metrics.get("chapters") or {}).items():
-        failed += [chapter] if entry.get("status") == "failed" else []
-        for m in (entry.get("metrics") or {}).values():
-            if m.get("verdict"):
-                verdicts[m["verdict"]] = verdicts.get(m["verdict"], 0) + 1
-    tags.update({f"embeval.verdicts.{k}": str(v) for k, v in verdicts.items()})
+    failed = [chapter for chapter, entry in (metrics.get("chapters") or {}).items() if entry.get("status") == "failed"]
     if failed:
         tags["embeval.failed_chapters"] = ", ".join(failed)
     return tags
@@ -287,17 +383,20 @@ def log_report(tracking: Tracking, folder, *, parent: str | None = None, run_nam
     folder = Path(folder)
     run = json.loads((folder / "run.json").read_text())
     metrics = json.loads((folder / "metrics.json").read_text())
-    with _quiet(tracking.tracking_uri):
+    with _quiet(tracking.tracking_uri, tracking):
         client = tracking.client()
         tags = report_tags(folder, metrics) | ({MLFLOW_PARENT_RUN_ID: parent} if parent else {})
         created = client.create_run(tracking._experiment_id(), run_name=run_name or tracking.run_name or run.get("name"))
         run_id = created.info.run_id
         try:
-            _log(client, run_id, report_metrics(metrics), report_params(run, folder), tags)
+            params = report_params(run, folder)
+            _log(client, run_id, report_metrics(metrics) | status_metrics(folder, metrics), params, tags)
+            _log_dataset(client, run_id, run, params)
             for name in ARTIFACTS:
                 if (folder / name).is_file():
                     client.log_artifact(run_id, str(folder / name))
             _log_findings(client, run_id, folder)
+            _log_table(client, run_id, folder)
         except BaseException:
             client.set_terminated(run_id, "FAILED")
             raise
@@ -321,16 +420,51 @@ def _log_findings(client, run_id: str, folder: Path) -> None:
         client.log_artifact(run_id, str(path))
 
 
+#: a comparison's keys (``metrics.json``'s ``comparisons``) as MLflow names them: the difference and its interval
+#: under ``.diff`` (a model run's ``.ci_low`` is the interval of the value itself)
+COMPARISON_NAMES = {"difference": "diff", "ci_low": "diff.ci_low", "ci_high": "diff.ci_high",
+                    "p_adjusted": "p_adjusted", "effect": "effect"}
+
+
+def _log_table(client, run_id: str, folder: Path) -> None:
+    """``metrics.csv``: the report's metrics table (:func:`~.explore.metrics_table`: value, interval, its method,
+    n, outside_ci, bias_corrected, slice, citations) for what MLflow's metrics cannot hold."""
+    from .explore import metrics_table
+
+    table = metrics_table(folder)
+    table["citations"] = [json.dumps(v) if isinstance(v, list) else v for v in table["citations"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "metrics.csv"
+        table.to_csv(path, index=False)
+        client.log_artifact(run_id, str(path))
+
+
+def _log_dataset(client, run_id: str, run: dict, params: dict) -> None:
+    """The vectors as the run's dataset input: named after the set, its digest (the model's or the vectors file's),
+    its source and its shape."""
+    from mlflow.entities import Dataset, DatasetInput
+
+    digest = params.get("vectors_digest") or params.get("model_digest")
+    if not digest:
+        return
+    source = run.get("source")
+    dataset = Dataset(name=str(run.get("name") or "vectors"), digest=str(digest)[:36], source_type="local",
+                      source=json.dumps({"uri": str(source)} if source else {}),
+                      schema=json.dumps({"n": run.get("n"), "d": run.get("d")}),
+                      profile=json.dumps({"num_rows": run.get("n"), "dimensions": run.get("d")}))
+    client.log_inputs(run_id, datasets=[DatasetInput(dataset=dataset)])
+
+
 def comparison_metrics(folder: Path) -> dict[str, float]:
-    """The comparison's numbers per compared metric (``metrics.json``'s ``comparisons``): ``<name>.difference``,
-    ``.ci_low``, ``.ci_high``, ``.p_adjusted`` and ``.effect``."""
+    """The comparison's numbers per compared metric (``metrics.json``'s ``comparisons``): ``<name>.diff``,
+    ``.diff.ci_low``, ``.diff.ci_high``, ``.p_adjusted`` and ``.effect``."""
     doc = json.loads((folder / "metrics.json").read_text())
     out: dict[str, float] = {}
     for name, c in (doc.get("comparisons") or {}).items():
         base = _unique(metric_name(name.replace(": ", ".")), out)
-        for key in ("difference", "ci_low", "ci_high", "p_adjusted", "effect"):
-            if isinstance(c.get(key), (int, float)) and not isinstance(c.get(key), bool):
-                out[f"{base}.{key}"] = float(c[key])
+        for key, suffix in COMPARISON_NAMES.items():
+            if _number(c.get(key)):
+                out[f"{base}.{suffix}"] = float(c[key])
     return out
 
 
@@ -340,20 +474,18 @@ def log_comparison(tracking: Tracking, folder, models: list[tuple[str, Path]], s
     (:func:`log_report` of its report folder). Returns the comparison's run id."""
     folder = Path(folder)
     doc = json.loads((folder / "comparison.json").read_text())
-    verdicts: dict[str, int] = {}
-    for c in doc.get("comparisons", []):
-        verdicts[c.get("verdict")] = verdicts.get(c.get("verdict"), 0) + 1
-    tags = {"embeval.report": "comparison", "embeval.models": ", ".join(name for name, _ in models),
-            **{f"embeval.verdicts.{metric_name(str(k))}": str(v) for k, v in verdicts.items()}}
+    verdicts = {f"embeval.verdicts.{k}": float(v)
+                for k, v in verdict_counts(c.get("verdict") for c in doc.get("comparisons", [])).items()}
+    tags = {"embeval.report": "comparison", "embeval.models": ", ".join(name for name, _ in models)}
     params = {metric_name(k): _param_text(v) for k, v in dict(settings, correction=doc.get("correction"),
                                                               effect=doc.get("effect"), level=doc.get("level")).items()}
-    with _quiet(tracking.tracking_uri):
+    with _quiet(tracking.tracking_uri, tracking):
         client = tracking.client()
         created = client.create_run(tracking._experiment_id(),
                                     run_name=tracking.run_name or " vs ".join(name for name, _ in models))
         parent = created.info.run_id
         try:
-            _log(client, parent, comparison_metrics(folder), params, tags)
+            _log(client, parent, comparison_metrics(folder) | verdicts, params, tags)
             for name in COMPARISON_ARTIFACTS:
                 if (folder / name).is_file():
                     client.log_artifact(parent, str(folder / name))
@@ -362,7 +494,7 @@ def log_comparison(tracking: Tracking, folder, models: list[tuple[str, Path]], s
             raise
     for name, report in models:
         log_report(tracking, report, parent=parent, run_name=name)
-    with _quiet(tracking.tracking_uri):
+    with _quiet(tracking.tracking_uri, tracking):
         tracking.client().set_terminated(parent)
     return parent
 
