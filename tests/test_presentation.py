@@ -216,7 +216,7 @@ def test_a_report_with_sets_of_another_dimension_states_them_and_writes_strict_j
 # Degenerate but real: n <= d (issue 29.5)
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n", [30, 40, 41])
+@pytest.mark.parametrize("n", [30, 40, 41, 400])
 def test_thresholds_that_assume_n_above_d_give_no_verdict_when_n_is_at_most_d(n):
     import warnings
 
@@ -241,7 +241,10 @@ def test_thresholds_that_assume_n_above_d_give_no_verdict_when_n_is_at_most_d(n)
         assert "carry no verdict (not estimable" in isotropy_chapter.narrative(iso)
         assert "effective-rank part is not estimable" in collapse_chapter.collapse_callout(col)["text"]
         assert not col.collapse_detected
-    else:  # must not fire: one more vector than dimensions
+    elif n < 10 * d:  # full rank, but the spectral bands need n >= 10 d (Marchenko-Pastur): no verdict, said why
+        assert all(m.verdict is None and "n ≥ 10·d" in m.note for m in gated[:3])
+        assert gated[3].verdict is not None and not gated[3].note.startswith(NOT_ESTIMABLE)
+    else:  # must not fire: enough vectors per dimension
         assert all(m.verdict is not None and not m.note.startswith(NOT_ESTIMABLE) for m in gated)
         assert "not estimable" not in isotropy_chapter.narrative(iso)
     # thresholds that do not assume n > d keep their verdicts either way
