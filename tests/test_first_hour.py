@@ -371,3 +371,33 @@ def test_each_metric_says_its_interval_method_units_slice_and_citations(tmp_path
     assert metric_entry("mean_drift__2024_02", {"value": 0.1, "reference": "seed 000 §217.2.3.2"}, {})["slice"] \
         == "2024_02"
     assert metric_entry("mean_drift", {"value": 0.1}, {})["slice"] is None
+
+
+# ------------------------------------------------------------------------------------------ 7. monitor
+
+
+def test_monitor_prints_the_raw_p_beside_a_p_band_and_findings_lead_with_the_ratio():
+    from embeval_report.chapters.findings import ChapterResults, threshold_findings
+    from embeval_report.chapters.registry import discover
+    from embeval_report.monitoring import build_profile, score_batch
+    from embeval_report.monitoring.cli import table
+
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((1500, 8)).astype(np.float32) + 1.0
+    profile = build_profile(ref, name="ref", sample_size=600, calibration=200, device="cpu")
+    same = rng.standard_normal((400, 8)).astype(np.float32) + 1.0
+    score = score_batch(profile, same, seed=0, n_perm=150, mmd_sample=200, ks_sample=300, classifier_sample=200,
+                        device="cpu")
+    mmd = score.signals["mmd"]
+    row = next(line for line in table(score).splitlines() if line.startswith(mmd.label))
+    header = table(score).splitlines()[0]
+    assert f"p {mmd.p_value:.2g}" in row  # what the level reads against "p ≤ 0.0071": the raw p, not MMD²
+    assert row.split()[-3] == f"{mmd.p_value:.2g}" and " p " in f" {header} " and "p (×7)" in header
+    # the chapter's finding quotes the number its verdict was judged on (× the no-drift level) first
+    spec = next(c for c in discover() if c.name == "monitoring")
+    metrics = {"mean_shift": {"value": 0.074, "ci_low": 0.03, "ci_high": 0.09, "verdict": "concerning",
+                              "label": "Mean shift / reference spread", "reference": "Table 217.3 mean drift"},
+               "mean_shift_ratio": {"value": 2.14, "verdict": "concerning", "label": "Mean shift, × no-drift level",
+                                    "reference": "Table 217.3 mean drift (× baseline)"}}
+    (f,) = threshold_findings(ChapterResults("monitoring", "Monitoring", metrics, {}), spec.effects)
+    assert f.metrics[0] == "mean_shift_ratio" and "Mean shift, × no-drift level is 2.140" in f.sentence

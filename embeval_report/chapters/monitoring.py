@@ -169,15 +169,11 @@ def latest_table(rep: MonitoringReport) -> pd.DataFrame:
     for s in rep.latest["signals"].values():
         ci = f"{f(s.get('ci_low'))} – {f(s.get('ci_high'))}" if s.get("ci_low") is not None else "—"
         bands = sc.stored_bands(s.get("detail"))
-        edges = ("p ≤ " + f(bands["warning_p"], ".2g") + " / none" if "warning_p" in bands else
-                 " / ".join(f"> {f(bands[k], '.3g')}" if bands.get(k) is not None else "none"
-                            for k in ("warning", "critical")) if bands else "—")
-        if bands.get("warning_below") is not None:
-            edges = edges.replace(" / ", f" or < {f(bands['warning_below'], '.3g')} / ", 1)
         rows.append({"signal": s["label"],
                      "value": marked_value(s["value"], s.get("ci_low"), s.get("ci_high"), text=f(s["value"])),
                      "95 % CI": ci,
-                     "reads": f(_plotted(s), ".3g"), "warning / critical": edges,
+                     "reads": sc.reads_text(bands, _plotted(s), s.get("p_value")),
+                     "warning / critical": sc.edges_text(bands), "p": f(s.get("p_value"), ".2g"),
                      "p (×7)": f(s.get("p_adjusted"), ".3g"), "level": _level(s["level"])})
     return pd.DataFrame(rows)
 
@@ -320,8 +316,9 @@ def show_latest(rep: MonitoringReport) -> None:
     table = latest_table(rep)
     show_table(table, caption=with_mark_note(
         table, f"The latest batch ({rep.latest['batch']}): each signal's effect with its 95 % interval, the "
-               "value its level reads (× the no-drift level, the batch's APCS, or the effect), the warning and critical "
-               "edges it is read against (the dashboard's bands), its p-value × 7 (Bonferroni) and its level."),
+               "value its level reads (× the no-drift level, the batch's APCS, or the effect; for MMD², judged on its "
+               "test, its p-value), the warning and critical edges it is read against (the dashboard's bands), its "
+               "p-value raw and × 7 (Bonferroni) and its level."),
                label="tbl-monitoring-latest")
 
 
@@ -350,7 +347,7 @@ CHAPTER = ChapterSpec(
     description="The history of `embeval-report monitor`: each new batch scored against the reference profile (mean and norm shift, isotropy drift, MMD, per-dimension KS, domain classifier, k-NN anomalies) as the seed's monitoring dashboard with Table 217.3 and §220.2 alert levels (seed 000 §220).",
     requires=("monitor_history",),
     precheck=precheck, demo="monitoring",
-    effects=(Effect("batch shift", ("mean_shift", "mean_shift_ratio", "norm_shift", "isotropy_drift_apcs", "mmd",
+    effects=(Effect("batch shift", ("mean_shift_ratio", "mean_shift", "norm_shift", "isotropy_drift_apcs", "mmd",
                                     "ks_rejected_fraction", "domain_classifier_auc", "anomalous_fraction"),
                     "New batches have shifted from the reference profile",
                     "Check the data pipeline of the latest batches, then retrain if the shift is real:",

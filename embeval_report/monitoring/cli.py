@@ -98,27 +98,17 @@ def _fmt(x, spec=".4g") -> str:
     return "–" if x is None or x != x else format(x, spec)
 
 
-def _edges_text(s) -> str:
-    """A signal's bands in words: ``> 1.5 / > 2.5`` (warning / critical), ``p ≤ 0.0071``, ``none``."""
-    b = s.bands
-    if "warning_p" in b:
-        return f"p ≤ {b['warning_p']:.2g} / none"
-    parts = [f"> {_fmt(b.get('warning'), '.3g')}" if b.get("warning") is not None else "none",
-             f"> {_fmt(b.get('critical'), '.3g')}" if b.get("critical") is not None else "none"]
-    if b.get("warning_below") is not None:
-        parts[0] += f" or < {_fmt(b['warning_below'], '.3g')}"
-    return " / ".join(parts)
-
-
 def table(score) -> str:
-    """The short table ``monitor`` prints: one row per signal (the value its level reads, the warning / critical
-    edges, Bonferroni p, level), then the batch's level and, when it is too small, what it cannot see."""
-    from .score import VERDICT
+    """The short table ``monitor`` prints: one row per signal (its effect, the value its level reads against the
+    warning / critical edges, the raw and the Bonferroni p, level), then the batch's level and, when it is too
+    small, what it cannot see."""
+    from .score import VERDICT, edges_text, reads_text
 
-    lines = [f"{'signal':28s} {'value':>10s} {'reads':>8s} {'warning / critical':>22s} {'p (×7)':>8s}  level"]
+    lines = [f"{'signal':28s} {'value':>10s} {'reads':>8s} {'warning / critical':>22s} {'p':>8s} {'p (×7)':>8s}  level"]
     for s in score.signals.values():
-        lines.append(f"{s.label:28s} {_fmt(s.value):>10s} {_fmt(s.plotted_value, '.3g'):>8s} {_edges_text(s):>22s} "
-                     f"{_fmt(s.p_adjusted, '.2g'):>8s}  {s.level}")
+        lines.append(f"{s.label:28s} {_fmt(s.value):>10s} {reads_text(s.bands, s.plotted_value, s.p_value):>8s} "
+                     f"{edges_text(s.bands):>22s} {_fmt(s.p_value, '.2g'):>8s} {_fmt(s.p_adjusted, '.2g'):>8s}  "
+                     f"{s.level}")
     lines.append(f"batch: {score.n:,} rows, d = {score.d}, level {score.level.upper()} (the report's verdict: "
                  f"{VERDICT[score.level]}; {score.seconds:.2f} s)")
     for name in score.info.get("underpowered", []):

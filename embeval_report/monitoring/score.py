@@ -198,6 +198,30 @@ def band_level(value, bands: dict) -> str:
     return "ok"
 
 
+def edges_text(bands: dict) -> str:
+    """A signal's bands in words, as the table of ``monitor`` and the chapter print them: ``> 1.5 / > 2.5``
+    (warning / critical), ``> 0.1 or < -0.05 / none``, ``p ≤ 0.0071 / none`` (a signal judged on its test)."""
+    def edge(v):
+        return f"> {_num(v, '.3g')}" if v is not None else "none"
+    if "warning_p" in bands:
+        return f"p ≤ {_num(bands['warning_p'], '.2g')} / none"
+    if not bands:
+        return "—"
+    warning = edge(bands.get("warning")) + (f" or < {_num(bands['warning_below'], '.3g')}"
+                                           if bands.get("warning_below") is not None else "")
+    return f"{warning} / {edge(bands.get('critical'))}"
+
+
+def reads_text(bands: dict, plotted, p_value) -> str:
+    """What a signal's level reads, in the units of its bands: the plotted value (a ratio, |t|, APCS, AUC, share),
+    or, for a signal judged on its test alone (MMD², bands ``p ≤ …``), its raw p-value: ``p 0.43``."""
+    return f"p {_num(p_value, '.2g')}" if "warning_p" in bands else _num(plotted, ".3g")
+
+
+def _num(x, spec: str) -> str:
+    return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
 def stored_bands(detail: dict) -> dict:
     """The bands a history record's signal stored (``detail["<edge>_edge"]``), for the dashboard."""
     return {k[:-5]: v for k, v in (detail or {}).items() if k.endswith("_edge") and v is not None}
