@@ -171,10 +171,20 @@ def test_training_events_diverged_and_overfitting():
     events = _events(run="a") + _events(run="b", diverged=True, diverged_from=3200, first_nonfinite=4100) + \
         _events(run="c", overfitting=True, overfitting_onset=1900, overfitting_rise=1.7)
     found = training_diagnostics.findings(results("training_diagnostics", info={"run_events": events}))
-    assert [(f.severity, f.category) for f in found] == [("problematic", "training process"),
-                                                         ("concerning", "training process")]
+    assert [(f.severity, f.category, f.kind) for f in found] == [("problematic", "training process", "evaluation"),
+                                                                 ("concerning", "training process", "evaluation")]
     assert "b from step 3,200" in found[0].sentence and "c from step 1,900" in found[1].sentence
+    assert "training_run:" in found[0].sentence  # which run made the vectors is unknown: say how to tell
     assert training_diagnostics.findings(results(info={"run_events": _events() * 2})) == []
+    # the evaluated run diverged: the model's finding; the other overfitting run is not the evaluated vectors
+    found = training_diagnostics.findings(results("training_diagnostics", info={"run_events": events,
+                                                                                "evaluated_run": "b"}))
+    assert [(f.title, f.kind) for f in found] == [("The evaluated training run diverged", "model"),
+                                                  ("1 of 3 training runs overfit", "evaluation")]
+    assert "not the run that produced these vectors" in found[1].sentence
+    found = training_diagnostics.findings(results("training_diagnostics", info={"run_events": events,
+                                                                                "evaluated_run": "a"}))
+    assert {f.kind for f in found} == {"evaluation"}  # the evaluated run converged
 
 
 def test_flagged_raters_are_an_evaluation_data_finding():
@@ -328,3 +338,22 @@ def test_baseline_puts_the_previous_model_beside_this_one_and_regressions_are_fi
     assert main(["run", str(new), "--out", str(tmp_path / "r3"), "--baseline", str(tmp_path / "prod"), *common]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--baseline" in err[0] and "not an embeval-report folder" in err[0]
+
+
+def test_training_run_must_name_a_run_of_the_log(tmp_path):
+    from embeval_report.errors import InputError
+    from embeval_report.io import load_source
+    from embeval_report.io.side_data import load_side_data
+
+    np.save(tmp_path / "v.npy", np.random.default_rng(0).standard_normal((20, 4)).astype(np.float32))
+    rows = [f"{run},{s},{1.0 / s}" for run in ("base", "fast") for s in range(1, 30)]
+    (tmp_path / "log.csv").write_text("run,step,loss\n" + "\n".join(rows) + "\n")
+    for run, ok in (("base", True), ("nope", False)):
+        (tmp_path / "m.yaml").write_text(f"vectors: v.npy\ntraining_log: log.csv\ntraining_run: {run}\n")
+        es = load_source(tmp_path / "m.yaml")
+        if ok:
+            assert load_side_data(es).training_log.runs == ["base", "fast"]
+        else:
+            with pytest.raises(InputError, match=r"training_run: 'nope' is not a run of the training log \(its runs: "
+                                                 r"base, fast\)"):
+                load_side_data(es)

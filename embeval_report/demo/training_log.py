@@ -1,4 +1,6 @@
 """Demo side data of the training-diagnostics chapter: the training log of the model behind the demo vectors.
+The demo vectors are the ``baseline`` run's (the manifest's ``training_run``); the other two runs are
+experiments beside it.
 
 Three runs of the streaming platform's two-tower model, 60 epochs each, logged the way PyTorch
 Lightning's ``CSVLogger`` writes them (a training row every 10 steps with ``loss``, ``lr`` and
@@ -83,4 +85,4 @@ def demo_side_data(folder, seed: int = 0) -> dict:
         logged = train if c in ("loss", "lr", "grad_norm") else ~train  # a logged NaN is written "nan", a gap empty
         log[c] = [f"{v:.6g}" if ok else "" for v, ok in zip(log[c], logged)]
     log.to_csv(folder / "training_log.csv", index=False)
-    return {"training_log": "training_log.csv"}
+    return {"training_log": "training_log.csv", "training_run": "baseline"}

@@ -154,6 +154,8 @@ MANIFEST_FIELDS: dict[str, ManifestField] = {
     "training_log": ManifestField("path_or_folder", "training log: CSV/TSV/JSONL with step or epoch, loss[, val_loss, "
                                   "lr, grad_norm, run, metrics], or a TensorBoard event folder",
                                   needs="a `training_log` (CSV/TSV/JSONL of step, loss, ... or a TensorBoard folder)"),
+    "training_run": ManifestField("str", "training diagnostics: the run of the training log that produced these "
+                                  "vectors (its events are the model's; the other runs' are about other checkpoints)"),
     "entity": ManifestField("str", "the entity type to read from a PyTorch-BigGraph checkpoint folder"),
     "model": ManifestField("model", "a sentence-transformers model folder (or mapping) that embeds `texts`"),
     "texts": ManifestField("path", "the corpus texts (.jsonl/.csv/.tsv/.parquet with id and text), embedded with `model`"),
