@@ -19,6 +19,7 @@ Bad input raises :class:`~embeval_report.errors.InputError` with the command lin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -110,7 +111,7 @@ class Comparison:
 
 
 def evaluate(source, out=None, chapters=None, *, ids=None, metadata=None, name: str | None = None,
-             **settings) -> Report:
+             progress: bool = True, **settings) -> Report:
     """Evaluate an embedding set and write its report; return it as a :class:`Report`.
 
     ``source``: a manifest (YAML), a vectors file (any format the command line reads), an
@@ -121,8 +122,9 @@ def evaluate(source, out=None, chapters=None, *, ids=None, metadata=None, name: 
     manifest's ``metadata`` table. An array or set is written into the report's ``embeddings/`` (vectors, ids,
     metadata and a manifest naming the set's side-data files), so the report re-runs without Python.
     ``out``: the report folder (the command line's ``--out`` rules), or None for a temporary folder.
-    ``chapters``: names (default: every chapter whose inputs exist). ``settings``: see the module docstring.
-    Raises :class:`InputError` for bad input, before any chapter runs.
+    ``chapters``: names (default: every chapter whose inputs exist). ``progress=False``: no progress lines (as
+    ``EMBEVAL_PROGRESS=0``). ``settings``: see the module docstring. Raises :class:`InputError` for bad input,
+    before any chapter runs.
     """
     from .cli import input_options, run_arguments
     from .io.policy import input_policy
@@ -140,7 +142,7 @@ def evaluate(source, out=None, chapters=None, *, ids=None, metadata=None, name: 
         path = source
     else:
         path, prepare = None, _writer(source, ids, name, metadata)
-    with _one_line(), input_policy(**input_options(args)):
+    with _one_line(), input_policy(**input_options(args)), _progress(progress):
         kwargs = run_arguments(args)
         tracking = tr.Tracking.resolve(None, path, setting=settings.get("mlflow"))
         if tracking is not None:
@@ -152,13 +154,15 @@ def evaluate(source, out=None, chapters=None, *, ids=None, metadata=None, name: 
                        _keep=keep)
 
 
-def compare(*sources, out=None, names=None, chapters=None, correction: str = "holm", **settings) -> Comparison:
+def compare(*sources, out=None, names=None, chapters=None, correction: str = "holm", progress: bool = True,
+            **settings) -> Comparison:
     """Run (or reuse) the same chapters on two or more models and compare them unit by unit, as ``embeval-report
     compare`` does; return a :class:`Comparison`.
 
     Each source is a manifest or vectors file (run into ``out/models/<name>/``), an earlier report folder or a
     :class:`Report` (reused), or an :class:`~embeval_report.io.EmbeddingSet` or array (written to a temporary
     manifest first). ``names``: one per model (default: each manifest's ``name:`` or the file name).
+    ``progress=False``: no progress lines.
     """
     from .cli import input_options
     from .io.policy import input_policy
@@ -171,7 +175,7 @@ def compare(*sources, out=None, names=None, chapters=None, correction: str = "ho
     inputs = tempfile.TemporaryDirectory(prefix="embeval-compare-inputs-")
     paths = [_as_path(s, Path(inputs.name) / f"model-{i}", f"model-{i}") for i, s in enumerate(sources, 1)]
     try:
-        with _one_line(), input_policy(**input_options(args)):
+        with _one_line(), input_policy(**input_options(args)), _progress(progress):
             from .cli import _check_formats, _settings
 
             _check_formats(args.formats)
@@ -267,8 +271,8 @@ def _checked(command: str, action: argparse.Action, key: str, value):
         return bool(value)
     if isinstance(action, argparse._AppendAction):  # one path or string, or a list of them
         values = [value] if isinstance(value, (str, os.PathLike)) else value
-        _expect(command, key, value, isinstance(values, (list, tuple)) and all(isinstance(v, (str, os.PathLike))
-                                                                             for v in values), "a path or a list of paths")
+        ok = isinstance(values, (list, tuple)) and all(isinstance(v, (str, os.PathLike)) for v in values)
+        _expect(command, key, value, ok, "a path or a list of paths")
         return [os.fspath(v) for v in values]
     if action.choices is not None:
         _expect(command, key, value, isinstance(value, str) and value in action.choices,
@@ -332,7 +336,8 @@ class _one_line:
 
 def keywords(text: str) -> str:
     """A command-line message as a Python caller reads it: each ``--option`` the API takes as a keyword named as
-    that keyword (``--force`` → ``force=True``, ``--chapters x`` → ``chapters=x``, ``--chapters`` → ``chapters``)."""
+    that keyword (``--force`` → ``force=True``, ``--chapters x`` → ``chapters=x``, ``--chapters`` alone →
+    ``chapters``)."""
     import re
 
     actions = _actions("compare") | _actions("run")
@@ -347,6 +352,25 @@ def keywords(text: str) -> str:
         return f"{action.dest}=" if match.group(2) else action.dest  # "--chapters x" / "out of --chapters"
 
     return re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)(\s(?=[^\s(]))?", keyword, text)
+
+
+@contextlib.contextmanager
+def _progress(shown: bool):
+    """``progress=False``: ``EMBEVAL_PROGRESS=0`` for the call (restored after)."""
+    if not isinstance(shown, (bool, np.bool_)):
+        raise InputError(f"progress={shown!r}: expected True or False, got {type(shown).__name__}")
+    if shown:
+        yield
+        return
+    before = os.environ.get("EMBEVAL_PROGRESS")
+    os.environ["EMBEVAL_PROGRESS"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("EMBEVAL_PROGRESS", None)
+        else:
+            os.environ["EMBEVAL_PROGRESS"] = before
 
 
 def _log(tracking, log, *args) -> str | None:

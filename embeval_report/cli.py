@@ -199,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("dir", type=Path, help="a report folder")
     ex.add_argument("--no-browser", action="store_true", help="print the URL instead of opening a browser")
     ex.add_argument("--port", type=int, default=None, help="the port of the JupyterLab server (default: a free one)")
+    ex.add_argument("--ip", default="127.0.0.1",
+                    help="the address JupyterLab listens on (default 127.0.0.1: this machine only; 0.0.0.0: every "
+                         "interface, for a remote machine without an ssh tunnel; the URL's token still guards it)")
     cl = sub.add_parser("clean", help="remove what embeval-report left under a folder: staging of runs that are "
                                       "gone, unused locks, embedding-cache entries (says what and how much)")
     cl.add_argument("dir", type=Path)
@@ -488,7 +491,7 @@ def _dispatch(args) -> int:
         return int(_compare(args))
     if args.command == "explore":
         from .report.explore import serve
-        return int(serve(args.dir, browser=not args.no_browser, port=args.port))
+        return int(serve(args.dir, browser=not args.no_browser, port=args.port, ip=args.ip))
     if args.command == "chapters":
         return int(_chapters(args))
     if args.command == "options":

@@ -7,7 +7,8 @@
   named by ``EMBEVAL_PROGRESS_FILE``; the runner's :class:`RunProgress` follows that file and
   shows it in either form (the kernel's own output belongs to the notebook).
 
-``EMBEVAL_PROGRESS=0`` silences everything; ``=1`` forces bars on a non-terminal.
+``EMBEVAL_PROGRESS=0`` silences everything (``evaluate(..., progress=False)`` sets it for one call); ``=1``
+forces bars on a non-terminal.
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import threading
 import time
 from pathlib import Path
 
-from tqdm.auto import tqdm
+# the console bars, also inside Jupyter: tqdm.auto would pick notebook widgets there and, without ipywidgets, warn
+# "IProgress not found" in every cell that runs a report (and fall back to these same bars)
+from tqdm.std import tqdm
 
 from .context import current
 

@@ -401,3 +401,40 @@ def test_monitor_prints_the_raw_p_beside_a_p_band_and_findings_lead_with_the_rat
                                     "reference": "Table 217.3 mean drift (× baseline)"}}
     (f,) = threshold_findings(ChapterResults("monitoring", "Monitoring", metrics, {}), spec.effects)
     assert f.metrics[0] == "mean_shift_ratio" and "Mean shift, × no-drift level is 2.140" in f.sentence
+
+
+# ------------------------------------------------------------------------------------------ 8. notebooks
+
+
+def test_notebook_hygiene(tmp_path, capfd):
+    import shutil
+
+    from api_sets import write_small_set
+
+    from embeval_report import evaluate
+    from embeval_report.api import Report
+    from embeval_report.cli import build_parser
+    from embeval_report.progress import tqdm
+    from embeval_report.report.explore import remote_hint
+
+    assert tqdm.__module__ == "tqdm.std"  # no notebook widgets looked for: no "IProgress not found" in Jupyter
+    capfd.readouterr()
+    report = evaluate(write_small_set(tmp_path / "set"), tmp_path / "r", chapters="retrieval", formats="html",
+                      progress=False)
+    assert capfd.readouterr().err == ""  # progress=False: not a line
+    near = report.neighbours("doc007", k=3)
+    assert near.columns.name == "neighbours of doc007" and near.attrs["of"] == "doc007"
+    # worst() takes the task chapter (not drift, first by name) and shows few columns
+    folder = tmp_path / "copy"
+    shutil.copytree(report.path, folder)
+    ids = [f"doc{i:03d}" for i in range(160)]
+    drift = pd.DataFrame({"entity": ids, **{f"c{j}": np.arange(160.0) for j in range(40)}})
+    drift.to_csv(folder / "results" / "units" / "drift.csv", index=False)
+    (folder / "results" / "drift.json").write_text(json.dumps({
+        "chapter": "drift", "metrics": {"c0": {"value": 79.5, "direction": "lower"}}, "tests": [],
+        "info": {"units": {"key": "entity", "unit": "entities", "means": [f"c{j}" for j in range(40)]}}}))
+    worst = Report.open(folder).worst(n=3)
+    assert worst.columns[0] == "query_id" and len(worst.columns) <= 6
+    assert worst.columns.name == f"worst 3 of retrieval.{worst.columns[1]}"
+    assert "ssh -N -L 8899:localhost:8899" in remote_hint("127.0.0.1", 8899)
+    assert build_parser().parse_args(["explore", "r/", "--ip", "0.0.0.0"]).ip == "0.0.0.0"

@@ -34,6 +34,15 @@ from ..errors import InputError
 from ..resources import EXPLORE_NOTEBOOK as NOTEBOOK
 from ..resources import explore_template
 from ..safe_files import replace_with, resolve_recorded
+#: chapters whose units are a task's (queries, users, test edges, entities of a labelled task): :meth:`worst`
+#: shows the first of them by default
+TASKS = ("retrieval", "recommendation", "link_prediction", "temporal_link_prediction", "node_classification",
+         "clustering", "anomaly")
+#: text columns (labels, groups) :meth:`worst` shows beside the unit id and the metric
+WORST_TEXT_COLUMNS = 4
+#: the address explore listens on by default (this machine only), and the ones that mean every interface
+LOOPBACK = "127.0.0.1"
+ANY_ADDRESS = ("0.0.0.0", "::", "")
 #: the columns of :attr:`ReportFolder.metrics`
 METRIC_COLUMNS = ["chapter", "name", "value", "ci_low", "ci_high", "verdict", "direction", "label", "reference",
                   "slice", "ci_method", "n", "outside_ci", "bias_corrected", "citations"]
@@ -278,14 +287,16 @@ class Exploration(ReportFolder):
                              f"{known})")
         return self._model.units[chapter].copy()
 
-    def worst(self, chapter: str | None = None, metric: str | None = None, n: int = 10) -> pd.DataFrame:
-        """The ``n`` units that pull ``chapter``'s mean of ``metric`` (default: the first chapter with per-unit
-        values, its first mean) the most the wrong way: lowest first where higher is better, highest first where
-        lower is better; missing values last."""
+    def worst(self, chapter: str | None = None, metric: str | None = None, n: int = 10,
+              all_columns: bool = False) -> pd.DataFrame:
+        """The ``n`` units that pull ``chapter``'s mean of ``metric`` (default: the first task chapter with
+        per-unit values, :data:`TASKS` first, else the first in report order; its first mean) the most the wrong
+        way: lowest first where higher is better, highest first where lower is better; missing values last. The
+        unit id, ``metric`` and the units' text columns (labels, groups); ``all_columns=True``: every column."""
         if chapter is None:
             if not self._model.units:
                 return pd.DataFrame()
-            chapter = next(iter(self._model.units))
+            chapter = self._default_unit_chapter()
         table = self.units(chapter)
         means = list(self._units_info(chapter)["means"]) or _unit_columns(chapter)
         metric = metric or means[0]
@@ -293,12 +304,27 @@ class Exploration(ReportFolder):
             raise InputError(f"chapter {chapter!r} has no per-unit {metric!r}; it has {', '.join(means)}")
         direction = self._model.records[chapter]["metrics"].get(metric, {}).get("direction", "higher")
         ordered = table.sort_values(metric, ascending=direction == "higher", na_position="last", kind="stable")
-        return ordered.head(n).reset_index(drop=True)
+        if not all_columns:
+            key = self._units_info(chapter)["key"]
+            text = [c for c in ordered.columns if c not in (key, metric) and c not in means
+                    and not pd.api.types.is_numeric_dtype(ordered[c])]
+            ordered = ordered[[key, metric, *text[:WORST_TEXT_COLUMNS]]]
+        out = ordered.head(n).reset_index(drop=True)
+        out.columns.name = f"worst {n} of {chapter}.{metric}"
+        return out
+
+    def _default_unit_chapter(self) -> str:
+        """The chapter :meth:`worst` shows by default: the first of :data:`TASKS` with per-unit values, else the
+        first in report order."""
+        order = {c.get("name"): i for i, c in enumerate(self.run.get("chapters", []))}
+        return min(self._model.units, key=lambda c: (c not in TASKS, TASKS.index(c) if c in TASKS else 0,
+                                                     order.get(c, len(order))))
 
     def neighbours(self, id=None, k: int | None = None) -> pd.DataFrame:
         """The ``k`` nearest neighbours of ``id`` (default: the set's first id) by cosine (default k: the run's
         ``k`` option), nearest first, with their metadata: the lists of the run's shared k-NN graph (exact; ties
-        to the lower row)."""
+        to the lower row). The table says whose neighbours they are (``"neighbours of <id>"`` in its corner,
+        ``attrs["of"]``)."""
         from ..kernels import knn
 
         es = self.set
@@ -316,6 +342,8 @@ class Exploration(ReportFolder):
         out = pd.DataFrame({"rank": np.arange(1, len(idx) + 1), "id": es.ids[idx], "cosine": sims.astype(float)})
         if es.metadata is not None:
             out = pd.concat([out, es.metadata.iloc[idx].reset_index(drop=True)], axis=1)
+        out.columns.name = f"neighbours of {id}"  # shown in the table's corner: whose neighbours these are
+        out.attrs["of"] = str(id)
         return out
 
     def _k(self) -> int:
@@ -426,10 +454,11 @@ def open_report(folder=".") -> Exploration:
 SERVER_START = 120
 
 
-def serve(folder, *, browser: bool = True, port: int | None = None, say=print) -> int:
+def serve(folder, *, browser: bool = True, port: int | None = None, ip: str = LOOPBACK, say=print) -> int:
     """``embeval-report explore``: start JupyterLab as a subprocess with the report folder as its root, opening
-    ``explore.ipynb`` (written from the template when an older report lacks it); say its URL once it answers
-    (``browser``: JupyterLab also opens it), and stop it on Ctrl-C or SIGTERM. Returns the exit status."""
+    ``explore.ipynb`` (written from the template when an older report lacks it), listening on ``ip`` (default
+    this machine only); say its URL once it answers (``browser``: JupyterLab also opens it) and, on a loopback
+    address, how to reach it from another machine; stop it on Ctrl-C or SIGTERM. Returns the exit status."""
     import secrets
     import subprocess
     import sys
@@ -446,11 +475,13 @@ def serve(folder, *, browser: bool = True, port: int | None = None, say=print) -
     port = port or _free_port()
     token = secrets.token_hex(16)
     command = [sys.executable, "-m", "jupyterlab", NOTEBOOK, f"--ServerApp.root_dir={folder}",
-               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+               f"--ServerApp.ip={ip}", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
                f"--IdentityProvider.token={token}", f"--ServerApp.open_browser={browser}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # JupyterLab refuses root unless told (containers, CI)
         command.append("--ServerApp.allow_root=True")
-    url = f"http://127.0.0.1:{port}/lab/tree/{NOTEBOOK}?token={token}"
+    local = LOOPBACK if ip in ANY_ADDRESS else ip  # where this process asks whether it answers
+    shown = socket_host() if ip in ANY_ADDRESS else ip
+    url = f"http://{_url_host(shown)}:{port}/lab/tree/{NOTEBOOK}?token={token}"
     log = tempfile.TemporaryFile(mode="w+")  # JupyterLab's own lines, read back only when it fails to start
     server = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=log, text=True)
     try:
@@ -462,13 +493,14 @@ def serve(folder, *, browser: bool = True, port: int | None = None, say=print) -
                 raise InputError(f"explore: JupyterLab stopped (exit status {server.returncode}): "
                                  f"{lines[-1] if lines else 'no message'}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2):
+                with urllib.request.urlopen(f"http://{_url_host(local)}:{port}/api/status?token={token}", timeout=2):
                     break
             except OSError:
                 if time.monotonic() - started > SERVER_START:
                     raise InputError(f"explore: JupyterLab did not answer on port {port} within {SERVER_START} s")
                 time.sleep(0.5)
         say(url, flush=True)
+        print(remote_hint(ip, port), file=sys.stderr, flush=True)
         server.wait()
     except KeyboardInterrupt:
         pass
@@ -482,6 +514,25 @@ def serve(folder, *, browser: bool = True, port: int | None = None, say=print) -
                 server.wait()
         log.close()
     return 0
+
+
+def socket_host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def remote_hint(ip: str, port: int) -> str:
+    """One line on reaching the server from another machine (a laptop, when the report is on a remote one)."""
+    if ip in ("127.0.0.1", "localhost", "::1"):
+        return (f"embeval-report: from another machine: forward the port first, ssh -N -L {port}:localhost:{port} "
+                "USER@THIS_HOST, then open the URL there; or listen on every interface with --ip 0.0.0.0")
+    return (f"embeval-report: listening on {ip} (port {port}): anyone who can reach it needs the token in the URL; "
+            "use --ip 127.0.0.1 with an ssh tunnel on an untrusted network")
 
 
 def _free_port() -> int:
