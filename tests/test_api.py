@@ -46,7 +46,8 @@ def test_evaluate_on_a_manifest_gives_the_command_lines_metrics(made):
     none = lambda x: None if pd.isna(x) else x  # noqa: E731 - a missing cell of the table is metrics.json's null
     assert [(c, m, none(v), none(vd), none(d)) for c, m, v, vd, d in got] == expected  # counts: no direction
     assert list(report.metrics.columns) == ["chapter", "name", "value", "ci_low", "ci_high", "verdict", "direction",
-                                            "label", "reference"]
+                                            "label", "reference", "slice", "ci_method", "n", "outside_ci",
+                                            "bias_corrected", "citations"]
     retrieval = report.metrics.set_index(["chapter", "name"]).loc[("retrieval", "ndcg_at_10")]
     assert retrieval["label"] != "ndcg_at_10" and retrieval["ci_low"] <= retrieval["value"] <= retrieval["ci_high"]
     assert set(report.chapters.query("status == 'ok'")["name"]) == {"summary", "isotropy", "retrieval", "rigor"}
