@@ -228,6 +228,22 @@ def test_narrative_and_tables_escape_labels(noisy):
     assert rec["baselines"]["majority"]["accuracy"] == r.values["majority_accuracy"]
 
 
+def test_fits_side_by_side_equal_one_after_the_other(noisy, monkeypatch):
+    """The probe's fits run two at a time (each single-threaded) for a small problem: the same predictions, scores and
+    learning curve as one after the other, and every fit that hits max_iter is counted."""
+    from embeval_report.metrics import labels as mlab
+
+    X, y = noisy
+    monkeypatch.setattr(mlab, "_cores", lambda: 2)
+    side = mcl.evaluate_node_classification(X, y, train_fractions=(0.3, 0.7), n_repeats=2, max_iter=3)
+    monkeypatch.setattr(mlab, "_cores", lambda: 1)
+    seq = mcl.evaluate_node_classification(X, y, train_fractions=(0.3, 0.7), n_repeats=2, max_iter=3)
+    np.testing.assert_array_equal(side.predictions, seq.predictions)
+    pd.testing.assert_frame_equal(side.learning, seq.learning)
+    assert side.values == seq.values
+    assert side.info["not_converged_fits"] == seq.info["not_converged_fits"] == 5 + 4
+
+
 # ---------------------------------------------------------------------------------------------
 # Clustering alignment against sklearn.metrics
 # ---------------------------------------------------------------------------------------------
@@ -274,15 +290,71 @@ def test_clustering_scores_equal_sklearn(noisy, noisy_clusters):
     assert set(r.metrics) == {"ari", "nmi", "ami", "silhouette", "label_silhouette"}
 
 
-def test_seed_runs_give_the_ari_interval(noisy, noisy_clusters):
+def test_restarts_and_the_ari_interval(noisy, noisy_clusters):
+    """The fit's 10 restarts are kept: the one of lowest inertia is KMeans(n_init=10)'s partition bit for bit, every
+    restart is a converged k-means partition (its inertia the squared distances to its cluster means, every row
+    nearest its own cluster's mean), and their ARI range is stated. The interval is a bootstrap over the entities."""
     X, y = noisy
     r = noisy_clusters
-    U = X / np.linalg.norm(X, axis=1, keepdims=True)
-    runs = [adjusted_rand_score(y, KMeans(4, n_init=10, random_state=s).fit_predict(U)) for s in (2, 3, 4, 5)]
-    np.testing.assert_allclose(r.seed_runs["ari"], runs)
-    lo, hi = np.quantile(runs, [0.025, 0.975])
-    assert (r.metrics["ari"].ci_low, r.metrics["ari"].ci_high) == (pytest.approx(lo), pytest.approx(hi))
-    assert "4 k-means runs with seeds 2–5" in r.metrics["ari"].ci_method
+    U = mclu.unit_vectors(X[r.labels.rows])
+    with mclu.threads(*U.shape):  # the threads the package fits with (the inertia's sum depends on them)
+        km = KMeans(4, n_init=10, random_state=1).fit(U)
+    best, inertia, _, restarts = mclu.kmeans_restarts(U, 4, seed=1)
+    np.testing.assert_array_equal(best, km.labels_)
+    assert inertia == km.inertia_ and np.array_equal(r.clusters, km.labels_)
+    assert len(restarts) == 10 and min(i for _, i in restarts) == inertia
+    U64 = U.astype(np.float64)
+    for labels, inert in restarts:
+        means = np.array([U64[labels == c].mean(0) for c in range(4)])
+        d2 = ((U64[:, None, :] - means[None]) ** 2).sum(-1)
+        assert inert == pytest.approx(d2[np.arange(len(U)), labels].sum(), rel=1e-5)
+        assert (d2[np.arange(len(U)), labels] <= d2.min(1) + 1e-6).all()
+    names = y[r.labels.rows]
+    aris = [adjusted_rand_score(names, labels) for labels, _ in restarts]
+    np.testing.assert_allclose(r.seed_runs["ari"], aris)
+    assert f"restarts ARI ranged {min(aris):.3f}–{max(aris):.3f}" in r.info["interval_over"]
+    # the interval: scikit-learn's ARI and NMI of each bootstrap resample (entities repeated by their weights)
+    from embeval_report.stats import bootstrap_weights
+    W = bootstrap_weights(len(names), 200, 1).astype(int)
+    idx = [np.repeat(np.arange(len(names)), w) for w in W]
+    for name, fn in (("ari", adjusted_rand_score), ("nmi", normalized_mutual_info_score)):
+        lo, hi = np.quantile([fn(names[i], r.clusters[i]) for i in idx], [0.025, 0.975])
+        assert (r.metrics[name].ci_low, r.metrics[name].ci_high) == (pytest.approx(lo), pytest.approx(hi))
+    assert "percentile bootstrap over the 220 entities (200 resamples" in r.metrics["ari"].ci_method
+
+
+def test_restarts_equal_kmeans_n_init_on_harder_sets():
+    """KMeans(n_init=10)'s partition and inertia, bit for bit, on overlapping clusters where the restarts differ."""
+    rng = np.random.default_rng(11)
+    for n, d, k, seed in ((600, 20, 6, 0), (900, 48, 9, 3)):
+        X = (0.3 * rng.standard_normal((k, d)))[rng.integers(0, k, n)] + rng.standard_normal((n, d))
+        U = mclu.unit_vectors(X.astype(np.float32))
+        best, inertia, _, restarts = mclu.kmeans_restarts(U, k, seed=seed)
+        with mclu.threads(*U.shape):
+            km = KMeans(k, n_init=10, random_state=seed).fit(U)
+        np.testing.assert_array_equal(best, km.labels_)
+        assert inertia == km.inertia_ and len({round(i, 3) for _, i in restarts}) > 1
+
+
+def test_sweep_is_warm_started_and_scored_like_sklearn(noisy, noisy_clusters):
+    """Each k of the sweep is a converged k-means partition with k clusters (every row nearest its own cluster's
+    mean), and its row holds scikit-learn's ARI, NMI and cosine silhouette of that partition."""
+    X, y = noisy
+    r = noisy_clusters
+    U = mclu.unit_vectors(X[r.labels.rows])
+    U64, s, names = U.astype(np.float64), r.sample, y[r.labels.rows]
+    fits = mclu.sweep_fits(U, r.k, r.clusters, r.values["inertia"], seed=1)
+    assert sorted(fits) == list(r.sweep["k"]) == [2, 3, 4, 5, 6, 7]
+    for row in r.sweep.itertuples():
+        labels, inertia = fits[row.k]
+        assert len(np.unique(labels)) == row.k and inertia == row.inertia
+        means = np.array([U64[labels == c].mean(0) for c in range(row.k)])
+        d2 = ((U64[:, None, :] - means[None]) ** 2).sum(-1)
+        assert (d2[np.arange(len(U)), labels] <= d2.min(1) + 1e-6).all()
+        assert row.ari == pytest.approx(adjusted_rand_score(names, labels), abs=1e-12)
+        assert row.nmi == pytest.approx(normalized_mutual_info_score(names, labels), abs=1e-12)
+        assert row.silhouette == pytest.approx(silhouette_score(U[s], labels[s], metric="cosine"), abs=1e-10)
+    assert "neighbouring k" in r.info["sweep_method"]
 
 
 def test_sweep_covers_the_seeds_range(noisy_clusters):

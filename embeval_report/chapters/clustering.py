@@ -295,12 +295,12 @@ def clustering_narrative(r: cl.ClusteringResult, *, probe_accuracy: float | None
                          kind_column: str | None = None, by_group: pd.DataFrame | None = None) -> str:
     """Markdown paragraphs that say what this set's clustering numbers mean."""
     v, m, ls = r.values, r.metrics, r.labels
-    col = escape(ls.column)
+    col, what = escape(ls.column), r.info.get("interval_label", "seed range")
     parts = [
         f"**The k-means clusters {alignment_reading(v['ari'])}.** k-means with k = {r.k} (the number of `{col}` "
-        f"classes) on the L2-normalised vectors of {ls.n:,} entities gives ARI {metric_text(m['ari'], '.3f', 'seed range')}, "
-        f"NMI {metric_text(m['nmi'], '.3f', 'seed range')} and AMI {metric_text(m['ami'], '.3f', 'seed range')}"
-        + (f" (the {100 * r.level:.0f} % range over {r.info['n_seed_runs']} k-means runs with other seeds)"
+        f"classes) on the L2-normalised vectors of {ls.n:,} entities gives ARI {metric_text(m['ari'], '.3f', what)}, "
+        f"NMI {metric_text(m['nmi'], '.3f', what)} and AMI {metric_text(m['ami'], '.3f', what)}"
+        + (f" (the {100 * r.level:.0f} % range over {r.info['interval_over']})"
            if m["ari"].ci_low is not None else "") + ". A random partition has ARI 0 in expectation and a perfect one "
         "1; NMI is not corrected for chance (it is above 0 even for a random partition), AMI is. Matching each "
         f"cluster to one class, {v['cluster_accuracy']:.1%} of the entities sit in their class's cluster.",
@@ -469,8 +469,8 @@ def show_sweep(rep: ClusteringReport) -> None:
     show_figure(sweep_figure(r),
                 caption="Silhouette (cosine), ARI and NMI of k-means for k around the number of classes (dashed).",
                 label="fig-cl-sweep")
-    show_table(r.sweep, caption=f"k-means for each k (one seeded run, n_init = {r.info['n_init']}); silhouette on the "
-                                "same entities as the headline.", label="tbl-cl-sweep")
+    show_table(r.sweep, caption=f"k-means for each k ({r.info['sweep_method']}); silhouette on the same entities as "
+                                "the headline.", label="tbl-cl-sweep")
 
 
 def show_by_kind(rep: ClusteringReport) -> None:

@@ -40,7 +40,7 @@ from sklearn.preprocessing import StandardScaler
 
 from ..kernels import as_numpy
 from ..stats import t_interval
-from .labels import (N_FOLDS, LabelSet, OnLabels, as_labelset, per_group, prepare_labels,  # noqa: F401
+from .labels import (N_FOLDS, LabelSet, OnLabels, as_labelset, map_fits, per_group, prepare_labels,  # noqa: F401
                      stratified_subsample, threads)
 from .spec import MIN_INTERVAL_N, MetricSpec, specs
 
@@ -156,10 +156,15 @@ def probe_units(X, plan: ProbePlan) -> pd.DataFrame:
     ls = plan.labels
     Xl, y = np.asarray(X[ls.rows], dtype=np.float64), ls.codes
     oof = np.empty(ls.n, dtype=np.int64)
+    def fold(split):
+        tr, te = split
+        return make_probe(plan.C, plan.max_iter, plan.seed).fit(Xl[tr], y[tr]).predict(Xl[te])
+
+    splits = list(fold_splits(plan.folds, plan.n_folds))
     with threads(*Xl.shape), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
-        for tr, te in fold_splits(plan.folds, plan.n_folds):
-            oof[te] = make_probe(plan.C, plan.max_iter, plan.seed).fit(Xl[tr], y[tr]).predict(Xl[te])
+        for (_, te), pred in zip(splits, map_fits(fold, splits, *Xl.shape)):
+            oof[te] = pred
         not_converged = sum(issubclass(w.category, ConvergenceWarning) for w in caught)
     names = np.asarray(ls.classes, dtype=object)
     units = pd.DataFrame({"entity": plan.ids, "fold": plan.folds, "label": names[y], "predicted": names[oof],
@@ -278,19 +283,25 @@ def _learning_curve(Xl, y, fractions, n_repeats: int, C: float, max_iter: int, s
     A fraction whose training or test part cannot hold one entity of every class is skipped.
     """
     n_cls = int(y.max()) + 1
-    rows = []
+    runs = []
     for frac in fractions:
         splitter = StratifiedShuffleSplit(n_splits=n_repeats, train_size=float(frac), random_state=seed)
         try:
             splits = list(splitter.split(Xl, y))
         except ValueError:  # too few entities for this fraction
             continue
-        for r, (tr, te) in enumerate(splits):
-            pred = make_probe(C, max_iter, seed).fit(Xl[tr], y[tr]).predict(Xl[te])
-            majority = np.bincount(y[tr], minlength=n_cls).argmax()
-            s = fold_scores(y[te], pred, n_cls)
-            rows.append(dict(train_fraction=float(frac), n_train=len(tr), repeat=r + 1, accuracy=s["accuracy"],
-                             macro_f1=s["macro_f1"], majority_accuracy=float((y[te] == majority).mean())))
+        runs += [(float(frac), r, tr, te) for r, (tr, te) in enumerate(splits)]
+
+    def fit(run):
+        _, _, tr, te = run
+        return make_probe(C, max_iter, seed).fit(Xl[tr], y[tr]).predict(Xl[te])
+
+    rows = []
+    for (frac, r, tr, te), pred in zip(runs, map_fits(fit, runs, *Xl.shape)):
+        majority = np.bincount(y[tr], minlength=n_cls).argmax()
+        s = fold_scores(y[te], pred, n_cls)
+        rows.append(dict(train_fraction=frac, n_train=len(tr), repeat=r + 1, accuracy=s["accuracy"],
+                         macro_f1=s["macro_f1"], majority_accuracy=float((y[te] == majority).mean())))
     return pd.DataFrame(rows, columns=["train_fraction", "n_train", "repeat", "accuracy", "macro_f1",
                                        "majority_accuracy"])
 
