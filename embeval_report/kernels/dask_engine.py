@@ -25,9 +25,10 @@ are more than one chunk and the workers read them themselves — from the file o
 (:class:`FileRows`: a task carries the path, never the rows), from a Zarr store, or from the row blocks
 an in-memory array was sent in once by :func:`shared`.
 
-The workers must be able to import ``embeval_report`` (same version) and read a file or Zarr source by
-its path; where one cannot read the file, a chapter's pass runs in the chapter's process instead (and the
-runner sends the graph's rows).
+The workers must be able to import ``embeval_report`` (same version). They read a file or Zarr source by its
+path where they can open it; where they cannot (a cluster that shares no disk with this machine), the rows are
+sent to them in row blocks, each read and sent in turn, so no process holds the whole set: the runner sends the
+graph's rows, and each chapter's process sends the set once for its passes.
 """
 from __future__ import annotations
 
@@ -172,14 +173,35 @@ def _source(X):
 
 
 def readable(source, client) -> bool:
-    """Whether every worker of ``client`` can open ``source``'s file (always, for other sources); asked once
-    per file and process."""
+    """Whether every worker of ``client`` can open and read ``source``'s file (always, for other sources); asked
+    once per file and process."""
     if not isinstance(source, FileRows):
         return True
     seen, key = _engine["readable"], (client.scheduler.address, source.path)
     if key not in seen:
-        seen[key] = all(client.run(os.path.isfile, source.path).values())
+        seen[key] = all(client.run(_can_read, source.path).values())
     return seen[key]
+
+
+def _can_read(path: str) -> bool:
+    """Whether this process can open ``path`` and read from it (run on each worker by :func:`readable`)."""
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+        return True
+    except OSError:
+        return False
+
+
+def _send_rows(X, client) -> None:
+    """Send the rows of ``X`` (a file's memory map that the workers cannot read: a cluster without this machine's
+    disk) to the workers in row blocks of one chunk, each read here and scattered in turn (never a copy of the whole
+    set in this process), once: this process's later passes over ``X`` use them as :func:`shared` blocks, and they
+    are released when it ends."""
+    step = _chunk_rows(X)
+    starts = list(range(0, len(X), step))
+    blocks = [client.scatter(np.ascontiguousarray(X[s:s + step])) for s in starts]
+    _engine["shared"][_shared_key(X)] = (blocks, [*starts, len(X)])
 
 
 def _chunk_rows(X) -> int:
@@ -192,7 +214,9 @@ def _chunk_rows(X) -> int:
 def takes(X, device, rows: int | None = None) -> bool:
     """Whether a pass over the rows of ``X`` runs on the engine's cluster: the compute context names a scheduler,
     the pass would run on the CPU (a GPU's pass stays on its GPU), ``X`` has more than ``rows`` rows (default:
-    one chunk, :func:`~.device.chunk_rows`) and the workers read them themselves (:func:`_source`)."""
+    one chunk, :func:`~.device.chunk_rows`) and the workers can have them (:func:`_source`): they read a file
+    themselves, or, when they cannot open it (no shared disk), its row blocks are sent to them from here once
+    (:func:`_send_rows`)."""
     if _address() is None:
         return False
     from .device import resolve_device
@@ -202,7 +226,11 @@ def takes(X, device, rows: int | None = None) -> bool:
     if X.shape[0] <= (_chunk_rows(X) if rows is None else rows):
         return False
     source = _source(X)
-    return source is not None and engine_client() is not None and readable(source, engine_client())
+    if source is None or engine_client() is None:
+        return False
+    if not readable(source, engine_client()):  # workers without this machine's disk: the rows go to them
+        _send_rows(X, engine_client())
+    return True
 
 
 def takes_columns(*arrays) -> bool:
