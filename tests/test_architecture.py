@@ -128,3 +128,14 @@ def test_every_layer_is_known():
 ])
 def test_the_layer_rule_itself(source, target, allowed):
     assert (_layer(target) <= _layer(source)) == allowed
+
+
+def test_no_chapter_imports_another_chapter():
+    """A chapter shares with another chapter only through a helper module (declaration, labelled, findings, ...)
+    or a lower layer, never by importing that chapter's module (issue 41)."""
+    from embeval_report.chapters.registry import discover
+
+    chapters = {c.module for c in discover()}
+    crossing = sorted(f"{a} -> {b}" for a, targets in imports().items() if a in chapters
+                      for b in targets if b in chapters)
+    assert not crossing, "\n".join(crossing)

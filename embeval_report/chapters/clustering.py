@@ -22,11 +22,12 @@ from ..metrics import clustering as cl
 from ..present.format import metric_text
 from ..present.display import definitions_markdown, escape, show_definitions, show_figure, show_markdown, show_table
 from ..present.display import metrics_table as metric_rows
-from ..present.plotting import PALETTE, WIDTH
+from ..present.escape import mathtext
+from ..present.plotting import PALETTE, WIDTH, share_heatmap
 from .recorder import read_results
 from ..context import current
 from ..metrics.scoring import Aggregate, TaskScorer
-from .node_classification import LABEL_COLUMN, LabelInputs, exclusion_text, label_inputs, plain, precheck, share_heatmap
+from .labelled import LABEL_COLUMN, LabelInputs, exclusion_text, label_inputs, precheck
 from .declaration import INF, ChapterSpec, Option
 
 if TYPE_CHECKING:
@@ -381,16 +382,16 @@ def projection_figure(r: cl.ClusteringResult, proj: cl.Projection, groups=None) 
         xl, yl = f"PC 1 ({ex[0]:.0%} of variance)", f"PC 2 ({ex[1]:.0%})"
     else:
         xl, yl = "t-SNE 1", "t-SNE 2"
-    a.set(xlabel=xl, ylabel=yl, title=f"Coloured by {plain(ls.column)}")
+    a.set(xlabel=xl, ylabel=yl, title=f"Coloured by {mathtext(ls.column)}")
     b.set(xlabel=xl, title=f"Coloured by k-means cluster (k = {r.k})")
     shown = min(ls.n_classes, 19 if ls.n_classes > 20 else 20)
-    handles = [plt.Line2D([], [], ls="", marker="o", ms=6, color=colors[i], label=plain(ls.classes[i]))
+    handles = [plt.Line2D([], [], ls="", marker="o", ms=6, color=colors[i], label=mathtext(ls.classes[i]))
                for i in range(shown)]
     if ls.n_classes > shown:
         handles.append(plt.Line2D([], [], ls="", marker="o", ms=6, color=(0.6, 0.6, 0.6),
                                   label=f"{ls.n_classes - shown} smaller classes"))
     if g is not None:
-        handles += [plt.Line2D([], [], ls="", marker=mk, ms=6, color="#555", label=f"{plain(name)}")
+        handles += [plt.Line2D([], [], ls="", marker=mk, ms=6, color="#555", label=f"{mathtext(name)}")
                     for name, mk in zip(sorted(set(g)), _MARKERS)]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 8), fontsize=8, frameon=False)
     return fig

@@ -14,9 +14,8 @@ import pandas as pd
 from ..metrics import correction as corr
 from ..metrics.hubness import usable_k
 from ..present.display import escape, show_figure, show_markdown, show_table
-from ..present.format import interval, percent
+from ..present.format import fixed_text, interval, percent
 from ..present.plotting import PALETTE, WIDTH
-from .hubness import fixed_text
 from .declaration import ChapterSpec, K
 
 if TYPE_CHECKING:

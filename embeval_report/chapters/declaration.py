@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..metrics import effects
+from ..metrics.classification import MAX_PROBE_ENTITIES
 
 INF = float("inf")
 #: what a chapter's findings are about: the model's use ("model"), its geometry ("diagnostic")
@@ -78,6 +79,22 @@ class Option:
 
 #: options read by several chapters (each chapter lists the ones it reads among its ``options``)
 K = Option("k", 10, "neighbours per point for neighbour-based metrics", bounds=(0, INF))
+PROBE_ENTITIES = Option("probe_entities", MAX_PROBE_ENTITIES, "node classification, fairness: entities the linear "
+                        "probes use at most (a stratified sample); --sample-size caps it too", bounds=(1, INF))
+#: options of both link-prediction chapters
+LINK_OPTIONS = (
+    Option("n_negatives", 100, "sampled negatives per test edge (ignored when a negatives file is given)",
+           bounds=(0, INF)),
+    Option("negative_strategy", "uniform", "how negatives are sampled: uniform, or batch (PyTorch-BigGraph's "
+           "same-batch negatives)", ("uniform", "batch")),
+    Option("negative_pool", "entities", "where negatives come from: entities (all ids) or destinations (ids that "
+           "are destinations of the relation)", ("entities", "destinations")),
+    Option("ties", "realistic", "tie policy of the headline ranks", ("realistic", "optimistic", "pessimistic")),
+    Option("filtered", False, "headline ranks filtered (known edges removed from the negatives)"),
+    Option("test_fraction", 0.2, "share of edges held out when no test_edges are given", bounds=(0, 1)),
+    Option("heuristic_queries", 2000, "test edges ranked by the graph-heuristic baselines (the vectors rank all)",
+           bounds=(0, INF)),
+)
 MDE = Option("mde", "auto", "the effect a user cares about per metric (also --mde): 0.01 (absolute), 2% (of the "
              "metric's value), chapter.metric=VALUE, comma-separated; auto: 0.01 for bounded metrics (less near a "
              "bound), 5% for unbounded ones such as ranks; the statistical-rigor chapter gives the units needed to "

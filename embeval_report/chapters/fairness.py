@@ -17,9 +17,9 @@ from ..present.escape import mathtext
 from ..present.format import interval, marked_value, metric_text, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import adjust_pvalues
-from .declaration import INF, ChapterSpec, K, Option
+from .declaration import INF, PROBE_ENTITIES, ChapterSpec, K, Option
 from .findings import Effect
-from .node_classification import PROBE_ENTITIES, probe_budget
+from .labelled import probe_budget
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -440,7 +440,7 @@ CHAPTER = ChapterSpec(
     name="fairness", title="Fairness and bias", order=98,
     description="Quality per protected group (held-out probe accuracy, neighbourhood label agreement, k-occurrence, within-group APCS) with gaps, intersections and WEAT association tests (seed 000 §222).",
     requires=("fairness|association_tests",),
-    options=(K, MIN_GROUP_SIZE, WEAT_PERMUTATIONS, PROBE_ENTITIES), precheck=precheck, demo="fairness",
+    options=(K, MIN_GROUP_SIZE, WEAT_PERMUTATIONS, PROBE_ENTITIES), precheck=precheck, demo="fairness", scorer=SCORER,
     effects=(Effect("group gap", ("probe_accuracy_difference",), "Quality differs between protected groups",
                     "Review the training data of the worst-served group before shipping:"),),
 )

@@ -23,7 +23,7 @@ from ..metrics.thresholds import SEVERITY
 from ..present.display import callout, escape, show_figure, show_markdown, show_table, with_mark_note
 from ..present.display import show_metrics as show_metric_table
 from ..present.escape import mathtext
-from ..present.format import interval, marked_value, metric_text, outside
+from ..present.format import fixed_text, interval, marked_value, metric_text, outside
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import ChapterSpec, K
 from .findings import Effect
@@ -31,7 +31,7 @@ from .findings import Effect
 if TYPE_CHECKING:
     from .setup import ChapterContext
 
-__all__ = ["HubnessReport", "KIND_COLUMNS", "SKEW_READING", "compute", "cross_display_table", "fixed_text", "impact_callout", "k_occurrence_figure",
+__all__ = ["HubnessReport", "KIND_COLUMNS", "SKEW_READING", "compute", "cross_display_table", "impact_callout", "k_occurrence_figure",
            "kind_column", "narrative", "precheck", "reduction_display_table", "reduction_figure", "sampled_narrative", "show_cross",
            "show_distribution", "show_hubs", "show_metrics", "show_reduction", "show_summary"]
 
@@ -174,11 +174,6 @@ def cross_display_table(cross: hub.CrossHubness) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------
 # Narrative
 # ---------------------------------------------------------------------------------------------
-
-def fixed_text(x: float, fmt: str = ".2f") -> str:
-    """``x`` with ``fmt``, or "undefined" (NaN skewness, constant correlations)."""
-    return format(x, fmt) if x is not None and math.isfinite(x) else "undefined"
-
 
 def _freq_text(metadata: pd.DataFrame | None, row: int, among) -> str:
     """", frequency F, rank R of N" for ``row`` among the rows ``among`` (empty without a frequency column)."""

@@ -25,13 +25,13 @@ from ..metrics.edge_probes import (
     NegativeQuality,
     ProbeResult,
 )
-from ..metrics.graph import HEURISTIC_FORMULAS, HEURISTIC_SHORT, link_data
+from ..metrics.graph import HEURISTIC_FORMULAS, HEURISTIC_SHORT, MIN_POOL, link_data
 from ..metrics.ranks import KS, SCORE_FORMULAS, SCORE_NAMES, Ranks
 from ..present.display import callout, escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
-from .declaration import INF, ChapterSpec, Option
+from .declaration import LINK_OPTIONS, ChapterSpec
 from .findings import ChapterResults, Effect, Finding
 
 if TYPE_CHECKING:
@@ -46,8 +46,6 @@ __all__ = ["LinkPredictionReport", "baseline_display_table", "compute", "heurist
 AUC_BANDS = lp.SPECS["auc"].bands
 AP_BANDS = lp.SPECS["probe_average_precision"].bands
 D_BANDS = lp.SPECS["negative_score_cohens_d"].bands
-#: entities needed to draw a negative that is neither end of a test edge
-MIN_ENTITIES = 3
 
 
 @dataclass(frozen=True)
@@ -67,8 +65,8 @@ def precheck(es, side, settings) -> str | None:
     few edges to hold one out."""
     if side is None or side.edges is None:
         return None
-    if es.n < MIN_ENTITIES and side.negatives is None:
-        return (f"needs at least {MIN_ENTITIES} entities to draw negatives (a negative differs from both ends of its "
+    if es.n < MIN_POOL and side.negatives is None:
+        return (f"needs at least {MIN_POOL} entities to draw negatives (a negative differs from both ends of its "
                 f"test edge); the set has {es.n}")
     if side.test_edges is None and side.negatives is None and len(side.edges) < 2:
         return (f"needs at least 2 edges to hold one out for testing (or `test_edges`); the edge list has "
@@ -560,20 +558,6 @@ def show_hardness(rep: LinkPredictionReport) -> None:
 # The chapter's declaration
 # ---------------------------------------------------------------------------------------------
 
-#: options of both link-prediction chapters
-LINK_OPTIONS = (
-    Option("n_negatives", 100, "sampled negatives per test edge (ignored when a negatives file is given)",
-           bounds=(0, INF)),
-    Option("negative_strategy", "uniform", "how negatives are sampled: uniform, or batch (PyTorch-BigGraph's "
-           "same-batch negatives)", ("uniform", "batch")),
-    Option("negative_pool", "entities", "where negatives come from: entities (all ids) or destinations (ids that "
-           "are destinations of the relation)", ("entities", "destinations")),
-    Option("ties", "realistic", "tie policy of the headline ranks", ("realistic", "optimistic", "pessimistic")),
-    Option("filtered", False, "headline ranks filtered (known edges removed from the negatives)"),
-    Option("test_fraction", 0.2, "share of edges held out when no test_edges are given", bounds=(0, 1)),
-    Option("heuristic_queries", 2000, "test edges ranked by the graph-heuristic baselines (the vectors rank all)",
-           bounds=(0, INF)),
-)
 
 def findings(r: ChapterResults) -> list[Finding]:
     """Loses to a free graph heuristic: a heuristic's MRR interval lies above the embeddings' on the same test

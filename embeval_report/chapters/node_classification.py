@@ -2,8 +2,8 @@
 label budget, the per-class scores and confusions, and the probe within each kind of entity
 (computed in :mod:`embeval_report.metrics.classification`).
 
-Also the pieces the clustering chapter shares: :func:`precheck`, :func:`exclusion_text`,
-:func:`share_heatmap` and :func:`plain`.
+The label set, the scorer's inputs and the label budget it shares with the clustering and fairness chapters
+are in :mod:`.labelled`.
 """
 from __future__ import annotations
 
@@ -11,26 +11,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from ..errors import ChapterSkipped, InputError
 from ..io import kind_column
 from ..metrics import classification as nc
-from ..metrics.labels import LabelSet, label_problem, prepare_labels
 from ..metrics.scoring import Aggregate, TaskScorer
 from ..present.display import definitions_markdown, escape, show_definitions, show_figure, show_markdown, show_table
-from ..present.escape import mathtext
 from ..present.format import interval, metric_text
-from ..present.plotting import PALETTE, WIDTH
-from .declaration import INF, ChapterSpec, Option
+from ..present.plotting import PALETTE, WIDTH, share_heatmap
+from .declaration import PROBE_ENTITIES, ChapterSpec
+from .labelled import LABEL_COLUMN, LabelInputs, exclusion_text, label_inputs, precheck, probe_budget
 from .findings import ChapterResults, Finding, metric_evidence, value_text
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
-
-LABEL_COLUMN = "label"
-
 
 @dataclass(frozen=True)
 class NodeClassificationReport:
@@ -39,36 +34,6 @@ class NodeClassificationReport:
     result: nc.ClassificationResult
     kind_column: str | None
     by_group: pd.DataFrame | None  # the probe within each value of ``kind_column``
-
-
-def precheck(es, side, settings) -> str | None:
-    """Why the label column cannot be evaluated (fewer than 2 classes with 5 members, no label), or ``None``."""
-    meta = es.metadata
-    if meta is None or LABEL_COLUMN not in meta:
-        return None  # the registry reports the missing input
-    return label_problem(meta[LABEL_COLUMN], column=LABEL_COLUMN)
-
-
-def chapter_labels(es) -> LabelSet:
-    """The label set both label chapters evaluate; :class:`ChapterSkipped` with the reason when unusable."""
-    labels = es.metadata[LABEL_COLUMN]
-    try:
-        return prepare_labels(labels, n=es.n, column=LABEL_COLUMN)
-    except InputError as e:
-        raise ChapterSkipped(label_problem(labels, column=LABEL_COLUMN) or str(e)) from None
-
-
-@dataclass(frozen=True)
-class LabelInputs:
-    """The scorer's inputs: the label set and the set's ids."""
-
-    labels: LabelSet
-    ids: np.ndarray
-
-
-def label_inputs(es, side, settings) -> LabelInputs:
-    """The labels of the ``label`` column (classes of at least 5 members) and the ids."""
-    return LabelInputs(chapter_labels(es), es.ids)
 
 
 def probe_plan(inputs: LabelInputs, settings) -> nc.ProbePlan:
@@ -161,29 +126,6 @@ def by_group_table(by_group: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------
 # Narrative
 # ---------------------------------------------------------------------------------------------
-
-def exclusion_text(ls: LabelSet) -> str:
-    """Markdown sentence on the entities a label set excludes ("" when none was excluded)."""
-    parts = []
-    if ls.n_missing:
-        parts.append(f"{ls.n_missing:,} of {ls.n_total:,} entities have no `{escape(ls.column)}` and are "
-                     "excluded")
-    if ls.dropped:
-        n_drop = sum(ls.dropped.values())
-        names = ", ".join(f"{escape(k)} ({v})" for k, v in list(ls.dropped.items())[:8])
-        more = f" and {len(ls.dropped) - 8} more" if len(ls.dropped) > 8 else ""
-        parts.append(f"{len(ls.dropped)} class{'es' if len(ls.dropped) > 1 else ''} with fewer than "
-                     f"{ls.min_class_size} members ({names}{more}; {n_drop:,} entities) "
-                     f"{'are' if len(ls.dropped) > 1 else 'is'} dropped, since a stratified "
-                     f"{ls.min_class_size}-fold split cannot place one in every test fold")
-    if ls.sampled_from:
-        parts.append(f"the evaluation uses a stratified random sample of {ls.n:,} of the "
-                     f"{ls.sampled_from:,} labelled entities")
-    if not parts:
-        return ""
-    text = "; ".join(parts)
-    return text[0].upper() + text[1:] + "."
-
 
 def decodability(r: nc.ClassificationResult) -> str:
     """A word for how well the probe reads the label, from its lift over the majority class."""
@@ -289,10 +231,6 @@ def classification_narrative(r: nc.ClassificationResult, by_group: pd.DataFrame 
 # Figures
 # ---------------------------------------------------------------------------------------------
 
-#: a user string as matplotlib text (shown literally, no mathtext)
-plain = mathtext
-
-
 def learning_curve_figure(r: nc.ClassificationResult) -> plt.Figure:
     """Accuracy and macro-F1 against the training fraction (±1 sd over repeats), with the chance baselines
     and the cross-validated estimate (the seed's ``fig-classification-curve``)."""
@@ -313,22 +251,6 @@ def learning_curve_figure(r: nc.ClassificationResult) -> plt.Figure:
                xlim=(0, 1))
         ax.legend(loc="lower right", fontsize=8)
     return fig
-
-
-def share_heatmap(ax, counts: np.ndarray, rows, cols, *, annotate: bool, cmap: str = "Blues"):
-    """Counts drawn as row shares (each row sums to 1), labelled with ``rows`` and ``cols``; returns the image."""
-    share = counts / np.maximum(counts.sum(1, keepdims=True), 1)
-    im = ax.imshow(share, cmap=cmap, vmin=0, vmax=1, aspect="auto")
-    ax.set_xticks(range(len(cols)), [plain(c) for c in cols], rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(len(rows)), [plain(c) for c in rows], fontsize=8)
-    ax.grid(False)
-    if annotate:
-        for i in range(share.shape[0]):
-            for j in range(share.shape[1]):
-                if counts[i, j]:
-                    ax.text(j, i, f"{share[i, j]:.0%}", ha="center", va="center", fontsize=7,
-                            color="white" if share[i, j] > 0.55 else "#222")
-    return im
 
 
 def confusion_figure(r: nc.ClassificationResult) -> plt.Figure:
@@ -426,14 +348,7 @@ def findings(r: ChapterResults) -> list[Finding]:
 
 
 #: entities a linear probe is trained and tested on (fairness's per-group probes read it too)
-PROBE_ENTITIES = Option("probe_entities", nc.MAX_PROBE_ENTITIES, "node classification, fairness: entities the linear "
-                        "probes use at most (a stratified sample); --sample-size caps it too", bounds=(1, INF))
 
-
-def probe_budget(settings) -> int:
-    """Entities the probes use: the ``probe_entities`` option, capped by ``--sample-size`` when it is given."""
-    n = int(settings.option("probe_entities"))
-    return n if settings.sample_size is None else min(n, int(settings.sample_size))
 
 
 CHAPTER = ChapterSpec(

@@ -17,7 +17,7 @@ from ..settings import ChapterSettings
 from .declaration import ChapterSpec, Option
 
 #: modules of this package that are not chapters
-HELPERS = frozenset({"declaration", "registry", "setup", "recorder", "findings", "comparison"})
+HELPERS = frozenset({"declaration", "registry", "setup", "recorder", "findings", "comparison", "labelled"})
 
 
 @lru_cache(maxsize=1)

@@ -19,7 +19,7 @@ from ..errors import ChapterSkipped
 from ..metrics import paired
 from ..metrics.effects import Effects
 from ..metrics.isotropy import PrincipalDirections
-from ..metrics.remedies import REMEDIES, REMEDY_TEXT, fit_remedy, remedied_rows
+from ..metrics.remedies import REMEDIES, fit_remedy, remedied_rows
 from ..metrics.scoring import compare_units, plan_fingerprint
 from ..metrics.spec import Metric
 from ..present.display import escape, show_figure, show_markdown, show_table

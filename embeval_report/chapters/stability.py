@@ -16,7 +16,7 @@ from ..errors import ChapterSkipped
 from ..metrics import stability as st
 from ..metrics.stability_subsets import Grouping, SubsetStability, subset_correlations
 from ..metrics.thresholds import SEVERITY
-from ..present.display import callout, escape, show_figure, show_markdown, show_table
+from ..present.display import escape, show_figure, show_markdown, show_table, smaller_k_note
 from ..present.display import show_metrics as show_metric_table
 from ..present.escape import mathtext
 from ..present.format import interval, metric_text
@@ -28,7 +28,7 @@ from .findings import ChapterResults, Finding, test_text
 if TYPE_CHECKING:
     from .setup import ChapterContext
 
-BANDS = st.SPECS["pairwise_similarity_correlation"].bands
+BANDS = st.CORRELATION_BANDS
 
 
 @dataclass(frozen=True)
@@ -403,13 +403,6 @@ def subset_figure(r: st.RunStabilityResult, groupings: list[Grouping], max_panel
 # ---------------------------------------------------------------------------------------------
 # What the notebook shows
 # ---------------------------------------------------------------------------------------------
-
-def smaller_k_note(k: int, requested: int, why: str) -> None:
-    """Say that neighbourhoods use a smaller k than requested, and why (nothing when they do not)."""
-    if k != requested:
-        callout("note", f"{why}, so neighbourhoods use k = {k} instead of the requested {requested} (a k-NN overlap "
-                        "needs k ≤ n − 2 for n shared entities).", title="Smaller k")
-
 
 def show_summary(rep: StabilityReport) -> None:
     r = rep.result

@@ -17,15 +17,13 @@ from ..io.graph import EdgeList
 from ..metrics import linkpred as lp
 from ..metrics import temporal as tp
 from ..metrics.scoring import Aggregate, TaskScorer, check_units, weighted_mean
-from ..metrics.graph import HEURISTIC_FORMULAS, HEURISTIC_SHORT, format_time
+from ..metrics.graph import HEURISTIC_FORMULAS, HEURISTIC_SHORT, MIN_POOL, format_time
 from ..present.format import metric_text
 from ..present.display import callout, escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.plotting import PALETTE, WIDTH
-from .link_prediction import MIN_ENTITIES
-from .declaration import ChapterSpec
+from .declaration import LINK_OPTIONS, ChapterSpec
 from .findings import ChapterResults, Finding, metric_evidence, value_text
-from .link_prediction import LINK_OPTIONS
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -48,8 +46,8 @@ def precheck(es, side, settings) -> str | None:
     separates past from future). Edges without timestamps are explained in the chapter instead."""
     if side is None or side.edges is None:
         return None
-    if es.n < MIN_ENTITIES:
-        return (f"needs at least {MIN_ENTITIES} entities to draw negatives (a negative differs from both ends of its "
+    if es.n < MIN_POOL:
+        return (f"needs at least {MIN_POOL} entities to draw negatives (a negative differs from both ends of its "
                 f"test edge); the set has {es.n}")
     e = side.edges
     if e.has_time and len(np.unique(e.time)) < 2:

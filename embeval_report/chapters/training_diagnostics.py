@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..errors import InputError
 from ..io.snapshots import snapshot_slug
+from ..io.side_data import evaluated_run
 from ..io.training_log import TrainingLog
 from ..metrics import convergence as cv
 from ..metrics import training_runs as tr
@@ -100,17 +101,11 @@ def compute(ctx: ChapterContext) -> TrainingReport:
                  settings=s, runs=runs_table(diags).to_dict(orient="records"),
                  events=events_table(diags).to_dict(orient="records"), run_events=run_events(diags),
                  change_points={d.name: [int(d.steps[i]) for i in d.cps.indices] if d.cps else [] for d in diags},
-                 evaluated_run=_evaluated_run(ctx.es, log), replicate_runs=replicates,
+                 evaluated_run=evaluated_run(log, getattr(ctx.es, 'fields', {}).get('training_run')), replicate_runs=replicates,
                  **({"skipped_runs": skipped} if skipped else {}))
     log_scale = _log_scale(ctx.option("log_scale"), diags)
     n_vec = len(ctx.side.runs) if "runs" in ctx.side and ctx.side.runs is not None else 0
     return TrainingReport(log, diags, metrics, s, log_scale, n_vec, replicates)
-
-
-def _evaluated_run(es, log: TrainingLog) -> str | None:
-    """The run that produced the evaluated vectors: the manifest's ``training_run``, or the log's only run."""
-    given = es.fields.get("training_run") if hasattr(es, "fields") else None
-    return str(given) if given is not None else (str(log.runs[0]) if len(log.runs) == 1 else None)
 
 
 def _headline_metrics(diags, values: dict, cis: dict, replicates: bool) -> dict:
@@ -596,10 +591,8 @@ LOG_SCALE = Option("log_scale", "auto", "training diagnostics: loss axis on a lo
                    ("auto", "true", "false"))
 
 def findings(r: ChapterResults) -> list[Finding]:
-    """Events of the training runs: a run that diverged (problematic) and a run that overfits (concerning:
-    stop at its best checkpoint), each naming the run and the step. The evaluated run's events (the manifest's
-    ``training_run``, or the log's only run) are the model's; the other runs' are about checkpoints that are not
-    the evaluated vectors: findings of the evaluation kind, which never set the status."""
+    """A run that diverged (problematic) or overfits (concerning), naming the run and the step: the evaluated run's
+    (``training_run``, or the only run) are the model's; the other runs' are evaluation findings."""
     events = r.info.get("run_events") or []
     evaluated = r.info.get("evaluated_run")
     out = []
@@ -609,41 +602,38 @@ def findings(r: ChapterResults) -> list[Finding]:
     return out
 
 
+#: the two events of a run, as findings: (flag, severity, what happened, advice, metrics, effect, step and detail)
+EVENTS = (
+    ("diverged", "problematic", "diverged", "Lower the learning rate or clip gradients for these runs, and do not ship "
+     "their checkpoints", ("diverged_runs",), "divergence",
+     lambda e: f"{e['run']} from step {e['diverged_from']:,}" + (
+         f", first NaN/Inf at {e['first_nonfinite']:,}" if e.get("first_nonfinite") is not None else "")),
+    ("overfitting", "concerning", "overfit", "Stop these runs at their best validation checkpoint, or add "
+     "regularisation", ("overfitting_onset_step", "overfitting_gap"), "overfitting",
+     lambda e: f"{e['run']} from step {e['overfitting_onset']:,} (validation loss rises {e['overfitting_rise']:.0%} "
+               "above its minimum)"),
+)
+
+
 def _event_findings(r: ChapterResults, events: list, total: int, evaluated: str | None, mine: bool) -> list[Finding]:
     """The divergence and overfitting findings of ``events``: the evaluated run's (``mine``) or the others'."""
-    kind = "model" if mine else "evaluation"
-    whose = (f"The run that produced these vectors ({evaluated})" if mine else
-             "not the run that produced these vectors" if evaluated else
-             "the log does not say which run produced these vectors (name it with `training_run:` in the manifest "
+    whose = (f" The run that produced these vectors ({evaluated}) is among them." if mine else
+             "; not the run that produced these vectors" if evaluated else
+             "; the log does not say which run produced these vectors (name it with `training_run:` in the manifest "
              "to judge it as the model's)")
     out = []
-    diverged = [e for e in events if e["diverged"]]
-    if diverged:
-        where = "; ".join(f"{e['run']} from step {e['diverged_from']:,}" + (
-            f", first NaN/Inf at {e['first_nonfinite']:,}" if e.get("first_nonfinite") is not None else "")
-            for e in diverged)
-        title = ("The evaluated training run diverged" if mine else
-                 f"{len(diverged)} of {total} training runs diverged")
+    for flag, severity, verb, advice, metrics, effect, where in EVENTS:
+        hit = [e for e in events if e[flag]]
+        if not hit:
+            continue
+        title = f"The evaluated training run {verb if verb == 'diverged' else verb + 's'}" if mine else \
+            f"{len(hit)} of {total} training runs {verb}"
+        text = "; ".join(where(e) for e in hit)
         out.append(Finding(
-            "problematic", "training process", r.name, title,
-            f"Lower the learning rate or clip gradients for these runs, and do not ship their checkpoints ({where}"
-            + ("" if mine else f"; {whose}") + ")." + (f" {whose} is among them." if mine else ""),
-            metrics=("diverged_runs",), evidence={"value": len(diverged) / max(total, 1),
-                                                  "runs": [e["run"] for e in diverged], "evaluated_run": evaluated},
-            rule="event", effect="divergence" if mine else "divergence (other runs)", kind=kind))
-    over = [e for e in events if e["overfitting"]]
-    if over:
-        where = "; ".join(f"{e['run']} from step {e['overfitting_onset']:,} (validation loss rises "
-                          f"{e['overfitting_rise']:.0%} above its minimum)" for e in over)
-        title = "The evaluated training run overfits" if mine else f"{len(over)} of {total} training runs overfit"
-        out.append(Finding(
-            "concerning", "training process", r.name, title,
-            f"Stop these runs at their best validation checkpoint, or add regularisation ({where}"
-            + ("" if mine else f"; {whose}") + ")." + (f" {whose} is among them." if mine else ""),
-            metrics=("overfitting_onset_step", "overfitting_gap"),
-            evidence={"runs": [e["run"] for e in over], "onsets": [e["overfitting_onset"] for e in over],
-                      "evaluated_run": evaluated},
-            rule="event", effect="overfitting" if mine else "overfitting (other runs)", kind=kind))
+            severity, "training process", r.name, title,
+            f"{advice} ({text}{'' if mine else whose}).{whose if mine else ''}", metrics=metrics,
+            evidence={"value": len(hit) / max(total, 1), "runs": [e["run"] for e in hit], "evaluated_run": evaluated},
+            rule="event", effect=effect if mine else f"{effect} (other runs)", kind="model" if mine else "evaluation"))
     return out
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ChapterSkipped
-from ..metrics.stability import MIN_ENTITIES
+from ..metrics.stability import CORRELATION_BANDS, MIN_ENTITIES
 from ..metrics.training_stability import (
     REF_MOVEMENT,
     REF_TRANCHE,
@@ -28,12 +28,11 @@ from ..metrics.training_stability import (
     load_tranches,
     measure_training_stability,
 )
-from ..present.display import escape, show_figure, show_markdown, show_metrics, show_table
+from ..present.display import escape, show_figure, show_markdown, show_metrics, show_table, smaller_k_note
 from ..present.escape import mathtext
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import BCA_MAX
-from .stability import BANDS, smaller_k_note
 from .declaration import ChapterSpec, K
 
 if TYPE_CHECKING:
@@ -326,7 +325,8 @@ def show_trajectory(rep: TrainingReport) -> None:
                label="tbl-training-final")
     if len(r.cross_run):
         show_table(cross_run_display_table(r), caption="Runs compared with each other at each checkpoint name they "
-                   f"share (mean over run pairs; verdict: {BANDS.table} on the similarity correlation).",
+                   f"share (mean over run pairs; verdict: {CORRELATION_BANDS.table} on the "
+                   "similarity correlation).",
                    label="tbl-training-cross")
 
 

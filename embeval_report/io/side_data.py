@@ -32,12 +32,17 @@ from .words import read_analogies, read_word_pairs
 
 
 
-def evaluated_run(log, run: str | None):
+def checked_run(log, run: str | None):
     """``log`` after checking that the manifest's ``training_run`` (when given) names one of its runs."""
     if run is not None and str(run) not in log.runs:
         raise InputError(f"training_run: {str(run)!r} is not a run of the training log (its runs: "
                          f"{', '.join(map(str, log.runs[:10]))}{' …' if len(log.runs) > 10 else ''})")
     return log
+
+
+def evaluated_run(log, run: str | None) -> str | None:
+    """The run of ``log`` that produced the evaluated vectors: the manifest's ``training_run``, or its only run."""
+    return str(run) if run is not None else (str(log.runs[0]) if len(log.runs) == 1 else None)
 
 def _negatives(es: EmbeddingSet, path: str, side: dict) -> Negatives:
     test, negs = read_negatives(path, es.ids, side.get("test_edges"), label=field_label(path, "negatives"))
@@ -65,8 +70,8 @@ LOADERS: dict[str, Callable[[EmbeddingSet, Any, dict], Any]] = {
         v, level=side.get("annotation_level"), ids=es.ids, query_ids=side["queries"].ids if "queries" in side else None,
         label=f"annotations: {Path(v).name}"),
     "exclude_self": lambda es, v, _: bool(v),
-    "training_log": lambda es, v, _: evaluated_run(read_training_log(v, label=f"training_log: {Path(v).name}"),
-                                                   es.fields.get("training_run")),
+    "training_log": lambda es, v, _: checked_run(read_training_log(v, label=f"training_log: {Path(v).name}"),
+                                                 es.fields.get("training_run")),
     "monitor_history": lambda es, v, _: read_history(v),
     "anomaly_scores": lambda es, v, _: load_anomaly_scores(es, v),
     "fairness": lambda es, v, _: read_fairness_spec(es, v),

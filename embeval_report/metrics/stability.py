@@ -85,6 +85,8 @@ SPECS = specs(
                r"\tilde e^r_j,\ \tilde e^s_i \cdot \tilde e^s_j)",
                REF_CORR, range=(-1.0, 1.0), bands=THRESHOLDS["pairwise_similarity_correlation"], chance=0.0),
 )
+#: the verdict bands of the pairwise similarity correlation (the stability guidelines)
+CORRELATION_BANDS = SPECS["pairwise_similarity_correlation"].bands
 
 #: the old name of :data:`SPECS` (iterating gives the metric names)
 METRICS = SPECS

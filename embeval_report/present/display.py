@@ -495,3 +495,10 @@ def show_metrics(metrics, caption: str, label: str, definitions: str | None = No
     table = metrics_table(metrics)
     show_table(table, caption=with_mark_note(table, caption), label=label)
     show_definitions("\n\n".join(x for x in (definitions, definitions_markdown(metrics)) if x))
+
+
+def smaller_k_note(k: int, requested: int, why: str) -> None:
+    """Say that neighbourhoods use a smaller k than requested, and why (nothing when they do not)."""
+    if k != requested:
+        callout("note", f"{why}, so neighbourhoods use k = {k} instead of the requested {requested} (a k-NN overlap "
+                        "needs k ≤ n − 2 for n shared entities).", title="Smaller k")

@@ -181,3 +181,12 @@ def decimals(effect) -> int:
     if effect is None or not math.isfinite(effect) or effect <= 0:
         return 4
     return int(min(max(1 - math.floor(math.log10(effect)), 0), 8))
+
+
+def fixed_text(x: float | None, fmt: str = ".2f") -> str:
+    """``x`` with ``fmt``, or "undefined" (NaN skewness, constant correlations).
+
+    >>> fixed_text(1.23456), fixed_text(float("nan"))
+    ('1.23', 'undefined')
+    """
+    return format(x, fmt) if x is not None and math.isfinite(x) else "undefined"
