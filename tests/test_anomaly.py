@@ -289,3 +289,85 @@ def test_one_class_is_skipped_with_its_reason(tmp_path):
     (tmp_path / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nmetadata: meta.csv\n")
     reason = chapter.precheck(load_source(m), None, None)
     assert "no anomaly (1)" in reason
+
+
+# ---------------------------------------------------------------------------------------------
+# The task scorer: the vectors' k-NN distance per labelled row
+# ---------------------------------------------------------------------------------------------
+
+def _labelled_set(folder, spread: float, seed: int = 5):
+    """300 normal rows around three centres, 30 anomalies at ``spread`` times fixed directions from them (the
+    only rows that ``spread`` moves), and 40 unlabelled entities rated in pairs (annotations)."""
+    from scored_reports import annotations_text, write_set
+
+    rng = np.random.default_rng(seed)
+    d, n, p, n_o = 8, 300, 30, 40
+    centres = 3 * rng.standard_normal((3, d))
+    normal = centres[rng.integers(0, 3, n)] + 0.5 * rng.standard_normal((n, d))
+    anomalies = centres[rng.integers(0, 3, p)] + spread * rng.standard_normal((p, d))
+    O = 2 * rng.standard_normal((n_o, d))
+    X = np.r_[normal, anomalies, O]
+    ids = [f"r{i:03d}" for i in range(n + p)] + [f"o{i:02d}" for i in range(n_o)]
+    meta = pd.DataFrame({"id": ids, "is_anomaly": [0] * n + [1] * p + [""] * n_o})
+    files = {"ann.csv": annotations_text(X, ids, range(n + p, n + p + n_o))}
+    return write_set(folder, X, ids, meta, files, {"annotations": "ann.csv", "annotation_level": "ordinal"}), X
+
+
+def test_scorer_aggregates_are_the_recorded_numbers(tmp_path):
+    """ROC-AUC and average precision of the unit table are the chapter's numbers for the k-NN-distance baseline,
+    bit for bit (also read back from results/units/anomaly.csv); unlabelled rows are no units."""
+    from scored_reports import recorded, run_report, scorer_units
+
+    from embeval_report.report.pairing import ModelReport
+
+    m, _ = _labelled_set(tmp_path / "set", spread=1.5)
+    out = run_report(m, tmp_path / "report", ["anomaly"], "A")
+    rec = recorded(out, "anomaly")
+    units, plan, scorer = scorer_units(m, "anomaly")
+    assert len(units) == 330 and plan.k == 10 and list(units["label"].unique()) == [0, 1]
+    values = scorer.values(units)
+    assert set(values) == {"roc_auc__knn_distance", "average_precision__knn_distance"}
+    table = ModelReport.open(out).units["anomaly"]
+    for metric, v in values.items():
+        assert v == rec["metrics"][metric]["value"] == scorer.aggregate(metric).value(table), metric
+    assert values["roc_auc__knn_distance"] == pytest.approx(roc_auc_score(units["label"], units["knn_distance"]),
+                                                            rel=0, abs=1e-12)
+    assert values["average_precision__knn_distance"] == pytest.approx(
+        average_precision_score(units["label"], units["knn_distance"]), rel=0, abs=1e-12)
+    resample = units.iloc[np.random.default_rng(0).integers(0, len(units), len(units))]  # repeated rows count twice
+    assert an.units_roc_auc(resample) == pytest.approx(roc_auc_score(resample["label"], resample["knn_distance"]),
+                                                       rel=0, abs=1e-12)
+
+
+def test_scorer_plan_does_not_read_the_vectors_and_a_moved_row_changes_only_its_neighbourhood(tmp_path):
+    """The plan (k) is the same for other vectors; moving one row changes the k-NN distance of the rows whose
+    neighbour list held it (before or after) and of itself, and no other row's."""
+    from scored_reports import scorer_units
+
+    from embeval_report.metrics.scoring import plan_fingerprint
+
+    m, X = _labelled_set(tmp_path, spread=1.5)
+    a, plan_a, _ = scorer_units(m, "anomaly")
+    b, plan_b, _ = scorer_units(m, "anomaly", 2 * X + np.random.default_rng(0).normal(0, 0.5, X.shape))
+    assert plan_fingerprint(plan_a) == plan_fingerprint(plan_b) and not np.allclose(a["knn_distance"], b["knn_distance"])
+    Y = X.astype(np.float32)
+    Y[17] = Y[250] + 0.01
+    c, _, _ = scorer_units(m, "anomaly", Y)
+    before, _ = an.neighbour_graph(X.astype(np.float32), plan_a.k, device="cpu")
+    after, _ = an.neighbour_graph(Y, plan_a.k, device="cpu")
+    near = (before == 17).any(1) | (after == 17).any(1)
+    near[17] = True
+    moved = a["knn_distance"].to_numpy() != c["knn_distance"].to_numpy()
+    assert moved.any() and not (moved & ~near[:330]).any() and near.sum() < 40
+
+
+def test_compare_finds_better_separated_anomalies_only_in_this_chapter(tmp_path, monkeypatch):
+    """Two models that differ only in how far the anomalies lie from the normal rows: compare says B better on the
+    k-NN distance's ROC-AUC and average precision, and finds no difference in the human-evaluation agreement."""
+    from scored_reports import assert_found_only_in, compare, run_report
+
+    chapters = ["anomaly", "human_evaluation"]
+    a = run_report(_labelled_set(tmp_path / "A", spread=0.6)[0], tmp_path / "ra", chapters, "A")
+    b = run_report(_labelled_set(tmp_path / "B", spread=3.0)[0], tmp_path / "rb", chapters, "B")
+    assert_found_only_in(compare(a, b, monkeypatch), "anomaly",
+                         ["roc_auc__knn_distance", "average_precision__knn_distance"])

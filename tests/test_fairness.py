@@ -291,3 +291,85 @@ def test_fairness_chapter_in_a_report(tmp_path):
     for words in ("Types of bias", "Representation bias", "too small", "remote", "region × plan", "WEAT",
                   "out of vocabulary", "Hypothesis tests"):
         assert words in html, words
+
+
+# ---------------------------------------------------------------------------------------------
+# The task scorer: per entity, its groups, the held-out probe and the neighbourhood measures
+# ---------------------------------------------------------------------------------------------
+
+def _grouped_set(folder, remote_noise: float, seed: int = 6):
+    """400 labelled entities in three regions (the 90 "remote" ones with ``remote_noise`` times fixed noise, the
+    others 0.8 times), a too-small "plan" group, and 40 unlabelled entities without a region rated in pairs."""
+    from scored_reports import annotations_text, write_set
+
+    rng = np.random.default_rng(seed)
+    n, d, n_o = 400, 12, 40
+    label = rng.integers(0, 4, n)
+    region = np.where(np.arange(n) < 90, "remote", np.where(np.arange(n) % 2, "north", "south"))
+    X = np.r_[1.5 * rng.standard_normal((4, d))[label]
+              + np.where(region == "remote", remote_noise, 0.8)[:, None] * rng.standard_normal((n, d)),
+              2 * rng.standard_normal((n_o, d))]
+    ids = [f"e{i:03d}" for i in range(n)] + [f"o{i:02d}" for i in range(n_o)]
+    meta = pd.DataFrame({"id": ids, "label": list(label) + [""] * n_o, "region": list(region) + [""] * n_o,
+                         "plan": list(rng.choice(["free", "paid", "vip"], n, p=[0.6, 0.37, 0.03])) + [""] * n_o})
+    files = {"ann.csv": annotations_text(X, ids, range(n, n + n_o))}
+    return write_set(folder, X, ids, meta, files, {"fairness": "{attributes: [region, plan]}",
+                                                   "annotations": "ann.csv", "annotation_level": "ordinal"}), X
+
+
+def test_scorer_aggregates_are_the_recorded_gaps(tmp_path):
+    """The worst attribute's gaps computed from the unit table are the chapter's numbers bit for bit (and from
+    results/units/fairness.csv as compare reads it); the units are the entities of a compared group, with their
+    groups; a bootstrap resample (repeated rows) gives the group means a groupby of the resample gives."""
+    from scored_reports import recorded, run_report, scorer_units
+
+    from embeval_report.metrics import fairness_units as fu
+    from embeval_report.report.pairing import ModelReport
+
+    m, _ = _grouped_set(tmp_path / "set", remote_noise=2.5)
+    out = run_report(m, tmp_path / "report", ["fairness"], "A")
+    rec = recorded(out, "fairness")
+    units, plan, scorer = scorer_units(m, "fairness")
+    assert len(units) == 400 and units["entity"].iloc[0] == "e000"
+    assert list(json.loads(units["groups"].iloc[0])) == ["region", "plan"]
+    assert json.loads(units["groups"].iloc[0])["region"] == "remote"
+    assert {json.loads(g)["plan"] for g in units["groups"]} == {"free", "paid", None}  # vip: too small
+    values = scorer.values(units)
+    table = ModelReport.open(out).units["fairness"]
+    for metric, v in values.items():
+        assert v == rec["metrics"][metric]["value"] == scorer.aggregate(metric).value(table), metric
+    assert rec["metrics"]["probe_accuracy_difference"]["verdict"] == "problematic"
+    resample = units.iloc[np.random.default_rng(1).integers(0, len(units), len(units))]
+    region = resample["groups"].map(lambda g: json.loads(g)["region"])
+    means = resample.groupby(region)["probe_accuracy"].mean()
+    gaps = fu.attribute_gaps(resample, "probe_accuracy")
+    assert gaps[0] == pytest.approx((means.max() - means.min(), means.min() / means.max()), rel=0, abs=1e-12)
+
+
+def test_scorer_plan_does_not_read_the_vectors(tmp_path):
+    """Groups, the probe's sample and folds and k: the same plan for other vectors (whose units differ)."""
+    from scored_reports import scorer_units
+
+    from embeval_report.metrics.scoring import plan_fingerprint
+
+    m, X = _grouped_set(tmp_path, remote_noise=2.5)
+    a, plan_a, _ = scorer_units(m, "fairness")
+    b, plan_b, _ = scorer_units(m, "fairness", 2 * X + np.random.default_rng(0).normal(0, 0.5, X.shape))
+    assert plan_fingerprint(plan_a) == plan_fingerprint(plan_b)
+    assert np.array_equal(plan_a.probe.folds, plan_b.probe.folds) and plan_a.k == 10
+    assert a["groups"].equals(b["groups"]) and not a["label_agreement"].equals(b["label_agreement"])
+
+
+def test_compare_finds_a_smaller_accuracy_gap_only_in_this_chapter(tmp_path, monkeypatch):
+    """Two models that differ only in how noisy the remote region's vectors are: compare says B better on the
+    probe-accuracy gap (a paired bootstrap over the entities) and finds no difference in the human-evaluation
+    agreement (unlabelled entities outside every group)."""
+    from scored_reports import assert_found_only_in, compare, run_report
+
+    chapters = ["fairness", "human_evaluation"]
+    a = run_report(_grouped_set(tmp_path / "A", remote_noise=3.0)[0], tmp_path / "ra", chapters, "A")
+    b = run_report(_grouped_set(tmp_path / "B", remote_noise=0.8)[0], tmp_path / "rb", chapters, "B")
+    table = compare(a, b, monkeypatch)
+    assert_found_only_in(table, "fairness", ["probe_accuracy_difference", "label_agreement_difference"])
+    assert set(table.loc[table["chapter"] == "fairness", "metric"]) == {
+        f"{m}_{kind}" for m in ("probe_accuracy", "label_agreement", "k_occurrence") for kind in ("difference", "ratio")}

@@ -348,3 +348,91 @@ def test_human_evaluation_chapter_in_a_report(tmp_path):
     html = (out / "report.html").read_text()
     for words in ("Flagged raters", "Krippendorff", "Dawid–Skene", "human ceiling", "sloppy"):
         assert words in html, words
+
+
+# ---------------------------------------------------------------------------------------------
+# The task scorer: the embedding's similarity per rated pair
+# ---------------------------------------------------------------------------------------------
+
+def _rated_set(folder, noise: float, kind: str = "pair", seed: int = 4):
+    """50 entities rated in pairs by three raters from their true vectors (the set: those plus ``noise`` times
+    fixed directions) and 40 words of a word-pair benchmark that no noise touches. ``kind="query_doc"``: the
+    first id of each rated pair is a query with a vector of its own (the manifest's ``queries``)."""
+    from scored_reports import annotations_text, word_pairs_text, write_set
+
+    rng = np.random.default_rng(seed)
+    d, n_o, n_w = 16, 50, 40
+    T, E, W = rng.standard_normal((n_o, d)), rng.standard_normal((n_o, d)), rng.standard_normal((n_w, d))
+    truth = np.r_[T, W]
+    ids = [f"o{i:02d}" for i in range(n_o)] + [f"w{i:02d}" for i in range(n_w)]
+    files = {"ann.csv": annotations_text(truth, ids, range(n_o)),
+             "pairs.tsv": word_pairs_text(truth, ids, range(n_o, n_o + n_w))}
+    entries = {"annotations": "ann.csv", "annotation_level": "ordinal", "word_pairs": "pairs.tsv"}
+    if kind == "query_doc":  # queries q00..: the true vectors of the entities, which the set holds with noise
+        files["ann.csv"] = files["ann.csv"].replace("item1,item2", "query_id,doc_id").replace("\no", "\nq")
+        folder.mkdir(parents=True, exist_ok=True)
+        np.save(folder / "q.npy", T.astype(np.float32))
+        files["qids.txt"] = "\n".join(f"q{i:02d}" for i in range(n_o)) + "\n"
+        entries["queries"] = "{vectors: q.npy, ids: qids.txt}"
+    return write_set(folder, np.r_[T + noise * E, W], ids, files=files, entries=entries)
+
+
+@pytest.mark.parametrize("kind", ["pair", "query_doc"])
+def test_scorer_aggregate_is_the_recorded_spearman(tmp_path, kind):
+    """The scorer's ρ over its units is the chapter's embedding_human_spearman bit for bit; with queries the first
+    vector of each pair is the query's (and a remedy maps the query vectors too)."""
+    from scored_reports import open_set, recorded, run_report, scorer_units
+
+    from embeval_report.report.pairing import ModelReport
+
+    m = _rated_set(tmp_path / "set", noise=0.5, kind=kind)
+    out = run_report(m, tmp_path / "report", ["human_evaluation"], "A")
+    rec = recorded(out, "human_evaluation")
+    units, plan, scorer = scorer_units(m, "human_evaluation")
+    value = scorer.values(units)["embedding_human_spearman"]
+    assert value == rec["metrics"]["embedding_human_spearman"]["value"] and value > 0.5
+    assert rec["info"]["units"]["aggregates"] == ["embedding_human_spearman"]
+    table = ModelReport.open(out).units["human_evaluation"]
+    assert list(table["item"]) == list(units["item"]) and len(table) == rec["info"]["n_items"]
+    assert scorer.aggregate("embedding_human_spearman").value(table) == value
+    assert table["item"].iloc[0] == (f"{units['id1'].iloc[0]} → {units['id2'].iloc[0]}" if kind == "query_doc"
+                                     else units["item"].iloc[0])
+    ctx = open_set(m, "human_evaluation")
+    inputs = scorer.inputs(ctx.es, ctx.side, ctx.settings)
+    mapped = scorer.map_inputs(inputs, lambda V: -np.asarray(V))
+    if kind == "query_doc":
+        flipped = scorer.units(ctx.es.vectors, mapped, plan)
+        np.testing.assert_array_equal(flipped["similarity"], -units["similarity"])
+    else:
+        assert mapped is inputs
+
+
+def test_scorer_plan_does_not_read_the_vectors_and_one_vector_moves_only_its_pairs(tmp_path):
+    from scored_reports import scorer_units
+
+    from embeval_report.metrics.scoring import plan_fingerprint
+
+    m = _rated_set(tmp_path, noise=0.5)
+    X = np.load(tmp_path / "v.npy")
+    a, plan_a, _ = scorer_units(m, "human_evaluation")
+    b, plan_b, _ = scorer_units(m, "human_evaluation", 2 * X + np.random.default_rng(0).normal(0, 0.5, X.shape))
+    assert plan_fingerprint(plan_a) == plan_fingerprint(plan_b) and not np.allclose(a["similarity"], b["similarity"])
+    changed = a["id1"].iloc[0]
+    Y = X.copy()
+    Y[int(changed[1:])] = -Y[int(changed[1:])] + 0.3
+    c, _, _ = scorer_units(m, "human_evaluation", Y)
+    holds = ((a["id1"] == changed) | (a["id2"] == changed)).to_numpy()
+    assert holds.sum() >= 1
+    assert np.array_equal(a["similarity"].to_numpy() != c["similarity"].to_numpy(), holds)
+    assert a.drop(columns="similarity").equals(c.drop(columns="similarity"))
+
+
+def test_compare_finds_better_agreement_with_the_raters_only_in_this_chapter(tmp_path, monkeypatch):
+    """Two models that differ only in the vectors of the rated entities: B (closer to what the raters saw) is
+    better on ρ; the word-pair benchmark (other ids) shows no difference."""
+    from scored_reports import assert_found_only_in, compare, run_report
+
+    chapters = ["human_evaluation", "semantic"]
+    a = run_report(_rated_set(tmp_path / "A", noise=1.5), tmp_path / "ra", chapters, "A")
+    b = run_report(_rated_set(tmp_path / "B", noise=0.1), tmp_path / "rb", chapters, "B")
+    assert_found_only_in(compare(a, b, monkeypatch), "human_evaluation", ["embedding_human_spearman"])

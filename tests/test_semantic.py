@@ -483,3 +483,106 @@ def test_chapter_through_the_cli_on_degenerate_sets(tmp_path):
         assert any(w.startswith("word-pair correlation undefined") for w in info["warnings"])
         html = re.sub(r"<[^>]+>", " ", (out / "report.html").read_text())
         assert "Undefined for this input" in html and not re.search(r"\bnan\b|Traceback", html)
+
+
+# ---------------------------------------------------------------------------------------------
+# The task scorer: per word pair and per analogy question
+# ---------------------------------------------------------------------------------------------
+
+def _words_set(folder, noise: float, analogies: bool = True, seed: int = 3):
+    """60 words whose true vectors ``T`` score 60 word pairs (the vectors: ``T`` plus ``noise`` times fixed
+    directions), 10 planted analogy pairs, and 40 other entities rated in pairs (annotations) that no noise
+    touches."""
+    from scored_reports import annotations_text, word_pairs_text, write_set
+
+    rng = np.random.default_rng(seed)
+    d, n_w, n_o = 16, 60, 40
+    T, E = rng.standard_normal((n_w, d)), rng.standard_normal((n_w, d))
+    u, g = rng.standard_normal((10, d)), 3 * rng.standard_normal(d)
+    M = np.r_[u, u + g] + 0.1 * rng.standard_normal((20, d))
+    O = rng.standard_normal((n_o, d))
+    X = np.r_[T + noise * E, M, O]
+    ids = [f"w{i:02d}" for i in range(n_w)] + [f"m{i}" for i in range(10)] + [f"f{i}" for i in range(10)] + \
+          [f"o{i:02d}" for i in range(n_o)]
+    files = {"pairs.tsv": word_pairs_text(T, ids, range(n_w)),
+             "ann.csv": annotations_text(X, ids, range(n_w + 20, n_w + 20 + n_o))}
+    entries = {"word_pairs": "pairs.tsv", "annotations": "ann.csv", "annotation_level": "ordinal"}
+    if analogies:
+        files["questions.txt"] = ": gender\n" + "".join(f"m{i} f{i} m{j} f{j}\n" for i in range(10) for j in range(10)
+                                                         if i != j and (i + j) % 3 == 0)
+        entries["analogies"] = "questions.txt"
+    return write_set(folder, X, ids, files=files, entries=entries), X
+
+
+def test_scorer_aggregates_are_the_recorded_numbers(tmp_path):
+    """Spearman's ρ and Pearson's r of the unit table's word pairs and the mean correctness of its questions are
+    the chapter's numbers bit for bit (and read back from results/units/semantic.csv as compare reads them)."""
+    from scored_reports import recorded, run_report, scorer_units
+
+    from embeval_report.report.pairing import ModelReport
+
+    m, _ = _words_set(tmp_path / "set", noise=0.8)
+    out = run_report(m, tmp_path / "report", ["semantic"], "A")
+    rec = recorded(out, "semantic")
+    units, plan, scorer = scorer_units(m, "semantic")
+    values = scorer.values(units)
+    assert set(values) == {"word_pairs_spearman", "word_pairs_pearson", "analogy_accuracy", "analogy_accuracy_3cosmul"}
+    for metric, v in values.items():
+        assert v == rec["metrics"][metric]["value"], metric
+    assert 0 < values["analogy_accuracy"] < 1 and values["word_pairs_spearman"] > 0.3
+    info = rec["info"]["units"]
+    assert (info["key"], info["means"], info["aggregates"]) == (
+        "unit", ["analogy_accuracy", "analogy_accuracy_3cosmul"], ["word_pairs_spearman", "word_pairs_pearson"])
+    assert info["stats"]["analogy_accuracy"]["n"] == rec["info"]["analogy_questions_evaluated"]
+    table = ModelReport.open(out).units["semantic"]
+    assert (table["kind"] == msem.PAIR).sum() == rec["info"]["word_pairs_total"]
+    for metric, v in values.items():
+        assert scorer.aggregate(metric).value(table) == pytest.approx(v, rel=0, abs=1e-12), metric
+
+
+def test_scorer_plan_does_not_read_the_vectors(tmp_path):
+    from scored_reports import scorer_units
+
+    from embeval_report.metrics.scoring import plan_fingerprint
+
+    m, X = _words_set(tmp_path, noise=0.8)
+    a, plan_a, _ = scorer_units(m, "semantic")
+    b, plan_b, _ = scorer_units(m, "semantic", 2 * X + np.random.default_rng(0).normal(0, 0.5, X.shape))
+    assert plan_fingerprint(plan_a) == plan_fingerprint(plan_b)
+    assert list(a["unit"]) == list(b["unit"]) and not np.allclose(a["cosine"], b["cosine"], equal_nan=True)
+
+
+def test_one_word_changed_changes_only_its_pairs(tmp_path):
+    """The cosines of the pairs holding the changed word move; every other pair keeps its value bit for bit."""
+    from scored_reports import scorer_units
+
+    m, X = _words_set(tmp_path, noise=0.8, analogies=False)
+    Y = X.astype(np.float32)  # the set's own rows, as it stores them
+    Y[5] = -Y[5] + 0.3
+    a, _, _ = scorer_units(m, "semantic")
+    b, _, _ = scorer_units(m, "semantic", Y)
+    holds = a["unit"].str.contains(r"\bw05\b").to_numpy()
+    assert holds.sum() >= 1
+    moved = a["cosine"].to_numpy() != b["cosine"].to_numpy()
+    assert np.array_equal(moved, holds)
+    assert a.drop(columns="cosine").equals(b.drop(columns="cosine"))
+
+
+def test_compare_finds_a_better_word_similarity_only_in_this_chapter(tmp_path, monkeypatch):
+    """Two models that differ only in the vectors of the benchmark's words: compare says B better on Spearman's ρ
+    (a paired bootstrap over the units) and finds no difference in the human-evaluation agreement (other ids)."""
+    from scored_reports import assert_found_only_in, compare, run_report
+
+    from embeval_report.report.pairing import ModelReport
+
+    chapters = ["semantic", "human_evaluation"]
+    a = run_report(_words_set(tmp_path / "A", noise=2.0)[0], tmp_path / "ra", chapters, "A")
+    b = run_report(_words_set(tmp_path / "B", noise=0.2)[0], tmp_path / "rb", chapters, "B")
+    table = compare(a, b, monkeypatch)
+    assert_found_only_in(table, "semantic", ["word_pairs_spearman", "word_pairs_pearson"])
+    rows = table.set_index(["chapter", "metric"])
+    units = ModelReport.open(a).units["semantic"]
+    pairs = int(((units["kind"] == msem.PAIR) & (units["cosine"] != "")).sum())
+    assert rows.loc[("semantic", "word_pairs_spearman"), "n"] == pairs  # the pairs only, not the questions
+    assert rows.loc[("semantic", "analogy_accuracy"), "n"] == int(units["analogy_accuracy"].notna().sum())
+    assert bool(rows.loc[("semantic", "word_pairs_spearman"), "same_plan"])

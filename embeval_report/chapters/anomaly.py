@@ -13,8 +13,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from ..errors import ChapterSkipped
 from ..io.anomaly_scores import anomaly_labels, event_columns, label_column
 from ..metrics import anomaly as an
+from ..metrics.scoring import Aggregate, TaskScorer, check_units
 from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.escape import mathtext
@@ -53,22 +55,89 @@ def precheck(es, side, settings) -> str | None:
     that is not 0/1 is bad input (:class:`~embeval_report.errors.InputError`, the run stops)."""
     if label_column(es.metadata) is None:
         return "needs an `is_anomaly` (or `anomaly`) 0/1 column in `metadata`"
-    column, y = anomaly_labels(es.metadata)
+    return _label_problem(*anomaly_labels(es.metadata), es.n)
+
+
+def _label_problem(column: str, y: np.ndarray, n_rows: int) -> str | None:
     p, n = int(np.sum(y == 1)), int(np.sum(y == 0))
     if p == 0 or n == 0:
         return (f"the `{column}` column has {'no anomaly (1)' if p == 0 else 'no normal row (0)'} among its "
                 f"{p + n:,} labelled rows; detection needs both classes")
-    if es.n < 3:
-        return f"the embedding baselines need at least 3 vectors; the set has {es.n}"
+    if n_rows < 3:
+        return f"the embedding baselines need at least 3 vectors; the set has {n_rows}"
     return None
+
+
+@dataclass(frozen=True)
+class AnomalyInputs:
+    """The scorer's inputs: the label column, the label of every row (1, 0, NaN unlabelled), the ids, the device."""
+
+    column: str
+    labels: np.ndarray
+    ids: np.ndarray
+    device: str = "auto"
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The labelled rows (the units), in row order."""
+        return np.flatnonzero(np.isfinite(self.labels))
+
+
+@dataclass(frozen=True)
+class AnomalyPlan:
+    """The k of the k-NN distance (the ``k`` option, at most n − 2): nothing else is drawn."""
+
+    k: int
+
+
+def anomaly_inputs(es, side, settings) -> AnomalyInputs:
+    """The labels of the ``is_anomaly`` (or ``anomaly``) column; :class:`ChapterSkipped` where :func:`precheck`
+    finds no labelled rows of both classes or too few vectors."""
+    if label_column(es.metadata) is None:
+        raise ChapterSkipped(precheck(es, side, settings))
+    column, y = anomaly_labels(es.metadata)
+    reason = _label_problem(column, y, es.n)
+    if reason:
+        raise ChapterSkipped(reason)
+    return AnomalyInputs(column, y, np.asarray(es.ids, dtype=object), settings.device)
+
+
+def anomaly_plan(inputs: AnomalyInputs, settings) -> AnomalyPlan:
+    return AnomalyPlan(max(1, min(int(settings.option("k")), len(inputs.labels) - 2)))
+
+
+def anomaly_units(inputs: AnomalyInputs, knn_distance: np.ndarray) -> pd.DataFrame:
+    """One row per labelled row: its id, its k-NN distance (of every row's, ``knn_distance``) and its label."""
+    rows = inputs.rows
+    return pd.DataFrame({"id": inputs.ids[rows].astype(str), "knn_distance": np.asarray(knn_distance)[rows],
+                         "label": inputs.labels[rows].astype(np.int64)})
+
+
+def score_rows(X, inputs: AnomalyInputs, plan: AnomalyPlan) -> pd.DataFrame:
+    """The k-NN-distance baseline of the vectors, per labelled row (:func:`anomaly_units`)."""
+    _, dist = an.neighbour_graph(X, plan.k, device=inputs.device)
+    return anomaly_units(inputs, an.knn_distance_scores(dist))
+
+
+#: the vectors' own detector (the k-NN distance), scored per labelled row; a user's detector scores are not the
+#: vectors' and stay out
+SCORER = TaskScorer(
+    unit=an.UNIT, key="id", columns=("knn_distance", "label"),
+    aggregates=(Aggregate("roc_auc__knn_distance", fn=an.units_roc_auc, boot=an.units_roc_auc_weighted),
+                Aggregate("average_precision__knn_distance", fn=an.units_average_precision,
+                          boot=an.units_average_precision_weighted)),
+    inputs=anomaly_inputs, plan=anomaly_plan, score=score_rows)
 
 
 def compute(ctx: ChapterContext) -> AnomalyReport:
     """Score the rows (baselines, and the user's detector when given), evaluate, and record."""
     es, side = ctx.es, ctx.side
-    column, y = anomaly_labels(es.metadata)
-    k = max(1, min(int(ctx.option("k")), es.n - 2))
-    baselines = an.baseline_scores(es.vectors, k, seed=ctx.seed, device=ctx.device)
+    inputs = SCORER.inputs(es, side, ctx.settings)
+    plan = SCORER.plan(inputs, ctx.settings)
+    column, y, k = inputs.column, inputs.labels, plan.k
+    graph = an.neighbour_graph(es.vectors, k, device=ctx.device)  # the scorer's graph, shared by LOF
+    baselines = an.baseline_scores(es.vectors, k, seed=ctx.seed, device=ctx.device, graph=graph)
+    units = check_units(anomaly_units(inputs, baselines["knn_distance"]), SCORER.key, SCORER.columns)
     scores, user, sources, scores_file = {}, [], {}, None
     if "anomaly_scores" in side and side.anomaly_scores is not None:
         frame = side.anomaly_scores
@@ -86,6 +155,7 @@ def compute(ctx: ChapterContext) -> AnomalyReport:
                                    cost_fp=float(ctx.option("cost_fp")), events=events, primary=primary,
                                    sources=sources, level=ctx.level, seed=ctx.seed)
     ctx.rec.add(*result.metrics.values())
+    ctx.rec.scored(SCORER, units, plan)
     for d in result.detectors:  # shown, raw and adjusted over the report, in the chapter's table of tests
         auc, p = an.chance_test(d.scores, result.labels)
         ctx.rec.test(HypothesisTest(
@@ -443,5 +513,5 @@ CHAPTER = ChapterSpec(
     needs="an `is_anomaly` 0/1 column in `metadata` (1 = anomaly; blank = unlabelled) or a `anomaly` column in "
           "`metadata`",
     options=(K, COST_FN, COST_FP), graph=True, precheck=precheck, demo="anomaly",
-    findings=findings,
+    findings=findings, scorer=SCORER,
 )

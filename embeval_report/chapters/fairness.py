@@ -11,6 +11,8 @@ import pandas as pd
 
 from ..errors import ChapterSkipped
 from ..metrics import fairness as fm
+from ..metrics import fairness_units as fu
+from ..metrics.scoring import TaskScorer
 from ..present.display import callout, escape, show_figure, show_markdown, show_table, with_mark_note
 from ..present.display import show_metrics as show_metric_table
 from ..present.escape import mathtext
@@ -71,6 +73,31 @@ def precheck(es, side, settings) -> str | None:
     return None
 
 
+def entity_inputs(es, side, settings) -> fu.FairnessInputs:
+    """The protected attributes of the manifest's ``fairness`` entry and the metadata holding them;
+    :class:`ChapterSkipped` without attributes (the association tests alone have no units)."""
+    spec = side.fairness if "fairness" in side else None
+    if spec is None or not spec.attributes:
+        raise ChapterSkipped("no protected attributes (`fairness: {attributes: [...]}`) to compare groups on")
+    return fu.entity_inputs(es.metadata, tuple(spec.attributes), ids=es.ids, label_column=spec.label,
+                            device=settings.device)
+
+
+def entity_plan(inputs: fu.FairnessInputs, settings) -> fu.FairnessPlan:
+    """The groups (``min_group_size``), the probe's sample and folds (``probe_entities``, the seed) and k."""
+    return fu.fairness_plan(inputs, min_group_size=int(settings.option("min_group_size")),
+                            k=int(settings.option("k")), max_probe_entities=probe_budget(settings), seed=settings.seed)
+
+
+#: the held-out probe, the neighbourhood label agreement and the k-occurrence per entity, with its groups; the gaps
+#: between groups (the worst attribute's) are functions of the whole table
+SCORER = TaskScorer(
+    unit="entities", key="entity", columns=("groups", *fu.MEASURES),
+    aggregates=fu.gap_aggregates(),
+    inputs=entity_inputs, plan=entity_plan,
+    score=lambda X, inputs, plan: fu.entity_table(inputs, plan, fu.entity_measures(X, inputs, plan)))
+
+
 def compute(ctx: ChapterContext) -> FairnessReport:
     """Compare the groups of every protected attribute, run the association tests, record everything."""
     es, side = ctx.es, ctx.side
@@ -78,16 +105,24 @@ def compute(ctx: ChapterContext) -> FairnessReport:
     tests = side.association_tests if "association_tests" in side else None
     attrs = tuple(spec.attributes) if spec else ()
     label = spec.label if spec else "label"
-    budget = probe_budget(ctx.settings)
+    plan = units = measures = None
+    if attrs:  # the scorer's units; the group comparisons and their bootstrap read them back per row
+        inputs = SCORER.inputs(es, side, ctx.settings)
+        plan = SCORER.plan(inputs, ctx.settings)
+        units = SCORER.units(es.vectors, inputs, plan)
+        measures = fu.row_measures(units, inputs, plan)
     result = fm.evaluate_fairness(es.vectors, es.metadata, attrs, ids=es.ids, label_column=label,
                                   association_tests=tests or (), k=int(ctx.option("k")),
                                   min_group_size=int(ctx.option("min_group_size")),
                                   n_perm=int(ctx.option("weat_permutations")), level=ctx.level, seed=ctx.seed,
-                                  device=ctx.device, max_probe_entities=budget)
+                                  device=ctx.device, max_probe_entities=probe_budget(ctx.settings), plan=plan,
+                                  measures=measures)
     if not result.metrics and not result.weat:
         raise ChapterSkipped("no attribute has two groups with at least "
                              f"{int(ctx.option('min_group_size'))} members and no association test was given")
     ctx.rec.add(*result.metrics.values())
+    if units is not None:
+        ctx.rec.scored(SCORER, units, plan)
     ctx.rec.test(*result.tests)
     ctx.rec.note(**_record(result))
     return FairnessReport(result, attrs, label, bool(tests))
@@ -420,7 +455,8 @@ def show_protocol(rep: FairnessReport) -> None:
     rows = [("attributes", ", ".join(rep.attributes) or "—"),
             ("minimum group size", f"{i['min_group_size']} members"),
             ("probe", f"node-classification probe on '{rep.label_column}', {probe.n_folds}-fold stratified CV over "
-                      f"{probe.n:,} labelled entities, held-out predictions only" if probe is not None else "not run"),
+                      f"{probe.labels.n:,} labelled entities, held-out predictions only" if probe is not None
+             else "not run"),
             ("neighbours", f"k = {i.get('k', '—')} cosine nearest neighbours over the whole set"),
             ("intervals", f"{i['level']:.0%} percentile bootstrap over entities, {i['n_boot']} resamples"),
             ("WEAT p-values", f"exact up to {i['exact_limit']:,} partitions, else {i['n_perm']:,} random partitions")]

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
+from ..errors import ChapterSkipped
 from ..metrics import agreement as ag
+from ..metrics.scoring import Aggregate, TaskScorer
 from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.display import show_metrics as show_metric_table
 from ..present.escape import mathtext
@@ -90,17 +93,16 @@ def compute(ctx: ChapterContext) -> HumanEvaluationReport:
             float(gc.mean()), wilson_ci(int(gc.sum()), len(gc), ctx.level),
             ci_method=f"{ctx.level:.0%} Wilson interval over the {len(gc):,} ratings of gold items")
     # embedding against the humans
-    emb, emb_reason = None, ""
-    if ann.kind == "item":
-        emb_reason = "the annotations rate single items (column `item`), not pairs of vectors"
-    elif not ann.numeric:
-        emb_reason = "the labels are text categories, which have no order to correlate a similarity with"
-    else:
-        sim = _similarities(ctx, ann, consensus)
-        emb = ag.embedding_agreement(sim, consensus["mean"].to_numpy(float), data=data, level=ctx.level,
-                                     seed=ctx.seed)
-        emb.pairs.insert(0, "item", consensus["item"].to_numpy())
-        emb.pairs.insert(1, "ratings", consensus["ratings"].to_numpy())
+    emb, emb_reason = None, embedding_problem(ann)
+    if not emb_reason:
+        inputs = rated_pairs(ctx.es, ctx.side, ann, data)
+        plan = SCORER.plan(inputs, ctx.settings)
+        units = SCORER.units(ctx.es.vectors, inputs, plan)
+        emb = ag.embedding_agreement(units["similarity"].to_numpy(float), units["human"].to_numpy(float), data=data,
+                                     level=ctx.level, seed=ctx.seed)
+        emb.pairs.insert(0, "item", inputs.items)
+        emb.pairs.insert(1, "ratings", units["ratings"].to_numpy())
+        ctx.rec.scored(SCORER, units, plan)
         m = ag.SPECS["embedding_human_spearman"].record(emb.rho, emb.ci, ci_method=emb.ci_method)
         metrics["embedding_human_spearman"] = m
         ctx.rec.test(HypothesisTest(name="embedding vs human grade", test="Spearman rank correlation, two-sided",
@@ -146,11 +148,9 @@ def consensus_table(ann, data: ag.RatingData, majority, share, ds) -> pd.DataFra
     """One row per item: its ids, the consensus label (Dawid–Skene when run, else the majority), the
     majority label and its share, the Dawid–Skene label and posterior, the mean rating (numeric labels)
     and the number of ratings."""
-    first = ann.ratings.drop_duplicates("item").set_index("item")
     out = pd.DataFrame({"item": data.items})
     if ann.kind != "item":
-        out[ann.columns[0]] = first.loc[data.items, "id1"].to_numpy()
-        out[ann.columns[1]] = first.loc[data.items, "id2"].to_numpy()
+        out[ann.columns[0]], out[ann.columns[1]] = pair_ids(ann, data)
     best = ds.labels if ds is not None else majority
     out["consensus"] = [_fmt_label(v) for v in data.categories[best]]
     out["majority"] = [_fmt_label(v) for v in data.categories[majority]]
@@ -159,7 +159,7 @@ def consensus_table(ann, data: ag.RatingData, majority, share, ds) -> pd.DataFra
         out["dawid_skene"] = [_fmt_label(v) for v in data.categories[ds.labels]]
         out["ds_posterior"] = ds.posterior.max(1)
     if ann.numeric:
-        out["mean"] = (data.counts @ data.values) / data.m
+        out["mean"] = mean_grades(data)
     out["ratings"] = data.m.astype(int)
     return out
 
@@ -181,21 +181,100 @@ def _write_consensus(ctx: ChapterContext, ann, consensus: pd.DataFrame) -> tuple
     return str(path), qrels_ok
 
 
-def _similarities(ctx: ChapterContext, ann, consensus: pd.DataFrame) -> np.ndarray:
-    """Cosine similarity of the two vectors of each rated pair (the query vector for query–document pairs
-    when the set has separate queries)."""
-    es = ctx.es
-    c0, c1 = ann.columns
+def pair_ids(ann, data: ag.RatingData) -> tuple[np.ndarray, np.ndarray]:
+    """The two ids of each rated pair (items in ``data`` order), as the pair's first rating gives them."""
+    first = ann.ratings.drop_duplicates("item").set_index("item")
+    return first.loc[data.items, "id1"].to_numpy(), first.loc[data.items, "id2"].to_numpy()
+
+
+def mean_grades(data: ag.RatingData) -> np.ndarray:
+    """The mean rating of each item (numeric labels)."""
+    return (data.counts @ data.values) / data.m
+
+
+# ---------------------------------------------------------------------------------------------
+# The scorer: the embedding's similarity of each rated pair against its mean human grade
+# ---------------------------------------------------------------------------------------------
+
+def embedding_problem(ann) -> str:
+    """Why the annotations cannot be compared with the embedding's similarity ("" when they can)."""
+    if ann.kind == "item":
+        return "the annotations rate single items (column `item`), not pairs of vectors"
+    if not ann.numeric:
+        return "the labels are text categories, which have no order to correlate a similarity with"
+    return ""
+
+
+@dataclass(frozen=True)
+class RatedPairs:
+    """The scorer's inputs: per rated pair (``items``, their keys), its two ids, the rows of its two vectors
+    (``rows1`` in ``queries`` when the first id is a query with a vector of its own, else in the set), its mean
+    human grade and its number of ratings."""
+
+    items: np.ndarray
+    id1: np.ndarray
+    id2: np.ndarray
+    rows1: np.ndarray
+    rows2: np.ndarray
+    human: np.ndarray
+    ratings: np.ndarray
+    queries: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class PairPlan:
+    """The rated pairs scored (their item keys) and the similarity: nothing is drawn."""
+
+    items: np.ndarray
+    similarity: str = "cosine"
+
+
+def rated_pairs(es, side, ann, data: ag.RatingData) -> RatedPairs:
+    """The rated pairs of ``ann`` (coded as ``data``) with their vectors' rows and mean grades."""
+    id1, id2 = pair_ids(ann, data)
     index = pd.Index(np.asarray(es.ids, dtype=object))
-    if ann.kind == "query_doc" and "queries" in ctx.side:
-        q = ctx.side.queries
-        A = np.asarray(q.vectors, float)[pd.Index(np.asarray(q.ids, dtype=object)).get_indexer(consensus[c0])]
-    else:
-        A = np.asarray(es.vectors[index.get_indexer(consensus[c0])], float)
-    B = np.asarray(es.vectors[index.get_indexer(consensus[c1])], float)
-    na, nb = np.linalg.norm(A, axis=1), np.linalg.norm(B, axis=1)
-    den = na * nb
-    return np.where(den > 0, (A * B).sum(1) / np.where(den > 0, den, 1), 0.0)
+    queries, rows1 = None, index.get_indexer(id1)
+    if ann.kind == "query_doc" and "queries" in side:
+        q = side.queries
+        queries, rows1 = q.vectors, pd.Index(np.asarray(q.ids, dtype=object)).get_indexer(id1)
+    return RatedPairs(np.asarray(data.items, dtype=object), id1, id2, rows1, index.get_indexer(id2),
+                      mean_grades(data), data.m.astype(int), queries)
+
+
+def pair_inputs(es, side, settings) -> RatedPairs:
+    """The scorer's inputs from the manifest's ``annotations``; :class:`ChapterSkipped` when they cannot be
+    compared with the embedding (single items, text labels)."""
+    if "annotations" not in side:
+        raise ChapterSkipped("no `annotations` given")
+    ann = side.annotations
+    reason = embedding_problem(ann)
+    if reason:
+        raise ChapterSkipped(reason)
+    return rated_pairs(es, side, ann, ag.RatingData.of(ann.ratings, ann.level))
+
+
+def score_pairs(X, inputs: RatedPairs, plan: PairPlan) -> pd.DataFrame:
+    """Per rated pair: the cosine similarity of its two vectors (0 for a zero vector) beside its mean grade."""
+    A = np.asarray((X if inputs.queries is None else inputs.queries)[inputs.rows1], float)
+    B = np.asarray(X[inputs.rows2], float)
+    den = np.linalg.norm(A, axis=1) * np.linalg.norm(B, axis=1)
+    sim = np.where(den > 0, (A * B).sum(1) / np.where(den > 0, den, 1), 0.0)
+    return pd.DataFrame({"item": inputs.items.astype(str), "id1": inputs.id1, "id2": inputs.id2,
+                         "similarity": sim, "human": inputs.human, "ratings": inputs.ratings})
+
+
+def units_spearman(units: pd.DataFrame) -> float:
+    """Spearman's ρ of the pairs' similarity and mean grade (``embedding_human_spearman``, bit for bit)."""
+    return float(sps.spearmanr(units["similarity"].to_numpy(float), units["human"].to_numpy(float)).statistic)
+
+
+#: the embedding's agreement with the rated pairs, per pair; the raters' own agreement is not the vectors' and
+#: stays out
+SCORER = TaskScorer(
+    unit="rated pairs", key="item", columns=("id1", "id2", "similarity", "human", "ratings"),
+    aggregates=(Aggregate("embedding_human_spearman", fn=units_spearman),),
+    inputs=pair_inputs, plan=lambda inputs, settings: PairPlan(inputs.items), score=score_pairs,
+    map_inputs=lambda inputs, f: inputs if inputs.queries is None else replace(inputs, queries=f(inputs.queries)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -525,5 +604,5 @@ CHAPTER = ChapterSpec(
     effects=(Effect("rater agreement", ("krippendorff_alpha", "fleiss_kappa", "cohen_kappa", "gwet_ac1"),
                     "The human ratings agree too little to be trusted",
                     "Do not use these ratings as ground truth without cleaning them:", "evaluation data"),),
-    findings=findings,
+    findings=findings, scorer=SCORER,
 )

@@ -14,7 +14,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sstats
 
+from ..errors import ChapterSkipped
 from ..metrics import semantic as sem
+from ..metrics.scoring import Aggregate, TaskScorer, check_units
 from ..metrics.semantic import SemanticResult
 from ..present.display import (
     callout,
@@ -51,14 +53,75 @@ class SemanticReport:
     label_column: str | None   # metadata column whose values mark near misses of analogies
 
 
+@dataclass(frozen=True)
+class SemanticInputs:
+    """The scorer's inputs: the set's ids (the vocabulary), the validated word pairs and analogy questions
+    (either may be ``None``) and the device."""
+
+    ids: np.ndarray
+    word_pairs: object | None
+    analogies: object | None
+    device: str = "auto"
+
+
+@dataclass(frozen=True)
+class SemanticPlan:
+    """gensim's conventions the benchmarks are scored with
+    (:func:`~embeval_report.metrics.semantic.measure_semantics`); nothing is drawn."""
+
+    restrict_vocab: int | None = None
+    case_insensitive: bool = True
+    dummy4unknown: bool = False
+    eps: float = sem.COSMUL_EPS
+
+
+def semantic_inputs(es, side, settings) -> SemanticInputs:
+    """The ``word_pairs`` and ``analogies`` of the manifest; :class:`ChapterSkipped` without either."""
+    pairs, questions = side.get("word_pairs"), side.get("analogies")
+    if pairs is None and questions is None:
+        raise ChapterSkipped("needs `word_pairs` or `analogies`")
+    return SemanticInputs(np.asarray(es.ids, dtype=object), pairs, questions, settings.device)
+
+
+def measure(X, inputs: SemanticInputs, plan: SemanticPlan, **kw) -> SemanticResult:
+    """Both benchmarks of ``X`` on the plan's conventions (``kw``: ``labels``, ``level``, ``seed``, ``n_boot``)."""
+    return sem.measure_semantics(X, inputs.ids, word_pairs=inputs.word_pairs, analogies=inputs.analogies,
+                                 restrict_vocab=plan.restrict_vocab, case_insensitive=plan.case_insensitive,
+                                 dummy4unknown=plan.dummy4unknown, eps=plan.eps, device=inputs.device, **kw)
+
+
+def semantic_units(result: SemanticResult) -> pd.DataFrame:
+    """The unit table of a result (:func:`~embeval_report.metrics.semantic.semantic_units`)."""
+    return sem.semantic_units(result.pairs, result.analogies)
+
+
+def score_units(X, inputs: SemanticInputs, plan: SemanticPlan) -> pd.DataFrame:
+    """Both benchmarks of ``X``, per word pair and per analogy question (no intervals)."""
+    return semantic_units(measure(X, inputs, plan, n_boot=0))
+
+
+#: word pairs (their cosine and human score: Spearman's ρ and Pearson's r of the whole table) and analogy
+#: questions (correct or not: the accuracies are means over the questions) in one unit table
+SCORER = TaskScorer(
+    unit="word pairs and analogy questions", key="unit",
+    columns=("kind", "human", "cosine", "analogy_accuracy", "analogy_accuracy_3cosmul"),
+    aggregates=(Aggregate("word_pairs_spearman", fn=sem.units_spearman, over="cosine"),
+                Aggregate("word_pairs_pearson", fn=sem.units_pearson, over="cosine"),
+                Aggregate("analogy_accuracy", mean_of="analogy_accuracy"),
+                Aggregate("analogy_accuracy_3cosmul", mean_of="analogy_accuracy_3cosmul")),
+    inputs=semantic_inputs, plan=lambda inputs, settings: SemanticPlan(), score=score_units)
+
+
 def compute(ctx: ChapterContext) -> SemanticReport:
-    """Run the benchmarks on the validated side data (``word_pairs``, ``analogies``) and record every number."""
+    """Run the benchmarks on the validated side data (``word_pairs``, ``analogies``) and record every number: the
+    scorer's units come from the same result (the bootstrap intervals of the correlations are the chapter's own)."""
     col = "label" if ctx.es.has("metadata.label") else None
     labels = ctx.es.metadata[col].to_numpy() if col else None
-    result = sem.measure_semantics(ctx.es.vectors, ctx.es.ids, word_pairs=ctx.side.word_pairs,
-                                   analogies=ctx.side.analogies, labels=labels, level=ctx.level, seed=ctx.seed,
-                                   device=ctx.device)
+    inputs = SCORER.inputs(ctx.es, ctx.side, ctx.settings)
+    plan = SCORER.plan(inputs, ctx.settings)
+    result = measure(ctx.es.vectors, inputs, plan, labels=labels, level=ctx.level, seed=ctx.seed)
     ctx.rec.add(*result.metrics.values())
+    ctx.rec.scored(SCORER, check_units(semantic_units(result), SCORER.key, SCORER.columns), plan)
     ctx.rec.note(**result.info)
     return SemanticReport(result, col)
 
@@ -364,5 +427,5 @@ def show_analogies(rep: SemanticReport) -> None:
 CHAPTER = ChapterSpec(
     name="semantic", title="Semantic benchmarks", order=60,
     description="Do cosine similarities agree with human judgements, and do analogies hold? Word-pair Spearman/Pearson and 3CosAdd/3CosMul analogy accuracy (seed 001 §21.1).",
-    requires=("word_pairs|analogies",),
+    requires=("word_pairs|analogies",), scorer=SCORER,
 )

@@ -176,13 +176,14 @@ def isolation_forest_scores(X, *, seed: int = 0, n_estimators: int = N_TREES) ->
     return -forest.score_samples(U)
 
 
-def baseline_scores(X, k: int, *, seed: int = 0, device="auto") -> dict[str, np.ndarray]:
-    """Every baseline's score of every row: name -> (n,) float64 (see :data:`BASELINES`)."""
+def baseline_scores(X, k: int, *, seed: int = 0, device="auto", graph=None) -> dict[str, np.ndarray]:
+    """Every baseline's score of every row: name -> (n,) float64 (see :data:`BASELINES`). ``graph``: the
+    :func:`neighbour_graph` of ``X`` at that k, when the caller has it already."""
     n = len(X)
     if n < 3:
         raise InputError(f"the embedding baselines need at least 3 vectors; the set has {n}")
     k = max(1, min(int(k), n - 2))
-    idx, dist = neighbour_graph(X, k, device=device)
+    idx, dist = neighbour_graph(X, k, device=device) if graph is None else graph
     return {"knn_distance": knn_distance_scores(dist), "centroid_distance": centroid_distance_scores(X),
             "lof": lof_scores(idx, dist), "isolation_forest": isolation_forest_scores(X, seed=seed)}
 
@@ -222,6 +223,24 @@ def roc_points(tp, fp) -> tuple[np.ndarray, np.ndarray]:
     P, N = (tp[-1], fp[-1]) if len(tp) else (0.0, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.r_[0.0, fp / N], np.r_[0.0, tp / P]
+
+
+def roc_auc(tp, fp) -> float:
+    """The area under the ROC curve (trapezoids) from the cumulative counts of :meth:`Ranked.counts`; NaN when
+    a class is absent."""
+    if not len(tp) or tp[-1] <= 0 or fp[-1] <= 0:
+        return float("nan")
+    fpr, tpr = roc_points(tp, fp)
+    return float(np.trapezoid(tpr, fpr))
+
+
+def average_precision(tp, fp) -> float:
+    """:math:`\\sum_t (R_t - R_{t-1}) P_t` over the distinct thresholds, from the cumulative counts of
+    :meth:`Ranked.counts`; NaN when a class is absent."""
+    if not len(tp) or tp[-1] <= 0 or fp[-1] <= 0:
+        return float("nan")
+    recall, precision = tp / tp[-1], tp / (tp + fp)
+    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 
 def _detection(tp, fp, target: float) -> tuple[float, int]:
@@ -274,9 +293,7 @@ def curve_metrics(tp, fp, *, cost_fn: float, cost_fp: float) -> dict:
     if P <= 0 or N <= 0:
         return dict.fromkeys(_CURVE_METRICS, float("nan"))
     fpr, tpr = roc_points(tp, fp)
-    out = {"roc_auc": float(np.trapezoid(tpr, fpr))}
-    recall, precision = tp / P, tp / (tp + fp)
-    out["average_precision"] = float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+    out = {"roc_auc": roc_auc(tp, fp), "average_precision": average_precision(tp, fp)}
     for s, t in FPR_TARGETS.items():
         out[f"detection_rate_at_fpr_{s}"] = _detection(tp, fp, t)[0]
     raw = _partial_auc(fpr, tpr, MAX_FPR)
@@ -288,6 +305,45 @@ def curve_metrics(tp, fp, *, cost_fn: float, cost_fp: float) -> dict:
     base = min(cost_fn * P, cost_fp * N)
     out["cost_reduction_vs_baseline"] = 1 - best / base if base > 0 else float("nan")
     return out
+
+
+def units_roc_auc(units: pd.DataFrame) -> float:
+    """ROC-AUC of a unit table's ``knn_distance`` scores against its ``label`` column (1 anomaly, 0 normal; the
+    anomaly chapter's units): the number :func:`evaluate_detectors` records for those scores, bit for bit."""
+    return roc_auc(*_unit_ranks(units).counts())
+
+
+def units_average_precision(units: pd.DataFrame) -> float:
+    """Average precision of a unit table's ``knn_distance`` scores (see :func:`units_roc_auc`)."""
+    return average_precision(*_unit_ranks(units).counts())
+
+
+def _unit_ranks(units: pd.DataFrame) -> Ranked:
+    return Ranked.of(units["knn_distance"].to_numpy(np.float64), units["label"].to_numpy(np.float64))
+
+
+def _weighted_curve(units: pd.DataFrame, W: np.ndarray):
+    """Recall, false-positive rate and precision (0 before the first flagged row) at every threshold under each
+    row of unit weights ``W`` (draws × units), the table sorted once; and which rows hold both classes."""
+    r = _unit_ranks(units)
+    Wo = np.asarray(W, np.float64)[:, r.order]
+    tp, fp = np.cumsum(Wo * r.y, axis=1)[:, r.ends], np.cumsum(Wo * (1 - r.y), axis=1)[:, r.ends]
+    P, N, flagged, zero = tp[:, -1:], fp[:, -1:], tp + fp, np.zeros((len(tp), 1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.c_[zero, tp / P], np.c_[zero, fp / N], np.where(flagged > 0, tp / np.maximum(flagged, 1e-300), 0.0),
+                (P[:, 0] > 0) & (N[:, 0] > 0))
+
+
+def units_roc_auc_weighted(units: pd.DataFrame, W: np.ndarray) -> np.ndarray:
+    """:func:`units_roc_auc` under each row of unit weights ``W`` (the counts of bootstrap draws), all at once."""
+    tpr, fpr, _, ok = _weighted_curve(units, W)
+    return np.where(ok, np.trapezoid(tpr, fpr, axis=1), np.nan)
+
+
+def units_average_precision_weighted(units: pd.DataFrame, W: np.ndarray) -> np.ndarray:
+    """:func:`units_average_precision` under each row of unit weights ``W``, all at once."""
+    recall, _, precision, ok = _weighted_curve(units, W)
+    return np.where(ok, np.sum(np.diff(recall, axis=1) * precision, axis=1), np.nan)
 
 
 # ---------------------------------------------------------------------------------------------

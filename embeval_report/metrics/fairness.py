@@ -62,17 +62,16 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from ..errors import InputError, UndefinedMetricWarning
-from ..kernels import as_numpy, knn, resolve_device
+from ..errors import UndefinedMetricWarning
+from ..kernels import as_numpy, resolve_device
 from ..stats import (DEFAULT_LEVEL, HypothesisTest, bias_corrected, bootstrap_ci, percentile_interval,
                      weighted_bootstrap)
-from .hubness_measures import k_occurrence
+from . import fairness_units as fu
+from .fairness_units import MIN_GROUP_SIZE, Groups, intersect, make_groups, neighbour_label_agreement  # noqa: F401
 from .isotropy import cosine_moments
 from .spec import MetricSpec, specs
 from .thresholds import Bands
 
-#: groups with fewer members are too small to compare
-MIN_GROUP_SIZE = 30
 #: bootstrap resamples of the group comparisons (fewer for very large sets, see :func:`boot_count`)
 N_BOOT = 300
 #: a WEAT p-value is exact when the target words have at most this many equal-size partitions
@@ -132,85 +131,8 @@ def boot_count(n: int, d: int, n_boot: int = N_BOOT) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Groups
+# The group comparison
 # ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Groups:
-    """One attribute (or intersection) split into groups: ``codes[i]`` the compared group of row ``i``
-    (-1: missing value or a too-small group), ``names`` the compared groups, ``sizes`` every group's size
-    (compared and too small), ``n_missing`` rows without a value."""
-
-    attribute: str
-    codes: np.ndarray
-    names: tuple
-    sizes: dict
-    too_small: tuple
-    n_missing: int
-    min_size: int
-
-    @property
-    def n_compared(self) -> int:
-        return int((self.codes >= 0).sum())
-
-
-def _values(values) -> np.ndarray:
-    arr = np.asarray(values.to_numpy(dtype=object) if isinstance(values, pd.Series) else values, dtype=object)
-    out = np.empty(len(arr), dtype=object)
-    for i, v in enumerate(arr):
-        missing = v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) or not str(v).strip()
-        out[i] = None if missing else (str(int(v)) if isinstance(v, float) and float(v).is_integer() else str(v).strip())
-    return out
-
-
-def make_groups(values, attribute: str, min_size: int = MIN_GROUP_SIZE) -> Groups:
-    """Groups of one attribute column (missing values excluded, groups below ``min_size`` marked too small)."""
-    v = _values(values)
-    present = np.array([x is not None for x in v])
-    counts = pd.Series(v[present], dtype=object).value_counts()
-    sizes = {str(k): int(c) for k, c in sorted(counts.items(), key=lambda t: (-t[1], str(t[0])))}
-    big = tuple(k for k, c in sizes.items() if c >= min_size)
-    small = tuple(k for k, c in sizes.items() if c < min_size)
-    code = {k: i for i, k in enumerate(big)}
-    codes = np.array([code.get(x, -1) if x is not None else -1 for x in v], dtype=np.int64)
-    return Groups(attribute, codes, big, sizes, small, int((~present).sum()), min_size)
-
-
-def intersect(a, b, name_a: str, name_b: str, min_size: int = MIN_GROUP_SIZE) -> Groups:
-    """The intersection of two attributes: one group per pair of values ("a · b"), missing if either is."""
-    va, vb = _values(a), _values(b)
-    both = np.array([None if x is None or y is None else f"{x} · {y}" for x, y in zip(va, vb)], dtype=object)
-    return make_groups(both, f"{name_a} × {name_b}", min_size)
-
-
-# ---------------------------------------------------------------------------------------------
-# Per-row quality and the group comparison
-# ---------------------------------------------------------------------------------------------
-
-def probe_correct(X, labels, *, column: str = "label", seed: int = 0, max_entities: int | None = None):
-    """Per row: 1.0 where the node-classification probe's held-out (out-of-fold) prediction is right, 0.0
-    where wrong, NaN where it made none (no label, a dropped class, outside the probe's sample); and the
-    probe's :class:`~.classification.ClassificationResult`."""
-    from .classification import MAX_PROBE_ENTITIES, evaluate_node_classification
-
-    r = evaluate_node_classification(X, labels, train_fractions=(), seed=seed, column=column,
-                                     max_entities=MAX_PROBE_ENTITIES if max_entities is None else max_entities)
-    out = np.full(len(as_numpy(X)), np.nan)
-    out[r.labels.rows] = (r.predictions == r.labels.codes).astype(float)
-    return out, r
-
-
-def neighbour_label_agreement(neighbors, labels) -> np.ndarray:
-    """Per row: the share of its neighbours (rows of ``neighbors``) with its label; NaN for a row without a
-    label or without labelled neighbours."""
-    codes, _ = pd.factorize(pd.Series(_values(labels), dtype=object), use_na_sentinel=True)
-    nb = np.asarray(neighbors)
-    other = codes[nb]
-    ok = (other >= 0) & (codes[:, None] >= 0)
-    same = ((other == codes[:, None]) & ok).sum(1)
-    count = ok.sum(1)
-    return np.where(count > 0, same / np.maximum(count, 1), np.nan)
-
 
 @dataclass(frozen=True)
 class GroupComparison:
@@ -498,18 +420,21 @@ class FairnessResult:
     weat: list                 # WeatResult per association test
     metrics: dict              # name -> Metric
     tests: list                # HypothesisTest
-    probe: object | None       # ClassificationResult of the probe (None without labels)
+    probe: object | None       # the probe's ProbePlan: its sample and folds (None without labels)
     info: dict
 
 
 def evaluate_fairness(X, metadata: pd.DataFrame | None, attributes=(), *, ids=None, label_column: str = "label",
                       association_tests=(), k: int = 10, min_group_size: int = MIN_GROUP_SIZE, n_boot: int = N_BOOT,
                       n_perm: int = N_PERM, exact_limit: int = EXACT_LIMIT, level: float = DEFAULT_LEVEL,
-                      seed: int = 0, device="auto", max_probe_entities: int | None = None) -> FairnessResult:
+                      seed: int = 0, device="auto", max_probe_entities: int | None = None,
+                      plan=None, measures: dict | None = None) -> FairnessResult:
     """Compare the groups of every attribute and of every pair of the first three attributes, and run the
-    association tests. Raises :class:`InputError` when an attribute column is missing."""
-    from .labels import label_problem
+    association tests. Raises :class:`~embeval_report.errors.InputError` when an attribute column is missing.
 
+    ``plan``, ``measures``: the scorer's plan (:func:`~.fairness_units.fairness_plan`; made from the arguments
+    when ``None``) and the per-row measures of its units (:func:`~.fairness_units.row_measures`; computed when
+    ``None``)."""
     X = as_numpy(X)
     n = len(X)
     dev = resolve_device(device)
@@ -517,27 +442,18 @@ def evaluate_fairness(X, metadata: pd.DataFrame | None, attributes=(), *, ids=No
     rows: dict[str, np.ndarray] = {}
     probe = None
     if attributes:
-        if metadata is None:
-            raise InputError("fairness: the attributes are metadata columns, but the set has no metadata table")
-        for a in attributes:
-            if a not in metadata:
-                raise InputError(f"fairness: no metadata column {a!r}; expected a column holding a protected attribute")
-        labels = metadata[label_column] if label_column in metadata else None
-        problem = (f"no metadata column {label_column!r}" if labels is None else label_problem(labels, column=label_column))
-        if problem is None:
-            rows["probe_accuracy"], probe = probe_correct(X, labels, column=label_column, seed=seed,
-                                                          max_entities=max_probe_entities)
-        else:
-            info["notes"].append(f"probe accuracy and label agreement are not computed: {problem}")
-        kk = min(int(k), n - 2)
-        if kk >= 1:
-            nb, _ = knn(X, kk, metric="cosine", device=dev, desc="k-NN (cosine)")
-            if problem is None:
-                rows["label_agreement"] = neighbour_label_agreement(nb, labels)
-            rows["k_occurrence"] = k_occurrence(nb, n) / kk
-            info["k"] = kk
+        inputs = fu.entity_inputs(metadata, attributes, ids=ids, label_column=label_column, device=dev)
+        if plan is None:
+            plan = fu.fairness_plan(inputs, min_group_size=min_group_size, k=k,
+                                    max_probe_entities=max_probe_entities, seed=seed)
+        rows = fu.entity_measures(X, inputs, plan) if measures is None else measures
+        probe = plan.probe
+        if inputs.problem is not None:
+            info["notes"].append(f"probe accuracy and label agreement are not computed: {inputs.problem}")
+        if plan.k >= 1:
+            info["k"] = plan.k
     comparisons = {}
-    groupings = [make_groups(metadata[a], a, min_group_size) for a in attributes]
+    groupings = list(plan.groups) if attributes else []
     firsts = list(attributes)[:3]
     groupings += [intersect(metadata[a], metadata[b], a, b, min_group_size)
                   for i, a in enumerate(firsts) for b in firsts[i + 1:]]

@@ -48,8 +48,11 @@ class Aggregate:
     whose differences say on which units a model wins or loses (shown beside a whole-table comparison).
     ``boot(table, W)``: optional, ``fn`` of the table with its rows weighted by each row of ``W`` (resamples ×
     units, the counts of a bootstrap draw), for every resample at once; the paired bootstrap uses it instead of
-    calling ``fn`` once per resample. ``task``: whether the metric is an outcome of the task; one that describes
-    the geometry instead (a silhouette) is compared between models but not counted as a task a remedy improves.
+    calling ``fn`` once per resample. ``over``: optional, a column finite exactly on the units ``fn`` reads (a
+    chapter with two kinds of units: its word pairs, not its analogy questions); a paired comparison then runs
+    over the units where it is finite in both tables, as a mean metric's does. ``task``: whether the metric is an
+    outcome of the task; one that describes the geometry instead (a silhouette) is compared between models but not
+    counted as a task a remedy improves.
 
     >>> t = pd.DataFrame({"query": ["a", "b"], "rr": [1.0, 0.5]})
     >>> Aggregate("mrr", mean_of="rr").value(t)
@@ -62,6 +65,7 @@ class Aggregate:
     fn: Callable[[pd.DataFrame], float] | None = None
     unit_column: str | None = None
     boot: Callable[[pd.DataFrame, np.ndarray], np.ndarray] | None = None  # fn under unit weights, vectorised
+    over: str | None = None           # the column finite on the units fn reads (None: every unit)
     task: bool = True   # an outcome of the task (a silhouette is geometry: compared, but no remedy "costs" it)
 
     def __post_init__(self):
@@ -108,7 +112,7 @@ class TaskScorer:
     map_inputs: Callable[[Any, Callable], Any] | None = None
 
     def __post_init__(self):
-        missing = [a.mean_of for a in self.aggregates if a.mean_of and a.mean_of not in self.columns]
+        missing = [c for a in self.aggregates for c in (a.mean_of, a.over) if c and c not in self.columns]
         if missing:
             raise ValueError(f"scorer of {self.unit}: aggregates read undeclared columns {missing}")
 
@@ -220,6 +224,10 @@ def compare_units(a: pd.DataFrame, b: pd.DataFrame, *, key: str, metric: str, di
 
     if aggregate is not None and not aggregate.is_mean:
         ta, tb = joined_units(a, b, key)
+        if aggregate.over is not None:  # the units the metric reads, in both tables (a file's blanks: not finite)
+            keep = np.logical_and(*(np.isfinite(pd.to_numeric(t[aggregate.over], errors="coerce").to_numpy(float))
+                                    for t in (ta, tb)))
+            ta, tb = ta[keep].reset_index(drop=True), tb[keep].reset_index(drop=True)
         result, _ = paired.paired_aggregate(aggregate.fn, ta, tb, direction=direction, level=level, seed=seed,
                                             units=units, unit_column=aggregate.unit_column, boot=aggregate.boot)
         return result, None

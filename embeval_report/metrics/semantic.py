@@ -441,6 +441,66 @@ def section_table(questions: pd.DataFrame, sections, counted: np.ndarray, level:
 
 
 # ---------------------------------------------------------------------------------------------
+# Per unit: word pairs and analogy questions
+# ---------------------------------------------------------------------------------------------
+
+#: the unit kinds of :func:`semantic_units`
+PAIR, QUESTION = "word pair", "analogy question"
+
+
+def semantic_units(pairs: WordPairResult | None, analogies: AnalogyResult | None) -> pd.DataFrame:
+    """One row per word pair and per analogy question (file order): ``unit`` (``pair <line>: w1 w2``,
+    ``question <line>: a b c d``), ``kind``, and per pair ``human`` and ``cosine`` (the value entering the
+    correlation: NaN for a pair left out, 0 for one kept by ``dummy4unknown``), per question ``analogy_accuracy``
+    and ``analogy_accuracy_3cosmul`` (1 correct, 0 wrong, NaN when not counted). The correlations are whole-table
+    functions of it (:func:`units_spearman`, :func:`units_pearson`), the accuracies the means of their columns."""
+    frames = []
+    if pairs is not None:
+        t = pairs.table
+        ok = t["in_vocab"].to_numpy(bool)
+        model = np.where(ok, t["cosine"].to_numpy(float), 0.0 if pairs.dummy4unknown else math.nan)
+        frames.append(pd.DataFrame({
+            "unit": [f"pair {n}: {a} {b}" for n, a, b in zip(t["line"], t["word1"], t["word2"])], "kind": PAIR,
+            "human": t["human"].to_numpy(float), "cosine": model}))
+    if analogies is not None:
+        q = analogies.questions
+        counted = q["in_vocab"].to_numpy(bool) | analogies.dummy4unknown
+        frames.append(pd.DataFrame({
+            "unit": [f"question {n}: {a} {b} {c} {d}" for n, a, b, c, d in zip(q["line"], q["a"], q["b"], q["c"],
+                                                                                 q["d"])], "kind": QUESTION,
+            **{f"analogy_accuracy{s}": np.where(counted, q[f"correct_{m}"].to_numpy(float), math.nan)
+               for s, m in (("", "3cosadd"), ("_3cosmul", "3cosmul"))}}))
+    columns = ["unit", "kind", "human", "cosine", "analogy_accuracy", "analogy_accuracy_3cosmul"]
+    return pd.concat(frames, ignore_index=True).reindex(columns=columns) if frames else pd.DataFrame(columns=columns)
+
+
+def _pair_values(units: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(human, cosine) of the word pairs of a unit table that enter the correlation (a table read back from a
+    file holds blanks where a column does not apply)."""
+    human, cos = (pd.to_numeric(units[c], errors="coerce").to_numpy(float) for c in ("human", "cosine"))
+    keep = (units["kind"] == PAIR).to_numpy() & np.isfinite(cos)
+    return human[keep], cos[keep]
+
+
+def _units_correlation(units: pd.DataFrame, correlation) -> float:
+    human, model = _pair_values(units)
+    if len(human) < MIN_PAIRS or np.ptp(human) == 0 or np.ptp(model) == 0:
+        return math.nan
+    return float(correlation(human, model).statistic)
+
+
+def units_spearman(units: pd.DataFrame) -> float:
+    """Spearman's ρ of the word pairs of :func:`semantic_units` (``word_pairs_spearman``, bit for bit; NaN where
+    :func:`word_pair_correlation` finds it undefined)."""
+    return _units_correlation(units, sstats.spearmanr)
+
+
+def units_pearson(units: pd.DataFrame) -> float:
+    """Pearson's r of the word pairs of :func:`semantic_units` (``word_pairs_pearson``, see :func:`units_spearman`)."""
+    return _units_correlation(units, sstats.pearsonr)
+
+
+# ---------------------------------------------------------------------------------------------
 # Both benchmarks, as metric records
 # ---------------------------------------------------------------------------------------------
 
