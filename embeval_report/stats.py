@@ -298,6 +298,42 @@ class PlannedIntervals:
 # Analytic intervals
 # ---------------------------------------------------------------------------------------------
 
+def weighted_pearson(x, y, W) -> np.ndarray:
+    """Pearson's r of ``x`` and ``y`` under each row of unit weights ``W`` (draws × units: the r of the sample that
+    holds unit i ``W[k, i]`` times); ``x``, ``y`` one value per unit, or one row per draw. NaN where a side is
+    constant."""
+    W = np.asarray(W, float)
+    total, held = W.sum(1, keepdims=True), W > 0
+    x, y = (np.broadcast_to(np.asarray(v, float), W.shape) for v in (x, y))
+    constant = np.zeros(len(W), bool)
+    for v in (x, y):
+        constant |= np.where(held, v, np.inf).min(1) == np.where(held, v, -np.inf).max(1)
+    dx = x - (W * x).sum(1, keepdims=True) / total
+    dy = y - (W * y).sum(1, keepdims=True) / total
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (W * dx * dy).sum(1) / np.sqrt((W * dx * dx).sum(1) * (W * dy * dy).sum(1))
+    return np.where(constant, np.nan, r)
+
+
+def weighted_ranks(x, W) -> np.ndarray:
+    """The rank of each unit's ``x`` in each draw of unit weights ``W`` (draws × units): what ``rankdata`` gives
+    its copies in the sample that holds unit i ``W[k, i]`` times (tied values share their mean rank)."""
+    x, W = np.asarray(x, float), np.asarray(W, float)
+    order = np.argsort(x, kind="stable")
+    new = np.r_[True, np.diff(x[order]) != 0]  # the first unit of each run of tied values
+    group = np.add.reduceat(W[:, order], np.flatnonzero(new), axis=1)
+    mean_rank = np.cumsum(group, axis=1) - group + (group + 1) / 2
+    ranks = np.empty_like(W)
+    ranks[:, order] = mean_rank[:, np.cumsum(new) - 1]
+    return ranks
+
+
+def weighted_spearman(x, y, W) -> np.ndarray:
+    """Spearman's ρ of ``x`` and ``y`` under each row of unit weights ``W`` (:func:`weighted_ranks`,
+    :func:`weighted_pearson`): the ρ of each bootstrap sample, all at once."""
+    return weighted_pearson(weighted_ranks(x, W), weighted_ranks(y, W), W)
+
+
 def normal_ci(estimate: float, std_error: float, level: float = DEFAULT_LEVEL) -> tuple[float, float]:
     """Analytic normal-approximation interval ``estimate ± z * std_error``."""
     z = stats.norm.ppf(0.5 + level / 2)

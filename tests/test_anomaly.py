@@ -371,3 +371,19 @@ def test_compare_finds_better_separated_anomalies_only_in_this_chapter(tmp_path,
     b = run_report(_labelled_set(tmp_path / "B", spread=3.0)[0], tmp_path / "rb", chapters, "B")
     assert_found_only_in(compare(a, b, monkeypatch), "anomaly",
                          ["roc_auc__knn_distance", "average_precision__knn_distance"])
+
+
+def test_weighted_curves_are_those_of_the_bootstrap_samples():
+    """ROC-AUC and average precision under unit weights (the counts of each draw, all draws at once) equal the
+    numbers of the resampled rows, tied scores included; a draw without anomalies: NaN."""
+    rng = np.random.default_rng(3)
+    n = 200
+    units = pd.DataFrame({"id": [str(i) for i in range(n)], "knn_distance": np.round(rng.uniform(0, 1, n), 2),
+                          "label": (rng.uniform(0, 1, n) < 0.15).astype(int)})
+    draws = [rng.integers(0, n, n) for _ in range(80)] + [np.full(n, int(np.flatnonzero(units["label"] == 0)[0]))]
+    W = np.stack([np.bincount(d, minlength=n) for d in draws]).astype(float)
+    for weighted, fn in ((an.units_roc_auc_weighted, an.units_roc_auc),
+                         (an.units_average_precision_weighted, an.units_average_precision)):
+        got, want = weighted(units, W), [fn(units.iloc[d]) for d in draws]
+        np.testing.assert_allclose(got[:-1], want[:-1], rtol=0, atol=1e-12)
+        assert np.isnan(got[-1]) and np.isnan(want[-1])

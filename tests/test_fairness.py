@@ -373,3 +373,21 @@ def test_compare_finds_a_smaller_accuracy_gap_only_in_this_chapter(tmp_path, mon
     assert_found_only_in(table, "fairness", ["probe_accuracy_difference", "label_agreement_difference"])
     assert set(table.loc[table["chapter"] == "fairness", "metric"]) == {
         f"{m}_{kind}" for m in ("probe_accuracy", "label_agreement", "k_occurrence") for kind in ("difference", "ratio")}
+
+
+def test_weighted_gaps_are_those_of_the_bootstrap_samples():
+    """Each gap aggregate under unit weights (all draws at once) equals its value on the resampled rows."""
+    from embeval_report.metrics import fairness_units as fu
+
+    rng = np.random.default_rng(4)
+    n = 120
+    groups = [json.dumps({"region": r, "plan": p}) for r, p in zip(rng.choice(["a", "b", "c"], n),
+                                                                   rng.choice(["x", "y", None], n))]
+    units = pd.DataFrame({"entity": [str(i) for i in range(n)], "groups": groups,
+                          "probe_accuracy": np.where(rng.uniform(0, 1, n) < 0.2, np.nan, rng.integers(0, 2, n)),
+                          "label_agreement": rng.uniform(0, 1, n), "k_occurrence": rng.gamma(2, 0.5, n)})
+    draws = [rng.integers(0, n, n) for _ in range(60)]
+    W = np.stack([np.bincount(d, minlength=n) for d in draws]).astype(float)
+    for agg in fu.gap_aggregates():
+        np.testing.assert_allclose(agg.boot(units, W), [agg.fn(units.iloc[d]) for d in draws], rtol=0, atol=1e-12,
+                                   err_msg=agg.metric)

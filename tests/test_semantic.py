@@ -586,3 +586,21 @@ def test_compare_finds_a_better_word_similarity_only_in_this_chapter(tmp_path, m
     assert rows.loc[("semantic", "word_pairs_spearman"), "n"] == pairs  # the pairs only, not the questions
     assert rows.loc[("semantic", "analogy_accuracy"), "n"] == int(units["analogy_accuracy"].notna().sum())
     assert bool(rows.loc[("semantic", "word_pairs_spearman"), "same_plan"])
+
+
+def test_weighted_correlations_are_those_of_the_bootstrap_samples():
+    """The paired bootstrap's all-at-once form (unit weights = the counts of each draw) gives the ρ and r that
+    scipy gives the resampled rows, ties (repeated rows, equal scores) included; a draw with a constant side: NaN."""
+    rng = np.random.default_rng(2)
+    n = 40
+    human = np.round(rng.uniform(0, 10, n))  # many ties
+    units = pd.DataFrame({"unit": [f"u{i}" for i in range(n + 5)], "kind": [msem.PAIR] * n + [msem.QUESTION] * 5,
+                          "human": np.r_[human, [np.nan] * 5],
+                          "cosine": np.r_[np.round(human / 10 + rng.normal(0, 0.2, n), 2), [np.nan] * 5],
+                          "analogy_accuracy": np.r_[[np.nan] * n, [1.0, 0, 0, 1, 1]]})
+    draws = [rng.integers(0, n + 5, n + 5) for _ in range(100)] + [np.full(n + 5, 3)]
+    W = np.stack([np.bincount(d, minlength=n + 5) for d in draws]).astype(float)
+    for weighted, fn in ((msem.units_spearman_weighted, msem.units_spearman),
+                         (msem.units_pearson_weighted, msem.units_pearson)):
+        np.testing.assert_allclose(weighted(units, W), [fn(units.iloc[d]) for d in draws], rtol=0, atol=1e-12)
+    assert np.isnan(msem.units_spearman_weighted(units, W[-1:]))[0]

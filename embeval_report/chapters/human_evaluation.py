@@ -21,7 +21,7 @@ from ..present.display import show_metrics as show_metric_table
 from ..present.escape import mathtext
 from ..present.format import percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
-from ..stats import HypothesisTest, wilson_ci
+from ..stats import HypothesisTest, weighted_spearman, wilson_ci
 from .declaration import INF, ChapterSpec, Option
 from .findings import ChapterResults, Effect, Finding, metric_evidence, value_text
 
@@ -272,7 +272,8 @@ def units_spearman(units: pd.DataFrame) -> float:
 #: stays out
 SCORER = TaskScorer(
     unit="rated pairs", key="item", columns=("id1", "id2", "similarity", "human", "ratings"),
-    aggregates=(Aggregate("embedding_human_spearman", fn=units_spearman),),
+    aggregates=(Aggregate("embedding_human_spearman", fn=units_spearman,
+                          boot=lambda units, W: weighted_spearman(units["similarity"], units["human"], W)),),
     inputs=pair_inputs, plan=lambda inputs, settings: PairPlan(inputs.items), score=score_pairs,
     map_inputs=lambda inputs, f: inputs if inputs.queries is None else replace(inputs, queries=f(inputs.queries)))
 

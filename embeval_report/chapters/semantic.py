@@ -105,8 +105,9 @@ def score_units(X, inputs: SemanticInputs, plan: SemanticPlan) -> pd.DataFrame:
 SCORER = TaskScorer(
     unit="word pairs and analogy questions", key="unit",
     columns=("kind", "human", "cosine", "analogy_accuracy", "analogy_accuracy_3cosmul"),
-    aggregates=(Aggregate("word_pairs_spearman", fn=sem.units_spearman, over="cosine"),
-                Aggregate("word_pairs_pearson", fn=sem.units_pearson, over="cosine"),
+    aggregates=(Aggregate("word_pairs_spearman", fn=sem.units_spearman, boot=sem.units_spearman_weighted,
+                          over="cosine"),
+                Aggregate("word_pairs_pearson", fn=sem.units_pearson, boot=sem.units_pearson_weighted, over="cosine"),
                 Aggregate("analogy_accuracy", mean_of="analogy_accuracy"),
                 Aggregate("analogy_accuracy_3cosmul", mean_of="analogy_accuracy_3cosmul")),
     inputs=semantic_inputs, plan=lambda inputs, settings: SemanticPlan(), score=score_units)

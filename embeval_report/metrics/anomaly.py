@@ -327,7 +327,8 @@ def _weighted_curve(units: pd.DataFrame, W: np.ndarray):
     row of unit weights ``W`` (draws × units), the table sorted once; and which rows hold both classes."""
     r = _unit_ranks(units)
     Wo = np.asarray(W, np.float64)[:, r.order]
-    tp, fp = np.cumsum(Wo * r.y, axis=1)[:, r.ends], np.cumsum(Wo * (1 - r.y), axis=1)[:, r.ends]
+    tp = np.cumsum(Wo * r.y, axis=1)[:, r.ends]
+    fp = np.cumsum(Wo, axis=1)[:, r.ends] - tp  # counts: exact
     P, N, flagged, zero = tp[:, -1:], fp[:, -1:], tp + fp, np.zeros((len(tp), 1))
     with np.errstate(invalid="ignore", divide="ignore"):
         return (np.c_[zero, tp / P], np.c_[zero, fp / N], np.where(flagged > 0, tp / np.maximum(flagged, 1e-300), 0.0),

@@ -55,7 +55,7 @@ from ..errors import UndefinedMetricWarning
 from ..io.words import AnalogyFile, WordPairFile, read_analogies, read_word_pairs
 from ..kernels import as_numpy, chunk_rows, pair_cosines, resolve_device, unit_rows
 from ..progress import progress
-from ..stats import DEFAULT_LEVEL, bootstrap_ci, wilson_ci
+from ..stats import DEFAULT_LEVEL, bootstrap_ci, weighted_pearson, weighted_spearman, wilson_ci
 from .spec import MetricSpec, specs
 
 #: Levy & Goldberg (2014) footnote: ε keeps the 3CosMul denominator away from zero
@@ -489,6 +489,13 @@ def _units_correlation(units: pd.DataFrame, correlation) -> float:
     return float(correlation(human, model).statistic)
 
 
+def _weighted_correlation(units: pd.DataFrame, W: np.ndarray, correlation) -> np.ndarray:
+    human, cos = (pd.to_numeric(units[c], errors="coerce").to_numpy(float) for c in ("human", "cosine"))
+    keep = (units["kind"] == PAIR).to_numpy() & np.isfinite(cos)
+    W = np.asarray(W, float)[:, keep]
+    return np.where(W.sum(1) >= MIN_PAIRS, correlation(human[keep], cos[keep], W), math.nan)
+
+
 def units_spearman(units: pd.DataFrame) -> float:
     """Spearman's ρ of the word pairs of :func:`semantic_units` (``word_pairs_spearman``, bit for bit; NaN where
     :func:`word_pair_correlation` finds it undefined)."""
@@ -498,6 +505,16 @@ def units_spearman(units: pd.DataFrame) -> float:
 def units_pearson(units: pd.DataFrame) -> float:
     """Pearson's r of the word pairs of :func:`semantic_units` (``word_pairs_pearson``, see :func:`units_spearman`)."""
     return _units_correlation(units, sstats.pearsonr)
+
+
+def units_spearman_weighted(units: pd.DataFrame, W: np.ndarray) -> np.ndarray:
+    """:func:`units_spearman` under each row of unit weights ``W`` (the counts of bootstrap draws), all at once."""
+    return _weighted_correlation(units, W, weighted_spearman)
+
+
+def units_pearson_weighted(units: pd.DataFrame, W: np.ndarray) -> np.ndarray:
+    """:func:`units_pearson` under each row of unit weights ``W``, all at once."""
+    return _weighted_correlation(units, W, weighted_pearson)
 
 
 # ---------------------------------------------------------------------------------------------
