@@ -248,12 +248,12 @@ def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, le
             cis[k] = plan.interval(values[k], reps[:, i], level, SPECS[k].range)
             corrected[k] = plan.bias_corrected(values[k], reps[:, i], SPECS[k].range)
     method = plan.describe(level)
-    metrics = {k: SPECS[k].record(values[k], cis.get(k), ci_method=method, d=d, bias_corrected=corrected.get(k),
     notes = {k: "" if plan.active else plan.reason for k in SPECS}
     if not math.isfinite(values["condition_number"]):  # reported by its cause, never as evidence
         flat = d - int((eig > 1e-12 * max(eig[0], 1e-300)).sum())
         notes["condition_number"] = (f"undefined: {flat} of {d} directions carry no variance (the covariance is "
                                      "singular" + ("; n ≤ d" if n <= d else "; see Dimensional collapse") + ")")
+    metrics = {k: SPECS[k].record(values[k], cis.get(k), ci_method=method, d=d, bias_corrected=corrected.get(k),
                                   note=notes[k], n=n) for k in SPECS}
     i, j = random_pairs(n, sample_size or HISTOGRAM_PAIRS, seed=seed)
     mean_sq = float(mean @ mean)
