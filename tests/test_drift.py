@@ -598,3 +598,54 @@ def test_snapshots_of_the_baselines_dimension_state_no_mismatch():
     r = dr.measure_drift(X, [snap("a", unit(X + 0.05))], **FAST)
     assert "dimension_mismatch" not in r.info and chapter.dimension_text(r) == ""
     assert all(r.values[f"{n}__a"] is not None for n in ("mean_drift", "procrustes_distance", "ks_rejected_fraction"))
+
+
+# --------------------------------------------------------------------------- calibrated alerts (issue 42 item 6)
+
+def test_sigma_above_a_short_trend_is_read_as_the_sigma_of_a_long_history():
+    """With 3 earlier values the sd is itself a guess: a stable series is 2σ above its trend about 11 % of the time
+    (Student's t, 2 df), not 2.3 %. The bands read the σ of a long history with the same tail probability."""
+    from scipy import stats
+
+    assert dr.trend_sigma(None, 3) is None and dr.trend_sigma(2.0, 1) is None
+    # the prediction interval: z / sqrt(1 + 1/m) is Student's t with m - 1 df
+    assert dr.trend_sigma(2.0, 3) == pytest.approx(stats.norm.isf(stats.t.sf(2.0 / math.sqrt(4 / 3), 2)))
+    assert dr.trend_sigma(5.2, 3) == pytest.approx(2.0, abs=0.05)   # at m = 3, 5.2σ reads as the warning's 2σ
+    assert dr.trend_sigma(2.0, 10_000) == pytest.approx(2.0, abs=0.01)  # a long history: the σ itself
+    rng = np.random.default_rng(0)  # stable series of 4 values: the warning fires at its nominal rate
+    series = rng.standard_normal((20_000, 4))
+    raw = np.array([dr.sigma_above_trend(list(s))[3] for s in series])
+    calibrated = np.array([dr.trend_sigma(z, 3) for z in raw])
+    assert 0.09 < (raw > 2).mean() < 0.13                   # the seed's rule on z alone
+    assert abs((calibrated > 2).mean() - stats.norm.sf(2)) < 0.005
+
+
+@pytest.mark.parametrize("seed", [0, 4])
+def test_steady_snapshots_give_no_alert(seed):
+    """Snapshots with natural variation only (noise and a rotation each month): no Table 217.3 alert. Before, seed 4
+    was a warning (the anomalous fraction, d > μ + 2σ, flags 4-5 % of the entities of any right-skewed drift: 5.2 %
+    in the first month, over the 5 % edge) and seed 0 critical (the last month 4.7σ above a trend of 3 values)."""
+    rng = np.random.default_rng(seed)
+    X, _ = clustered(600, 16, groups=6, seed=seed, spread=1.0)
+    snaps = [snap(f"m{t}", (X + 0.01 * rng.standard_normal(X.shape)) @ ortho_group.rvs(16, random_state=t))
+             for t in range(4)]
+    r = dr.measure_drift(X, snaps, n_boot=0, n_perm=19, device="cpu")
+    assert r.alerts["verdict"].tolist() == ["healthy"] * 4
+    assert r.values["anomalous_fraction"] > 0.02  # the rule still flags its natural share ...
+    assert "low end of its 95 % interval" in r.metrics["anomalous_fraction"].reference  # ... read with its interval
+    assert dr.anomalous_check(0.052, 0.037) == "healthy" and dr.anomalous_check(0.08, 0.06) == "concerning"
+    assert dr.anomalous_check(0.2, 0.16) == "problematic" and dr.anomalous_check(0.07, None) == "concerning"
+
+
+def test_the_drift_finding_names_the_group_that_moved():
+    from embeval_report.chapters.findings import ChapterResults
+
+    metrics = {"mean_drift": {"value": 0.08, "verdict": "problematic", "label": "Mean drift", "reference": "r"}}
+    groups = [{"column": "label", "group": "drama", "entities": 100, "mean drift": 0.46},
+              {"column": "label", "group": "comedy", "entities": 500, "mean drift": 0.005}]
+    [f] = chapter.findings(ChapterResults("drift", "Drift", metrics, {"by_group": groups}))
+    assert "“drama” (label)" in f.title and f.evidence["group"] == "drama" and f.effect == "drift"
+    assert f.sentence.startswith("Schedule a retraining") and "5.8× the whole set's" in f.sentence
+    even = [dict(g, **{"mean drift": 0.08}) for g in groups]  # no group moved more than the others: none named
+    [f] = chapter.findings(ChapterResults("drift", "Drift", metrics, {"by_group": even}))
+    assert "most of all" not in f.title and "group" not in f.evidence

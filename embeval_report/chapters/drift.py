@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -21,7 +21,7 @@ from ..present.escape import mathtext
 from ..present.format import interval, number, percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from .declaration import INF, ChapterSpec, Option
-from .findings import Effect
+from .findings import ChapterResults, Effect, Finding, threshold_findings
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -70,14 +70,15 @@ def compute(ctx: ChapterContext) -> DriftReport:
     ctx.rec.units(units, key="entity", unit="entities",
                   means=[c for c in units.columns[1:] if c in result.metrics])
     ctx.rec.test(*dr.drift_tests(result))
+    groups = dr.drift_by_group(result, es.metadata)
     ctx.rec.note(**{k: v for k, v in result.info.items() if k != "device"}, pattern=result.pattern,
                  reference_drift=result.reference_drift,
                  snapshots=[{"name": s.name, "slug": s.slug, "timestamp": s.timestamp, "matched": len(s.index),
                              "new": len(s.new_ids), "departed": len(s.departed_ids),
                              "new_ids": [str(i) for i in s.new_ids[:20]],
                              "departed_ids": [str(i) for i in s.departed_ids[:20]]} for s in result.snapshots],
-                 alerts=result.alerts.to_dict(orient="records"))
-    return DriftReport(result, np.asarray(es.ids, dtype=object), es.metadata, dr.drift_by_group(result, es.metadata))
+                 alerts=result.alerts.to_dict(orient="records"), by_group=groups.to_dict(orient="records"))
+    return DriftReport(result, np.asarray(es.ids, dtype=object), es.metadata, groups)
 
 
 def _finite(x) -> bool:
@@ -607,13 +608,35 @@ def show_distribution(rep: DriftReport) -> None:
 
 MMD_SAMPLE = Option("mmd_sample", 1000, "rows per side of the MMD permutation test", bounds=(1, INF))
 
+EFFECTS = (Effect("drift", ("mean_drift", "procrustes_distance", "pairwise_similarity_correlation", "anomalous_fraction"),
+                  "Later snapshots drift from the baseline",
+                  "Schedule a retraining and check what moved (the chapter lists the entities and groups):"),)
+#: a metadata group "moved" when its mean drift in the latest snapshot is at least this multiple of the whole set's
+MOVER_RATIO = 2.0
+
+
+def findings(r: ChapterResults) -> list[Finding]:
+    """The drift effect's finding, naming the metadata group that moved most when its mean drift in the latest
+    snapshot is at least :data:`MOVER_RATIO` times the whole set's."""
+    out, whole = threshold_findings(r, EFFECTS), r.value("mean_drift")
+    rows = [g for g in r.info.get("by_group") or [] if g.get("entities", 0) >= 2]
+    if not rows or not whole:
+        return out
+    top = max(rows, key=lambda g: g["mean drift"])
+    if top["mean drift"] < MOVER_RATIO * whole:
+        return out
+    action = EFFECTS[0].action
+    moved = (f"{action} “{top['group']}” ({top['column']}, {top['entities']:,} entities) moved most: its mean drift "
+             f"{top['mean drift']:.4f} is {top['mean drift'] / whole:.1f}× the whole set's {whole:.4f}.")
+    return [replace(f, title=f"{f.title}, most of all “{top['group']}” ({top['column']})",
+                    sentence=f"{moved} {f.sentence.removeprefix(action).lstrip()}",
+                    evidence=dict(f.evidence, group=top["group"], grouping=top["column"],
+                                  group_mean_drift=top["mean drift"])) if f.effect == "drift" else f for f in out]
+
+
 CHAPTER = ChapterSpec(
     name="drift", title="Drift over time", order=80,
     description="Do later snapshots of the same entities drift from the baseline? Aligned per-entity drift, k-NN overlap, pairwise similarity correlation, anomalous fraction, Procrustes distance with Table 217.3 alerts and the Figure 217.7 dashboard; MMD, KS + BH and domain-classifier distribution tests; who moved (seed 000 §217.2.3, §220.1; seed 003).",
     requires=("snapshots",),
-    options=(MMD_SAMPLE,), precheck=precheck, demo="drift",
-    effects=(Effect("drift", ("mean_drift", "procrustes_distance", "pairwise_similarity_correlation",
-                              "anomalous_fraction"),
-                    "Later snapshots drift from the baseline",
-                    "Schedule a retraining and check what moved (the chapter lists the entities and groups):"),),
+    options=(MMD_SAMPLE,), precheck=precheck, demo="drift", effects=EFFECTS, findings=findings,
 )

@@ -52,7 +52,7 @@ from .two_sample import ALPHA, DomainClassifier, KSDimensions, MMDTest, domain_c
 from .two_sample import benjamini_hochberg  # noqa: F401  (the drift API: embeval_report.drift.benjamini_hochberg)
 from .drift_alerts import (ALERT_CHECKS, DRIFT_FLOOR, FLAT_RATIO, MIN_TREND_POINTS, SIGMA_FLOOR,  # noqa: F401
                            TOO_FEW_POINTS, alert_level, alert_reference, drift_by_group, drift_pattern,
-                           group_columns, group_drift_series, sigma_above_trend)
+                           anomalous_check, group_columns, group_drift_series, sigma_above_trend, trend_sigma)
 from .drift_alerts import alert_level as _level  # noqa: F401  (the chapter's name for it)
 
 #: neighbourhood size of the k-NN overlap (seed 003; seed 000's hubness default)
@@ -560,20 +560,24 @@ def measure_drift(X, snapshots: list[Snapshot], *, k: int = K_OVERLAP, anomaly_k
     ratios = [max(r.values["mean_drift"], DRIFT_FLOOR) / max(ref, DRIFT_FLOOR)
               if math.isfinite(r.values["mean_drift"]) and math.isfinite(ref) else float("nan") for r in results]
     sigmas = sigma_above_trend([r.values["procrustes_distance"] for r in results])
+    trend = [trend_sigma(z, i) for i, z in enumerate(sigmas)]  # the σ a long history would read (drift_alerts)
+    low = [(r.cis.get("anomalous_fraction") or (None, None))[0] for r in results]
     rows, levels = [], []
     for i, r in enumerate(results):
         checks = {"mean_drift": verdict("drift_mean_ratio", ratios[i]) if i > 0 else None,
                   "pairwise_similarity_correlation": verdict("drift_pairwise_correlation",
                                                              r.values["pairwise_similarity_correlation"]),
-                  "anomalous_fraction": verdict("drift_anomalous_fraction", r.values["anomalous_fraction"]),
-                  "procrustes_distance": None if sigmas[i] is None else verdict("drift_procrustes_sigma", sigmas[i])}
+                  "anomalous_fraction": anomalous_check(r.values["anomalous_fraction"], low[i]),
+                  "procrustes_distance": None if sigmas[i] is None else verdict("drift_procrustes_sigma", trend[i])}
         level_i = worst(checks.values()) or "healthy"
         levels.append(level_i)
         rows.append({"snapshot": r.name, "timestamp": r.timestamp, "mean_drift": r.values["mean_drift"],
                      "mean_drift_ratio": ratios[i] if i > 0 else None, "step_drift": steps[i],
                      "pairwise_similarity_correlation": r.values["pairwise_similarity_correlation"],
                      "anomalous_fraction": r.values["anomalous_fraction"],
+                     "anomalous_ci_low": low[i],
                      "procrustes_distance": r.values["procrustes_distance"], "procrustes_sigma": sigmas[i],
+                     "procrustes_trend_sigma": trend[i],
                      **{f"check_{c}": v for c, v in checks.items()}, "verdict": level_i})
     alerts = pd.DataFrame(rows)
     pattern = drift_pattern(levels, ratios)

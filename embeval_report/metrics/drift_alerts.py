@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import GROUP_COLUMNS, category_column, iter_groups
-from .thresholds import SEVERITY, THRESHOLDS
+from .thresholds import SEVERITY, THRESHOLDS, verdict
 
 #: per-entity cosine drift at or below this is numerical noise (an angle of about 0.08°)
 DRIFT_FLOOR = 1e-6
@@ -46,6 +46,33 @@ def sigma_above_trend(series, floor: float = SIGMA_FLOOR, min_points: int = MIN_
             continue
         out.append(float((x - prev.mean()) / max(float(prev.std(ddof=1)), floor)))
     return out
+
+
+def trend_sigma(z: float | None, earlier: int) -> float | None:
+    r"""The σ of a long stable history that is as rare as ``z`` σ above the mean and sd of only ``earlier`` values.
+
+    Table 217.3's "2σ / 3σ above trend" assume a trend known from a long history (a one-sided false-alarm rate of
+    2.3 % and 0.13 %). With m earlier values the sd is itself estimated: under stable conditions a new value is
+    :math:`z = t\sqrt{1 + 1/m}` with t Student's t on m − 1 df (a prediction interval), so the seed's rule on
+    z alone alarms about 11 % of the time at m = 3. The bands are read on the σ of the same tail probability,
+    :math:`\Phi^{-1}(F_{t,m-1}(z/\sqrt{1+1/m}))`: at m = 3, 5.2σ above the trend reads as 2σ, 22σ as 3σ."""
+    if z is None or earlier < 2:
+        return None
+    from scipy import stats
+
+    tail = float(stats.t.sf(z / math.sqrt(1 + 1 / earlier), earlier - 1))
+    return float(stats.norm.isf(tail)) if tail > 0 else math.inf
+
+
+def anomalous_check(fraction: float, ci_low: float | None) -> str | None:
+    r"""The Table 217.3 verdict of an anomalous fraction, read on the low end of its interval.
+
+    The rule :math:`d_i > \mu_d + 2\sigma_d` (the seed's k = 2) flags a share of the entities under natural variation too (seed 000
+    §217.2.3.2: "a baseline anomaly rate around 2-5 % is expected"; 4-5 % for the right-skewed drift of noise),
+    right at the table's 5 % warning edge: judged on its value, a snapshot without drift is a warning about every
+    other time. A warning needs a share above the edge beyond its sampling error."""
+    value = ci_low if ci_low is not None and math.isfinite(ci_low) else fraction
+    return verdict("drift_anomalous_fraction", value)
 
 
 def drift_pattern(levels: list[str | None], ratios: list[float]) -> str:
@@ -87,7 +114,15 @@ def alert_reference(name: str, row: pd.Series, n_snapshots: int) -> str:
                               "earlier one"
             return text + (f"; not applicable with {n_snapshots} snapshot(s): σ above trend is "
                            f"{TOO_FEW_POINTS} (needs ≥ {MIN_TREND_POINTS + 1} snapshots)")
-        return text + f"; here {row['procrustes_sigma']:.1f}σ above the earlier snapshots"
+        calibrated = row.get("procrustes_trend_sigma")
+        return text + (f"; here {row['procrustes_sigma']:.1f}σ above the earlier snapshots"
+                       + (f", as rare as {calibrated:.1f}σ above a trend known from a long history (Student's t "
+                          "prediction interval over the earlier values): the bands are read on that"
+                          if calibrated is not None and not pd.isna(calibrated) else ""))
+    if name == "anomalous_fraction" and row.get("anomalous_ci_low") is not None \
+            and not pd.isna(row["anomalous_ci_low"]):
+        return text + (f"; read on the low end of its 95 % interval, {row['anomalous_ci_low']:.1%} (the rule flags "
+                       "2-5 % of the entities under natural variation)")
     return text
 
 
