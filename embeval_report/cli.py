@@ -509,13 +509,17 @@ def main(argv=None) -> int:
     for name in UNUSED_MODULES:
         sys.modules.setdefault(name, None)
     args = build_parser().parse_args(argv)
-    if args.command in ("demo", "run"):
-        _start_chapter_kernels()
     try:
         previous = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread (embedded use): leave signals alone
         previous = None
     try:
+        if args.command in ("demo", "run"):
+            if args.scheduler:  # a web address is refused at once, not after 40 s of trying it
+                from .context import check_scheduler
+
+                check_scheduler(args.scheduler)
+            _start_chapter_kernels()
         from .io.policy import input_policy
 
         with input_policy(**input_options(args)):  # --allow-outside, --trust-pickles: for the whole command

@@ -156,3 +156,22 @@ def resolve_device(device="auto"):
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', not {device!r}")
     return torch.device(device)
+
+
+#: the address schemes of a Dask scheduler (distributed's comms); ``HOST:PORT`` alone is TCP
+SCHEDULER_SCHEMES = ("tcp", "tls", "inproc", "ucx", "ws", "wss")
+
+
+def check_scheduler(address: str) -> str:
+    """``address`` if it reads as a Dask scheduler's (``tcp://HOST:PORT``, another comm scheme, or ``HOST:PORT``),
+    else one InputError line (a dashboard's ``http://`` address was tried for 40 s, then a 50-line traceback)."""
+    from .errors import InputError
+
+    scheme, sep, rest = str(address).partition("://")
+    if not sep:
+        scheme, rest = "tcp", str(address)
+    if scheme not in SCHEDULER_SCHEMES or not rest.strip("/"):
+        hint = " (that is a web address, such as the dashboard's)" if scheme in ("http", "https") else ""
+        raise InputError(f"--scheduler {address}: not a Dask scheduler address{hint}; expected tcp://HOST:PORT "
+                         f"(or {', '.join(s + '://' for s in SCHEDULER_SCHEMES[1:])}...)")
+    return address

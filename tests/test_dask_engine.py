@@ -331,3 +331,43 @@ def test_run_with_dask_sends_the_chapters_passes_and_equals_the_local_run(tmp_pa
     assert {"moment_partials", "column_sum", "potential_pair", "logaddexp"} <= set(prefixes)  # the chapters' tasks
     run = json.loads((outs["dask"] / "run.json").read_text())
     assert run["engine"] == {"name": "dask", "scheduler": "LocalCluster", "workers": 2}
+
+
+def test_a_cluster_lost_during_a_pass_is_one_line_then_the_pass_runs_here_where_it_fits(engine, tmp_path,
+                                                                                          monkeypatch):
+    """A scheduler gone in the middle of a chapter's pass: the pass ends with one line naming the cluster, runs
+    again in this process (a warning says so; the same numbers) and every later pass stays here; a set larger than
+    the memory budget, which went to the cluster for its size, fails with that line instead."""
+    from concurrent.futures import CancelledError
+
+    from embeval_report.kernels import dask_faults
+
+    M = _mapped(tmp_path)
+    address = _current_scheduler()
+
+    def gone(client, parts):
+        with dask_faults.guarded(client):
+            raise CancelledError("column_sum-1f2e cancelled for reason: scheduler-connection-lost.")
+
+    monkeypatch.setattr(de, "_summed", gone)
+    try:
+        with pytest.warns(RuntimeWarning, match=rf"^the Dask cluster at {address} is gone: its scheduler stopped "
+                                                 r"answering \(CancelledError: column_sum-1f2e cancelled for reason: "
+                                                 r"scheduler-connection-lost\); this pass and the later ones were "
+                                                 r"computed in this process instead"):
+            mean = moments.column_mean(M, device="cpu")
+        assert _close(mean, _local(moments.column_mean, M, device="cpu")) and engine == ["column_mean"]
+        assert not de.takes(M, "cpu")  # the engine is off in this process
+        dask_faults.LOST.clear()
+        monkeypatch.setattr(ComputeContext, "budget", property(lambda self: M.nbytes - 1))
+        with pytest.raises(dask_faults.ClusterLost, match=r"scheduler-connection-lost\); its rows \(192,000 bytes\) "
+                                                          r"do not fit the memory budget \(191,999 bytes\)"):
+            moments.column_mean(M, device="cpu")
+    finally:
+        dask_faults.LOST.clear()
+
+
+def _current_scheduler() -> str:
+    from embeval_report.context import current
+
+    return current().scheduler

@@ -271,8 +271,11 @@ def run_conditions(run: dict) -> str:
                          "ran locally")
     if run.get("sample_size"):
         parts.append(f"sampled mode, `--sample-size {run['sample_size']:,}`")
-    budget = run.get("memory_budget")
-    if budget and budget != DEFAULT_BYTES:
+    budget, share = run.get("memory_budget"), run.get("job_memory_budget")
+    if share:  # --jobs: the chapters running side by side share the budget
+        parts.append(f"memory budget {describe(budget)}, {describe(share)} for each of the {run.get('jobs')} "
+                     "chapters run side by side")
+    elif budget and budget != DEFAULT_BYTES:
         parts.append(f"memory budget {describe(budget)}")
     return "".join(f"; {p}" for p in parts)
 

@@ -29,23 +29,31 @@ The workers must be able to import ``embeval_report`` (same version). They read 
 path where they can open it; where they cannot (a cluster that shares no disk with this machine), the rows are
 sent to them in row blocks, each read and sent in turn, so no process holds the whole set: the runner sends the
 graph's rows, and each chapter's process sends the set once for its passes.
+
+**A lost cluster.** A scheduler that stops answering, or workers that die again and again under one task
+(``KilledWorker``), end the pass with one line naming the cluster (:class:`ClusterLost`) and turn the engine off
+in this process; a pass marked :func:`falls_back` then runs here instead when its rows fit the memory budget
+(said in a warning), else the chapter fails with that line (:mod:`.dask_faults`).
 """
 from __future__ import annotations
 
 import os
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import numpy as np
 
 from ..context import current
 from ..errors import InputError
+from .dask_faults import LOST, ClusterLost, check_scheduler, fits, guarded
 
 #: rows per block when the caller names none: a block pair's float32 product tile is 64 MiB at most
 BLOCK_ROWS = 4096
 #: extra float32 candidates per block pair re-scored in float64 (as :data:`~.neighbours.RERANK`)
 RERANK = 4
 INSTALL_HINT = "pip install 'embeval-report[dask]'"
+#: seconds a chapter's process waits for the run's scheduler to answer (the runner's first connection: 20 s)
+CHAPTER_CONNECT_TIMEOUT = "5s"
 
 
 def _require():
@@ -59,20 +67,32 @@ def _require():
     return dask, da, distributed
 
 
-def connect(scheduler: str | None = None, workers: int = 2):
+def connect(scheduler: str | None = None, workers: int = 2, *, timeout: str = "20s"):
     """A ``distributed.Client``: on a new ``LocalCluster`` of ``workers`` single-threaded worker processes
     on this machine when ``scheduler`` is None (closed with the client), else on the scheduler at that
-    address (``tcp://HOST:PORT``). Close it with ``client.close()``."""
+    address (``tcp://HOST:PORT``; it has ``timeout`` to answer). Close it with ``client.close()``."""
     _, _, distributed = _require()
+    quiet_cluster_logs()
     if scheduler is None:
         if int(workers) < 1:
             raise InputError(f"--dask-workers: expected a whole number of at least 1, got {workers}")
         return distributed.Client(n_workers=int(workers), threads_per_worker=1, processes=True,
                                   dashboard_address=None, set_as_default=False)
+    check_scheduler(scheduler)
     try:
-        return distributed.Client(scheduler, timeout="20s", set_as_default=False)
+        return distributed.Client(scheduler, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError) as exc:
         raise InputError(f"--scheduler {scheduler}: no Dask scheduler answered ({exc})") from None
+
+
+def quiet_cluster_logs() -> None:
+    """Keep distributed's log lines (a LocalCluster's scheduler and nannies log here) off the run's stderr: a
+    worker restarted, a cluster closing; what the run must know reaches it as an exception, said in one line."""
+    import logging
+
+    for name in ["distributed", *logging.root.manager.loggerDict]:  # distributed's config sets some one by one
+        if name.split(".")[0] == "distributed":
+            logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def worker_count(client) -> int:
@@ -88,8 +108,8 @@ _engine: dict = {"clients": {}, "shared": {}, "readable": {}}
 def _address() -> str | None:
     """The scheduler of the compute context in force, unless it did not answer (see :func:`engine_client`)."""
     address = current().scheduler
-    return None if address is None or (address in _engine["clients"] and _engine["clients"][address] is None) \
-        else address
+    return None if address is None or address in LOST or (
+        address in _engine["clients"] and _engine["clients"][address] is None) else address
 
 
 def engine_client():
@@ -100,7 +120,7 @@ def engine_client():
     address = _address()
     if address is not None and address not in _engine["clients"]:
         try:
-            _engine["clients"][address] = connect(address)
+            _engine["clients"][address] = connect(address, timeout=CHAPTER_CONNECT_TIMEOUT)
         except InputError as exc:
             warnings.warn(f"{exc}; the passes run in this process instead", RuntimeWarning, stacklevel=2)
             _engine["clients"][address] = None
@@ -179,7 +199,8 @@ def readable(source, client) -> bool:
         return True
     seen, key = _engine["readable"], (client.scheduler.address, source.path)
     if key not in seen:
-        seen[key] = all(client.run(_can_read, source.path).values())
+        with guarded(client):
+            seen[key] = all(client.run(_can_read, source.path).values())
     return seen[key]
 
 
@@ -200,7 +221,8 @@ def _send_rows(X, client) -> None:
     are released when it ends."""
     step = _chunk_rows(X)
     starts = list(range(0, len(X), step))
-    blocks = [client.scatter(np.ascontiguousarray(X[s:s + step])) for s in starts]
+    with guarded(client):
+        blocks = [client.scatter(np.ascontiguousarray(X[s:s + step])) for s in starts]
     _engine["shared"][_shared_key(X)] = (blocks, [*starts, len(X)])
 
 
@@ -233,6 +255,7 @@ def takes(X, device, rows: int | None = None) -> bool:
     return True
 
 
+
 def takes_columns(*arrays) -> bool:
     """Whether a whole-column pass over these 2-D arrays (:func:`ks_statistics`) runs on the engine's cluster:
     an engine is on and one of them has more than one chunk of rows (the arrays are sent in column blocks)."""
@@ -255,19 +278,30 @@ def shared(*arrays, device="cpu", client=None, rows: int | None = None):
            and _shared_key(X) not in _engine["shared"]]
     client = client or (engine_client() if big else None)
     keys = []
-    for X in big if client is not None else ():
-        step = rows or _chunk_rows(X)
-        starts = list(range(0, len(X), step))
-        blocks = [client.scatter(np.ascontiguousarray(X[s:s + step])) for s in starts]
-        keys.append(_shared_key(X))
-        _engine["shared"][keys[-1]] = (blocks, [*starts, len(X)])
+    try:
+        with guarded(client):
+            for X in big if client is not None else ():
+                step = rows or _chunk_rows(X)
+                starts = list(range(0, len(X), step))
+                blocks = [client.scatter(np.ascontiguousarray(X[s:s + step])) for s in starts]
+                keys.append(_shared_key(X))
+                _engine["shared"][keys[-1]] = (blocks, [*starts, len(X)])
+    except ClusterLost as exc:  # nothing sent: the passes run here, where the rows fit
+        for key in keys:
+            _engine["shared"].pop(key, None)
+        keys = []
+        if not fits(*big):
+            raise
+        warnings.warn(f"{exc}; the passes were computed in this process instead (the same numbers to rounding)",
+                      RuntimeWarning, stacklevel=3)
     try:
         yield
     finally:
         for key in keys:
             sent = _engine["shared"].pop(key, None)
             if sent is not None:
-                client.cancel(sent[0])
+                with suppress(Exception):  # a cluster lost meanwhile holds nothing more
+                    client.cancel(sent[0])
 
 
 def as_dask(X, block_rows: int | None = None):
@@ -301,7 +335,8 @@ def _compute(client, *items):
     dask, _, _ = _require()
     if client is None:
         return dask.compute(*items)
-    return tuple(client.gather(client.compute(list(items))))
+    with guarded(client):
+        return tuple(client.gather(client.compute(list(items))))
 
 
 def column_moments(X, *, client=None, block_rows: int | None = None) -> tuple[int, np.ndarray, np.ndarray]:
@@ -429,7 +464,7 @@ def knn_blockwise(X, k: int, metric: str = "cosine", *, exclude_self: bool = Tru
     merged = [merge([pair(blocks[i], blocks[j], int(starts[i]), int(starts[j]), k, metric, exclude_self and i == j)
                      for j in range(len(blocks))], k)
               for i in range(len(blocks))]
-    out = dask.compute(*merged) if client is None else client.gather(client.compute(merged))
+    out = _compute(client, *merged)
     return (np.ascontiguousarray(np.concatenate([o[0] for o in out])),
             np.ascontiguousarray(np.concatenate([o[1] for o in out])))
 
@@ -453,14 +488,15 @@ def _summed(client, parts: list) -> tuple:
     """The element-wise sum of the tasks' results (tuples of arrays), added here in task order (the same
     numbers at every run) as each is fetched."""
     dask, _, _ = _require()
-    if client is None:
-        results = iter(dask.compute(*parts))
-    else:
-        futures = client.compute(parts)
-        results = (f.result() for f in futures)
-    total = None
-    for part in results:
-        total = part if total is None else tuple(a + b for a, b in zip(total, part))
+    with guarded(client):
+        if client is None:
+            results = iter(dask.compute(*parts))
+        else:
+            futures = client.compute(parts)
+            results = (f.result() for f in futures)
+        total = None
+        for part in results:
+            total = part if total is None else tuple(a + b for a, b in zip(total, part))
     return total
 
 

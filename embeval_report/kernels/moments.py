@@ -5,11 +5,13 @@ import numpy as np
 import torch
 
 from . import dask_engine
+from .dask_faults import falls_back
 from .blocks import BlockMoments, assign_blocks, block_chunk_rows
 from .device import as_numpy, chunk_budget, iter_chunks, resolve_device, unit_rows
 from .moments_cache import digest, remembered
 
 
+@falls_back
 def column_mean(X, *, device="auto") -> np.ndarray:
     """Column mean of ``X`` in one chunked float64 pass (on the engine's cluster when it takes it:
     :func:`~.dask_engine.takes`)."""
@@ -41,6 +43,7 @@ def row_sum(X, *, transform=None, device="auto") -> np.ndarray:
     return remembered(X, _pass_key(f"row_sum|{getattr(transform, '__name__', None)}", dev, False), compute)[0]
 
 
+@falls_back
 def block_moments(X, *, transform=None, shift: np.ndarray | None = None, n_blocks: int = 1,
                   seed: int = 0, device="auto", desc: str | None = None) -> BlockMoments:
     """Accumulate :class:`BlockMoments` of ``transform(X) - shift`` in one chunked pass.

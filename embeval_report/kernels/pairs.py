@@ -7,6 +7,7 @@ import torch
 from ..context import current
 from ..progress import progress
 from . import dask_engine
+from .dask_faults import falls_back
 from .device import (as_numpy, cache_rows, chunk_budget, chunk_rows, iter_chunks, resolve_device, to_tensor,
                      unit_rows)
 from .graph_cache import stored_product
@@ -80,11 +81,13 @@ def _row_norms(rows: torch.Tensor, dev: torch.device) -> torch.Tensor:
 
 def swept_potential_rows(X, t: float) -> np.ndarray | None:
     """The rows' log Gaussian potential of the unit rows of ``X`` at ``t`` if a cosine k-NN sweep of this
-    set (:func:`~.neighbours.self_sweep`) already computed it in this run, else None."""
-    stored = stored_product(np.asarray(as_numpy(X), dtype=np.float32), potential_key(t)) if len(X) > 1 else None
+    set (:func:`~.neighbours.self_sweep`) already computed it in this run, else None. The set is looked up by its
+    fingerprint (:func:`~.graph_cache.fingerprint`, read a piece at a time), never by a float32 copy of it."""
+    stored = stored_product(as_numpy(X), potential_key(t)) if len(X) > 1 else None
     return None if stored is None else np.array(stored[0], dtype=np.float64)
 
 
+@falls_back
 def gaussian_potential_rows(X, t: float = 2.0, *, transform=None, device="auto",
                             desc: str | None = "all-pairs potential") -> np.ndarray:
     r"""Per-row log Gaussian potential over all other rows, exact, block by block.

@@ -47,6 +47,7 @@ from ..kernels import (
 )
 from ..context import current
 from ..kernels import dask_engine
+from ..kernels.dask_faults import falls_back
 from ..kernels.device import RowMap, cache_rows, chunk_rows, resident
 from ..kernels.moments import resampled_moments
 from ..kernels.moments_cache import digest, remembered
@@ -473,6 +474,7 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
     return pd.DataFrame(rows), samples
 
 
+@falls_back
 def _unit_moments(X, pcs: PrincipalDirections, removals: list[int], device) -> dict[int, tuple]:
     """The count, sum and Gram ``(N, s, G)`` of the unit rows after removing the mean and D top directions, for
     every D in ``removals``, from one pass over the rows: each chunk is corrected and normalised for every D in

@@ -20,6 +20,7 @@ import torch
 
 from ..errors import UndefinedMetricWarning
 from ..kernels import as_numpy, dask_engine, resolve_device
+from ..kernels.dask_faults import falls_back
 from ..stats import adjust_pvalues, hanley_mcneil_se, normal_ci
 
 #: significance level of the MMD permutation test and the KS + BH false discovery rate
@@ -157,6 +158,7 @@ class KSDimensions:
         return float(self.rejected.mean()) if self.rejected.size else float("nan")
 
 
+@falls_back
 def ks_dimensions(X, Y, *, alpha: float = ALPHA) -> KSDimensions:
     """Two-sample Kolmogorov–Smirnov test of every dimension (:func:`scipy.stats.ks_2samp`, two-sided,
     ``method="auto"``), then Benjamini–Hochberg over the d tests at false discovery rate ``alpha``.

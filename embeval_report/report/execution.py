@@ -1,20 +1,31 @@
 """Executing chapter notebooks: each in a kernel of its own, one after another (the next kernel started while
-the current chapter runs) or side by side in worker processes; a failing chapter is recorded, never raised,
-and an interrupted run leaves no kernel behind."""
+the current chapter runs) or side by side in worker processes (:mod:`.workers`); a failing chapter is recorded,
+never raised, and an interrupted run leaves no kernel behind.
+
+Every execution is supervised: nbclient checks each second that the kernel lives (through an asynchronous client:
+:data:`CLIENT_CLASS`) and holds ``--timeout`` per cell; a kernel that dies fails its chapter with how it ended
+(out of memory, a signal: :mod:`.supervision`) and the run goes on; every kernel ends with the process that
+started it (:mod:`.lifeline`)."""
 from __future__ import annotations
 
+import logging
+import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import nbformat
 
 from ..chapters.declaration import ChapterSpec
 from ..progress import RunProgress
 from ..safe_files import private_prefixes, scrub
-from .kernel_forks import KernelForks
+from .kernel_forks import KernelForks, _Forked
 from .outdir import raise_write_fault
 from .render.common import strip_ansi
+from .supervision import Watch
+from .workers import Workers, children, kill_processes
 
 #: exception names a chapter raises to be skipped rather than failed
 SKIP_ERRORS = ("ChapterSkipped",)
@@ -26,6 +37,7 @@ class ChapterOutcome:
     status: str          # ok | skipped | failed
     reason: str = ""
     seconds: float = 0.0
+    peak_rss: int | None = None  # the peak resident memory of the chapter's kernel, in bytes (None: unknown)
 
 
 def error_text(exc: BaseException) -> str:
@@ -38,6 +50,12 @@ def error_text(exc: BaseException) -> str:
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 #: what a warm kernel imports before its chapter is handed to it (the chapters' common imports)
 WARM_IMPORTS = "import embeval_report.chapters.setup, matplotlib.pyplot, seaborn"
+#: what a kernel runs first: it ends with the process that started it (:func:`~.lifeline.arm`), whatever it imported
+LIFELINE = "__import__('embeval_report.report.lifeline', fromlist=['arm']).arm({parent})"
+#: the client nbclient talks to a chapter's kernel through. nbclient waits for a cell's output and checks each
+#: second that the kernel lives side by side in one event loop; a kernel manager's default client blocks that loop
+#: in its wait for output, which has no timeout, so a dead kernel and ``--timeout`` went unnoticed for ever
+CLIENT_CLASS = "jupyter_client.asynchronous.AsyncKernelClient"
 #: the longest Unix socket path (sun_path holds 108 bytes on Linux, 104 on macOS), with room for the "-N" suffix
 SOCKET_PATH_MAX = 96
 
@@ -89,13 +107,35 @@ class WarmKernel:
     def __init__(self, cwd: Path, forks: KernelForks | None = None):
         from jupyter_client.manager import KernelManager
 
-        self.km = KernelManager(kernel_name="python3", **kernel_sockets())
+        self.km = KernelManager(kernel_name="python3", client_class=CLIENT_CLASS, **kernel_sockets())
         if forks is not None:
             self.km.provisioner = forks.provisioner(self.km)
         self.km.start_kernel(cwd=str(cwd), extra_arguments=KERNEL_ARGUMENTS)
+        forked = isinstance(self.process, _Forked)
+        parent = self.process.parent if forked else os.getpid()
         self.kc = self.km.blocking_client()
         self.kc.start_channels()
-        self.kc.execute(WARM_IMPORTS, silent=True, store_history=False)
+        lifeline = f"{LIFELINE.format(parent=parent)}\n" if parent else ""
+        self.kc.execute(f"{lifeline}{WARM_IMPORTS}", silent=True, store_history=False)
+
+    @property
+    def process(self):
+        """The kernel's process handle (``subprocess.Popen``, or the template's :class:`~.kernel_forks._Forked`)."""
+        provisioner = self.km.provisioner
+        return getattr(provisioner, "process", None) if provisioner is not None else None
+
+    def watch(self) -> Watch | None:
+        """Start watching the kernel's process (its peak memory, the out-of-memory counters): see :meth:`ended`."""
+        process = self.process
+        return Watch(process.pid) if process is not None else None
+
+    def ended(self, watch: Watch | None, budget: int | None = None) -> str | None:
+        """None while the kernel runs, else one line: how it ended (out of memory, a signal, an exit status)."""
+        process = self.process
+        if process is None or process.poll() is None:
+            return None
+        code = process.exit if isinstance(process, _Forked) else process.returncode
+        return watch.cause(code, budget) if watch is not None else None
 
     def release(self) -> None:
         """Stop the client and the kernel (after its chapter, or unused)."""
@@ -106,6 +146,9 @@ class WarmKernel:
 
 #: the papermill engine chapters execute with (:func:`_papermill_engine`)
 ENGINE = "embeval"
+#: nbclient's log: its errors ("Kernel died while waiting for execute reply") are the chapter's reason, said once
+_QUIET = logging.getLogger("embeval_report.nbclient")
+_QUIET.setLevel(100)
 
 
 def _papermill_engine() -> str:
@@ -122,7 +165,8 @@ def _papermill_engine() -> str:
 
         def save(self, **kwargs):
             if not self.in_cell:
-                super().save(**kwargs)
+                with naming(self.output_path):
+                    super().save(**kwargs)
 
         def _quiet(self, method, *args, **kwargs):
             self.in_cell = True
@@ -159,7 +203,7 @@ def _papermill_engine() -> str:
             kwargs = remove_args(["input_path"], **kwargs)
             final = merge_kwargs(remove_args(["timeout", "startup_timeout"], **kwargs),
                                  timeout=execution_timeout if execution_timeout else kwargs.get("timeout"),
-                                 startup_timeout=start_timeout, kernel_name=kernel_name, log=logger,
+                                 startup_timeout=start_timeout, kernel_name=kernel_name, log=_QUIET,
                                  log_output=log_output, stdout_file=stdout_file, stderr_file=stderr_file)
             return Client(nb_man, **final).execute()
 
@@ -182,28 +226,65 @@ def _papermill_engine() -> str:
 
 def execute_chapter(ch: ChapterSpec, staging: Path, params: dict, *, timeout: int | None = None,
                     kernel: WarmKernel | None = None) -> ChapterOutcome:
-    """Execute one chapter in its own kernel (``kernel``, started ahead, or a new one); failures are caught
-    and recorded, never raised."""
+    """Execute one chapter in its own kernel (``kernel``, started ahead, or a new one, released here); failures
+    are caught and recorded, never raised: a kernel that died fails the chapter with how it ended, a cell that
+    ran past ``timeout`` seconds with that."""
     import papermill as pm
 
     target = staging / "chapters" / ch.filename
     t0 = time.time()
     status, reason = "ok", ""
+    own, watch = kernel is None, None
     try:
+        if own:
+            kernel = WarmKernel(target.parent)
+        watch = kernel.watch()
         pm.execute_notebook(str(ch.notebook), str(target), parameters=params, kernel_name="python3",
                             engine_name=_papermill_engine(),
                             progress_bar=False, cwd=str(target.parent), execution_timeout=timeout,
-                            extra_arguments=KERNEL_ARGUMENTS, **({"km": kernel.km} if kernel else {}))
+                            extra_arguments=KERNEL_ARGUMENTS, km=kernel.km)
     except Exception as exc:  # a failing chapter must not lose the report
         raise_write_fault(exc)  # but a full disk stops the run
         if getattr(exc, "ename", None) in SKIP_ERRORS:
             status, reason = "skipped", strip_ansi(str(getattr(exc, "evalue", ""))).strip()
         else:
-            status, reason = "failed", error_text(exc)
+            budget = (params.get("settings") or {}).get("memory_budget")
+            status = "failed"
+            reason = ((kernel.ended(watch, _budget(budget)) if kernel is not None else None)
+                      or _timed_out(exc, timeout) or error_text(exc))
+    finally:
+        peak = watch.stop() if watch is not None else None
+        if own and kernel is not None:
+            kernel.release()
     reason = scrub(reason, private_prefixes(*report_places(staging)))
     publish_notebook(target if target.exists() else ch.notebook, target, staging,
                      dict(name=ch.name, title=ch.title, status=status, error=reason or None))
-    return ChapterOutcome(ch, status, reason, time.time() - t0)
+    return ChapterOutcome(ch, status, reason, time.time() - t0, peak)
+
+
+@contextmanager
+def naming(path) -> Iterator[None]:
+    """Within the block, an OSError that names no file (a write that failed after its open: the disk filled up)
+    names ``path``, so that the run's one line says which file (docs/faults.md)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or path is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+
+def _budget(budget) -> int:
+    from ..context import DEFAULT_BUDGET, parse_bytes
+
+    return DEFAULT_BUDGET if budget is None else parse_bytes(budget)
+
+
+def _timed_out(exc: BaseException, timeout: int | None) -> str | None:
+    """The one line of a cell that ran longer than ``--timeout`` (nbclient's message spans the cell's code)."""
+    if type(exc).__name__ != "CellTimeoutError":
+        return None
+    return f"timed out: a cell ran longer than --timeout {timeout} s; the chapter's kernel was stopped"
 
 
 def report_places(staging: Path) -> list[tuple[Path, str]]:
@@ -243,7 +324,8 @@ def publish_notebook(source: Path, target: Path, staging: Path, embeval: dict | 
             data = out.get("data") or {}
             for kind in [k for k in data if k.startswith("text/")]:
                 data[kind] = clean(data[kind])
-    nbformat.write(nb, target)
+    with naming(target):
+        nbformat.write(nb, target)
 
 
 def _sequential(chapters: list[ChapterSpec], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
@@ -265,13 +347,16 @@ def _sequential(chapters: list[ChapterSpec], staging: Path, params: dict, timeou
                 before(ch)
             shown.start(ch.name)
             kernel = kernels.pop(0)
+            if kernel.process is None or kernel.process.poll() is not None:  # it died waiting (its template killed)
+                kernel.release()
+                kernel = WarmKernel(staging / "chapters", forks)  # a template that is gone: the usual start
             try:
                 done[ch.name] = o = execute_chapter(ch, staging, params, timeout=timeout, kernel=kernel)
             finally:
                 kernel.release()
             shown.end(ch.name, o.status, o.seconds, o.reason)
     except BaseException:  # interrupted: no kernel may outlive the staging folder it runs in
-        _kill_processes(_children())
+        kill_processes(children())
         raise
     finally:
         for kernel in kernels:
@@ -279,96 +364,97 @@ def _sequential(chapters: list[ChapterSpec], staging: Path, params: dict, timeou
     return done
 
 
+#: the least working memory a chapter running beside others gets under ``--jobs``: a smaller share runs fewer jobs
+MIN_JOB_BUDGET = 256 * 2**20
+
+
+def job_plan(budget: int, jobs: int, chapters: int) -> tuple[int, int, str | None]:
+    """``(jobs, budget of each, note)`` for ``chapters`` content chapters under ``--jobs jobs`` and
+    ``--memory-budget budget``: the chapters running side by side share the budget (each process gets
+    ``budget // jobs``: the run's peak stays within it, which ``jobs`` full budgets did not); a share below
+    :data:`MIN_JOB_BUDGET` runs fewer at a time, said in ``note``."""
+    from ..context import describe_bytes
+
+    wanted = max(1, min(jobs, chapters))
+    if wanted == 1:
+        return 1, budget, None
+    fit = max(1, min(wanted, budget // MIN_JOB_BUDGET))
+    note = None if fit == wanted else (
+        f"--jobs {jobs}: {fit} chapter{'s' if fit > 1 else ''} at a time, so that each has at least "
+        f"{describe_bytes(MIN_JOB_BUDGET)} of --memory-budget {describe_bytes(budget)}")
+    return fit, budget // fit, note
+
+
 def execute(ready: list[ChapterSpec], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
             jobs: int, final: list[ChapterSpec] = (), before_final=None,
-            forks: KernelForks | None = None) -> dict[str, ChapterOutcome]:
-    """Execute the content chapters, ``jobs`` at a time (each in its own worker process when ``jobs`` > 1),
-    then the ``final`` ones in order, ``before_final(ch, done)`` called before each of those. The kernels of
+            forks: KernelForks | None = None, check=None, job_budget: int | None = None) -> dict[str, ChapterOutcome]:
+    """Execute the content chapters, ``jobs`` at a time (each in its own worker process when ``jobs`` > 1, with
+    ``job_budget`` bytes of working memory: :func:`job_plan`), then the ``final`` ones in order,
+    ``before_final(ch, done)`` called before each of those, ``check()`` before every chapter. The kernels of
     chapters executed one at a time are forked from ``forks`` (:mod:`.kernel_forks`) when given."""
     done: dict[str, ChapterOutcome] = {}
 
     def before(ch):
+        if check is not None:
+            check()
         if ch.stage > 0 and before_final is not None:
             before_final(ch, done)
 
     if jobs <= 1 or len(ready) <= 1:
         return _sequential(list(ready) + list(final), staging, params, timeout, shown, before=before, done=done,
                            forks=forks)
-    done.update(_parallel(ready, staging, params, timeout, shown, jobs))
+    shared = dict(params, settings=dict(params["settings"], memory_budget=job_budget)) if job_budget else params
+    done.update(_parallel(ready, staging, shared, timeout, shown, jobs, check))
     return _sequential(list(final), staging, params, timeout, shown, before=before, done=done, forks=forks)
 
 
 def _parallel(ready: list[ChapterSpec], staging: Path, params: dict, timeout: int | None, shown: RunProgress,
-              jobs: int) -> dict[str, ChapterOutcome]:
-    """Execute the chapters ``jobs`` at a time, each in its own worker process."""
+              jobs: int, check=None) -> dict[str, ChapterOutcome]:
+    """Execute the chapters ``jobs`` at a time, each in a worker process of its own (:mod:`.workers`): a worker
+    that dies fails its chapter only, with how it ended."""
     done = {}
-    import multiprocessing as mp
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn"))
     waiting, running = list(ready), {}
-    try:
+    budget = _budget((params.get("settings") or {}).get("memory_budget"))
+    with Workers(_execute_in_worker) as pool:
         while waiting or running:
             while waiting and len(running) < jobs:
                 ch = waiting.pop(0)
+                if check is not None:
+                    check()
                 shown.start(ch.name)
-                running[pool.submit(execute_chapter, ch, staging, params, timeout=timeout)] = (ch, time.time())
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                ch, t0 = running.pop(future)
-                try:
-                    o = future.result()
-                except Exception as exc:  # the worker process died (killed, out of memory)
-                    raise_write_fault(exc)
-                    o = ChapterOutcome(ch, "failed", f"the chapter's process ended abnormally: {error_text(exc)}",
+                worker = pool.start(ch.module or ch, ch.name, staging, params, timeout)
+                running[worker] = (ch, time.time(), Watch(worker.pid, "the chapter's worker process"))
+            for worker, kind, value in pool.finished():
+                ch, t0, watch = running.pop(worker)
+                if kind == "done":
+                    o = ChapterOutcome(ch, *value)
+                elif kind == "raised":  # pragma: no cover - execute_chapter records failures itself
+                    raise_write_fault(value)  # a full disk stops the run
+                    o = ChapterOutcome(ch, "failed", f"the chapter's process ended abnormally: {error_text(value)}",
                                        time.time() - t0)
+                else:  # the worker died (killed, out of memory): its kernel ended with it
+                    o = ChapterOutcome(ch, "failed", watch.cause(value, budget), time.time() - t0, watch.peak)
+                    _record_failure(ch, staging, o.reason)
+                watch.stop()
                 done[ch.name] = o
                 shown.end(ch.name, o.status, o.seconds, o.reason)
-    except BaseException:
-        _stop_workers(pool)
-        raise
-    pool.shutdown()
     return done
 
 
-def _stop_workers(pool) -> None:
-    """Kill a pool's worker processes and the chapter kernels they started (an interrupted run). Each worker is
-    stopped first, so that it cannot start a kernel after its children are listed: such a kernel outlived the run
-    and, finding its folder removed with the staging, printed a traceback under the run's last line."""
-    for proc in list(getattr(pool, "_processes", {}).values()):
-        _suspend(proc.pid)
-        _kill_processes(_children(proc.pid))
-        proc.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
+def _execute_in_worker(chapter, name: str, staging: Path, params: dict, timeout: int | None) -> tuple:
+    """:func:`execute_chapter` in a ``--jobs`` worker: the chapter's declaration found there from its module's name
+    (a declaration may hold what does not pickle, such as a lambda), its outcome sent back without it."""
+    if isinstance(chapter, str):
+        import importlib
+        from dataclasses import replace
+
+        chapter = replace(importlib.import_module(chapter).CHAPTER, module=chapter)
+    o = execute_chapter(chapter, staging, params, timeout=timeout)
+    return o.status, o.reason, o.seconds, o.peak_rss
 
 
-def _suspend(pid: int) -> None:
-    """Stop process ``pid`` (SIGSTOP: it runs, and forks, no further until killed); nothing if it is gone."""
-    try:
-        import psutil  # installed with ipykernel
-        psutil.Process(pid).suspend()
-    except Exception:  # pragma: no cover - psutil missing or the process gone
-        pass
-
-
-def _children(pid: int | None = None) -> list:
-    """The processes started (directly or not) by ``pid`` (default: this process), as psutil handles."""
-    try:
-        import psutil  # installed with ipykernel
-        return psutil.Process(pid).children(recursive=True)
-    except Exception:  # pragma: no cover - psutil missing or the process gone
-        return []
-
-
-def _kill_processes(procs: list) -> None:
-    """Kill ``procs`` and wait (briefly) until they are gone."""
-    if not procs:
-        return
-    import psutil
-
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=5)
+def _record_failure(ch: ChapterSpec, staging: Path, reason: str) -> None:
+    """The notebook of a chapter whose process died before it wrote it, marked failed with ``reason``."""
+    target = staging / "chapters" / ch.filename
+    publish_notebook(target if target.exists() else ch.notebook, target, staging,
+                     dict(name=ch.name, title=ch.title, status="failed", error=reason))

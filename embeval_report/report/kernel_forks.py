@@ -10,8 +10,9 @@ holds only imported modules, no state of another chapter, and the same libraries
 
 One template serves every run of a process (:meth:`KernelForks.shared`): the Python API evaluating several models
 in one notebook, and the test suite's hundred runs, pay its start (about 3 s of CPU) once. It ends after
-:data:`IDLE_SECONDS` without a request, when its process ends, or when a run is interrupted; the next run starts
-another.
+:data:`IDLE_SECONDS` without a request, when its process ends (even by SIGKILL: it checks its parent every second),
+or when a run is interrupted; the next run starts another. Its kernels end with it (:mod:`.lifeline`), and it
+tells the runner how a kernel ended (killed by a signal: the cause of a failed chapter, :mod:`.supervision`).
 
 The template never runs a parallel region (no OpenMP or BLAS thread pool is used before the fork; the pools that
 libraries create at import are fork-safe through their ``pthread_atfork`` handlers, as with ``multiprocessing``'s
@@ -51,25 +52,27 @@ def enabled() -> bool:
 
 
 class _Forked:
-    """The runner's handle on a forked kernel (not its child: its parent is the template, which reaps it).
+    """The runner's handle on a forked kernel (not its child: its parent is the template, which reaps it and
+    tells its exit status when asked).
 
     The kernel leads a session of its own (``setsid`` before the template answers), so its process group id
     is its pid, as for a kernel jupyter_client starts itself."""
 
     stdin = stdout = stderr = None
 
-    def __init__(self, pid: int):
-        self.pid = pid
+    def __init__(self, pid: int, forks: KernelForks | None = None):
+        self.pid, self.forks = pid, forks
+        self.parent = forks.proc.pid if forks is not None and forks.proc is not None else None  # the template
         self.returncode: int | None = None
+        self.exit: int | None = None  # as ``returncode`` once known (negative: the signal that killed it)
 
     def poll(self) -> int | None:
         if self.returncode is None:
             try:
                 os.kill(self.pid, 0)
-            except ProcessLookupError:
-                self.returncode = 0  # gone (the template reaps it; its status is not ours to read)
-            except PermissionError:  # pragma: no cover - the pid was reused by another user's process
-                self.returncode = 0
+            except (ProcessLookupError, PermissionError):  # gone (or the pid reused by another user's process)
+                self.exit = self.forks.exit_status(self.pid) if self.forks is not None else None
+                self.returncode = 0 if self.exit is None else self.exit
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -97,7 +100,7 @@ class KernelForks:
     """The template process of one run; :meth:`provisioner` gives a kernel manager a provisioner that forks it.
 
     Use as a context manager (the template ends with the block; kernels it forked end with their own
-    managers, or by themselves once the template is gone: ipykernel polls its parent)."""
+    managers, or with the template: :func:`~.lifeline.arm`). The template ends with the process that started it."""
 
     def __init__(self):
         self.proc: subprocess.Popen | None = None
@@ -107,7 +110,7 @@ class KernelForks:
             return
         read, write = os.pipe()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(write), str(IDLE_SECONDS)],
+            self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(write), str(IDLE_SECONDS), str(os.getpid())],
                                          stdin=subprocess.PIPE, pass_fds=(write,), text=True)
         except OSError:
             os.close(read)
@@ -165,11 +168,25 @@ class KernelForks:
             if not line:
                 self.close()
                 return None
-            return _Forked(int(json.loads(line)["pid"]))
+            return _Forked(int(json.loads(line)["pid"]), self)
+
+    def exit_status(self, pid: int) -> int | None:
+        """How kernel ``pid``, which has ended, ended: as :attr:`subprocess.Popen.returncode` (negative: the signal
+        that killed it), or None (unknown: the template has ended too, or does not answer)."""
+        with self._lock:
+            if not self.alive:
+                return None
+            try:
+                self.proc.stdin.write(json.dumps({"wait": pid}) + "\n")
+                self.proc.stdin.flush()
+                status = json.loads(_read_line(self._replies, 10) or "{}").get("status")
+            except (OSError, TimeoutError, ValueError):
+                return None
+        return None if status is None else os.waitstatus_to_exitcode(status)
 
     def close(self) -> None:
-        """End the template (at once: it computes nothing; a kernel it forked that still runs ends within a second,
-        ipykernel seeing its parent gone)."""
+        """End the template (at once: it computes nothing; a kernel it forked that still runs ends with it, by its
+        parent-death signal, or within a second where there is none: ipykernel watches its parent)."""
         proc, self.proc = self.proc, None
         if proc is not None:
             proc.kill()
@@ -227,11 +244,16 @@ class ForkProvisioner(LocalProvisioner):
 
 # --------------------------------------------------------------------------- the template process
 
-def serve(reply_fd: int, idle: float = IDLE_SECONDS) -> None:
+def serve(reply_fd: int, idle: float = IDLE_SECONDS, parent: int | None = None) -> None:
     """The template: import :data:`PRELOAD` and every chapter module, then fork one kernel per request line on
-    stdin (``{"argv", "env", "cwd"}``), answering ``{"pid"}`` on ``reply_fd``; ends at the end of stdin or after
-    ``idle`` seconds without a request while none of its kernels runs (a kernel ends with its template: a chapter
-    that computes longer than ``idle`` keeps it)."""
+    stdin (``{"argv", "env", "cwd"}``), answering ``{"pid"}`` on ``reply_fd``, or answer how a kernel it forked
+    ended (``{"wait": pid}``: ``{"status"}``, the wait status, null when unknown). Ends at the end of stdin, when
+    ``parent`` (the runner) is no longer its parent, or after ``idle`` seconds without a request while none of
+    its kernels runs. A kernel ends with its template (:func:`~.lifeline.arm`): a chapter that computes longer
+    than ``idle`` keeps it."""
+    parent = os.getppid() if parent is None else parent
+    if os.getppid() != parent:  # the runner ended while this process started
+        return
     if sys.path and sys.path[0] in ("", os.getcwd()):  # as ipykernel_launcher: the caller's folder is not a path
         del sys.path[0]
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")  # as ipykernel sets it
@@ -246,14 +268,35 @@ def serve(reply_fd: int, idle: float = IDLE_SECONDS) -> None:
             importlib.import_module(f"{chapters.__name__}.{info.name}")
         except Exception:  # a chapter whose optional library is missing imports (and fails) in its own kernel
             pass
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked kernels are reaped as they end
+    from .lifeline import arm
+
+    ended: dict[int, int] = {}  # the wait status of each kernel reaped and not yet asked about
+
+    def reap(*_) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            ended[pid] = status
+
+    signal.signal(signal.SIGCHLD, reap)  # forked kernels are reaped as they end
     replies = os.fdopen(reply_fd, "w")
     kernels: set[int] = set()
-    for request in _requests(idle, lambda: _running(kernels)):
+    template = os.getpid()
+    for request in _requests(idle, lambda: _running(kernels), parent):
+        if "wait" in request:
+            reap()
+            replies.write(json.dumps({"status": ended.pop(int(request["wait"]), None)}) + "\n")
+            replies.flush()
+            continue
         started, ready = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(started)
+            arm(template, watch=False)  # the kernel ends with the template (which ends with the runner)
             _kernel(request, ready, reply_fd)
         os.close(ready)
         os.read(started, 1)  # the kernel leads its own session now
@@ -261,6 +304,7 @@ def serve(reply_fd: int, idle: float = IDLE_SECONDS) -> None:
         kernels.add(pid)
         replies.write(json.dumps({"pid": pid}) + "\n")
         replies.flush()
+    os._exit(0)  # at once, its kernels with it: a template holds nothing to clean up (an exit took seconds)
 
 
 def _running(pids: set[int]) -> bool:
@@ -273,18 +317,23 @@ def _running(pids: set[int]) -> bool:
     return bool(pids)
 
 
-def _requests(idle: float, busy):
-    """The request lines on stdin, parsed; ends at the end of stdin, or when none came for ``idle`` seconds and
-    ``busy()`` is false (one request is in flight at a time: the runner waits for each answer)."""
+def _requests(idle: float, busy, parent: int):
+    """The request lines on stdin, parsed; ends at the end of stdin, when ``parent`` is no longer this process's
+    parent (checked every second), or when none came for ``idle`` seconds and ``busy()`` is false (one request
+    is in flight at a time: the runner waits for each answer)."""
     import selectors
+    import time
 
     pending = b""
     with selectors.DefaultSelector() as selector:
         selector.register(0, selectors.EVENT_READ)
         while True:
+            quiet = time.monotonic()
             while b"\n" not in pending:
-                if not selector.select(idle):
-                    if busy():
+                if not selector.select(min(idle, 1.0)):
+                    if os.getppid() != parent:  # the runner is gone
+                        return
+                    if time.monotonic() - quiet < idle or busy():
                         continue
                     return
                 chunk = os.read(0, 1 << 16)
@@ -311,11 +360,13 @@ def _kernel(request: dict, ready: int, reply_fd: int) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        os.environ["JPY_PARENT_PID"] = str(os.getppid())  # the kernel ends when the template does
-        sys.argv = [sys.executable, *request["argv"]]
+        os.environ["JPY_PARENT_PID"] = str(os.getppid())
+        # ipykernel read JPY_PARENT_PID when the template imported it: its check of the parent is asked for here
+        argv = [*request["argv"], f"--IPKernelApp.parent_handle={os.getppid()}"]
+        sys.argv = [sys.executable, *argv]
         from ipykernel import kernelapp
 
-        kernelapp.launch_new_instance(argv=request["argv"])
+        kernelapp.launch_new_instance(argv=argv)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 0
@@ -328,4 +379,4 @@ def _kernel(request: dict, ready: int, reply_fd: int) -> None:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), float(sys.argv[2]))
+    serve(int(sys.argv[1]), float(sys.argv[2]), *(int(a) for a in sys.argv[3:4]))

@@ -127,6 +127,8 @@ class OutputFolder:
             return None
         path, cause = found
         started = staging is not None and (staging / "chapters").is_dir()
+        if not path and staging is not None:  # a write that failed after its open names no file: docs/faults.md
+            path = _newest_file(staging)      # asks for one, and the file being written was touched last
         where = f" ({_shown(path, staging, self.path)})" if path and path not in cause else ""
         left = ("; the run's staging folder was removed, nothing else was touched" if staging is not None
                 else "; nothing was written")
@@ -228,6 +230,20 @@ def raise_write_fault(exc: BaseException) -> None:
     and goes on (a failing chapter, a failing format): with the disk full the run cannot go on."""
     if write_fault(exc) is not None:
         raise exc
+
+
+def _newest_file(folder: Path) -> str | None:
+    """The file modified last under ``folder`` (the one a write was filling when the disk filled up), or None."""
+    newest = None
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                stamp = os.stat(os.path.join(root, name), follow_symlinks=False).st_mtime_ns
+            except OSError:
+                continue
+            if newest is None or stamp >= newest[0]:
+                newest = (stamp, os.path.join(root, name))
+    return newest and newest[1]
 
 
 def _file_in_path(path: Path) -> Path | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..chapters.declaration import ChapterSpec
 from ..chapters.recorder import json_text
 from ..chapters.registry import discover, resolve_settings, select
-from ..errors import InputError
+from ..errors import InputError, notice
 from ..io import load_source, save_prepared
 from ..io.model_source import embedded_source
 from ..io.side_data import load_side_data
@@ -31,14 +31,14 @@ from ..settings import ChapterSettings
 from ..version import __version__
 from .baseline import check_baseline, compare_with_baseline
 from .earlier import mark
-from .execution import ChapterOutcome, error_text, execute
+from .execution import ChapterOutcome, error_text, execute, job_plan
 from .kernel_forks import KernelForks
 from .findings import derive_findings
 from .metrics_file import metrics_document
 from .outdir import OutputFolder, raise_write_fault
 from .render import PDF_TIMEOUT, PdfTimeout, render_report
 from .rigor import adjust_report
-from .shared_graph import dask_client, shared_graph
+from .shared_graph import close_client, cluster_check, cluster_lost, dask_client, shared_graph
 
 
 #: the reason of a chapter left out by ``--chapters``
@@ -144,7 +144,7 @@ def select_chapters(run: Run) -> None:
                 run.ready.append(ch)
 
 
-def describe_run(run: Run, out: Path, *, title, jobs, engine_info, graph) -> None:
+def describe_run(run: Run, out: Path, *, title, jobs, engine_info, graph, job_budget=None) -> None:
     """The run's description (``run.json`` without the chapters): settings, set, engine, shared graph, model."""
     s, es = run.settings, run.es
     model = (dict(run.model_run, **{k: published(run, run.model_run[k], out) for k in ("folder", "cache")
@@ -154,15 +154,18 @@ def describe_run(run: Run, out: Path, *, title, jobs, engine_info, graph) -> Non
                     seed=s.seed, device=s.device, sample_size=s.sample_size, options=s.set_options,
                     precision=s.precision, version=__version__, n=es.n, d=es.d, jobs=jobs, engine=engine_info,
                     memory_budget=s.compute().budget, runner_peak_rss_bytes=peak_rss_bytes(),
+                    **({"job_memory_budget": job_budget} if jobs > 1 else {}),
                     **({"neighbour_graph": graph} if graph else {}),
                     **({"model": model} if model else {}),
                     **({"baseline": published(run, run.baseline, out)} if run.baseline else {}),
                     generated=_dt.datetime.now().astimezone().isoformat(timespec="seconds"))
 
 
-def execute_chapters(run: Run, params: dict, *, timeout, jobs: int, forks: KernelForks | None = None) -> None:
+def execute_chapters(run: Run, params: dict, *, timeout, jobs: int, forks: KernelForks | None = None,
+                     check=None, job_budget: int | None = None) -> None:
     """Execute the ready content chapters, then the final ones; before the first final chapter every recorded
-    test is adjusted over the report (:func:`~.rigor.adjust_report`); before each, ``run.json`` says what ran."""
+    test is adjusted over the report (:func:`~.rigor.adjust_report`); before each, ``run.json`` says what ran.
+    ``check()`` is called before every chapter (the Dask cluster's health: :func:`~.shared_graph.cluster_check`)."""
     def before_final(ch: ChapterSpec, done: dict) -> None:
         run.done = done
         write_run(run)
@@ -178,7 +181,7 @@ def execute_chapters(run: Run, params: dict, *, timeout, jobs: int, forks: Kerne
         for o in run.skipped.values():
             shown.end(o.chapter.name, o.status, 0.0, o.reason)
         run.done = execute(run.ready, run.staging, params, timeout, shown, jobs, run.final,
-                           before_final if run.final else None, forks=forks)
+                           before_final if run.final else None, forks=forks, check=check, job_budget=job_budget)
 
 
 def derive_report_findings(run: Run) -> None:
@@ -190,7 +193,8 @@ def derive_report_findings(run: Run) -> None:
 def write_run(run: Run) -> None:
     """``run.json``: run settings, every chapter's status and the entries this run wrote (read by the summary)."""
     chapters = [dict(name=o.chapter.name, title=o.chapter.title, order=o.chapter.order, status=o.status,
-                     reason=o.reason, requires=list(o.chapter.requires), seconds=round(o.seconds, 2))
+                     reason=o.reason, requires=list(o.chapter.requires), seconds=round(o.seconds, 2),
+                     **({"peak_rss_bytes": o.peak_rss} if o.peak_rss is not None else {}))
                 for o in sorted(run.outcomes(), key=lambda o: o.chapter.order)]
     run.info["runner_peak_rss_bytes"] = peak_rss_bytes()  # so far: the last write comes after rendering
     doc = mark(dict(run.info, chapters=chapters), run.staging)  # the marker and every file: earlier.py
@@ -281,8 +285,11 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         raise ValueError(f"engine must be 'local' or 'dask', not {engine!r}")
     if engine == "dask" or scheduler is not None:
         from ..kernels.dask_engine import _require
+        from ..context import check_scheduler
 
         _require()  # one line naming the extra to install, before anything is written
+        if scheduler is not None:
+            check_scheduler(scheduler)  # a web address is refused at once
     settings = settings or resolve_settings()
     baseline = check_baseline(baseline) if baseline is not None else None
     target = OutputFolder.check(out, force=force)
@@ -303,9 +310,15 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
                       results_dir="../results", settings=settings.to_params())
         if client is not None:  # every chapter sends its passes to this cluster, open until the last has run
             params["settings"] = replace(settings, scheduler=client.scheduler.address).to_params()
-        graph = shared_graph(run.es, settings, run.cache, run.ready, client=client)
-        describe_run(run, target.path, title=title, jobs=jobs, engine_info=engine_info, graph=graph)
-        execute_chapters(run, params, timeout=timeout, jobs=jobs, forks=forks)
+        graph = shared_graph(run.es, settings, run.cache, run.ready, client=client,
+                             on_lost=lambda line: cluster_lost(line, engine_info, params, settings))
+        jobs, job_budget, note = job_plan(settings.compute().budget, jobs, len(run.ready))
+        if note:
+            notice(note)
+        describe_run(run, target.path, title=title, jobs=jobs, engine_info=engine_info, graph=graph,
+                     job_budget=job_budget)
+        execute_chapters(run, params, timeout=timeout, jobs=jobs, forks=forks, job_budget=job_budget,
+                         check=cluster_check(client, engine_info, params, settings) if client is not None else None)
         if not run.final:
             derive_report_findings(run)
         write_run(run)
@@ -319,5 +332,5 @@ def run_report(source, out, *, settings: ChapterSettings | None = None, chapters
         raise
     finally:
         if client is not None:  # a LocalCluster closes with its client
-            client.close()
+            close_client(client)
     return RunResult(target.path, run.outcomes(), {k: target.path / Path(v).name for k, v in files.items()}, errors)

@@ -12,7 +12,8 @@ from ..context import cache_folder
 from ..settings import ChapterSettings
 
 
-def shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[ChapterSpec], client=None) -> dict | None:
+def shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[ChapterSpec], client=None,
+                 on_lost=None) -> dict | None:
     """Compute the set's cosine k-NN graph into the prepared cache when a chapter that reads it will run
     (exact mode; k + 1 neighbours for the k option), so chapters running side by side share one computation.
     The same sweep sums the all-pairs potential (uniformity) and, when the hubness chapter runs, ranks
@@ -21,7 +22,9 @@ def shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapter
     With a Dask ``client`` (``--dask``, ``--scheduler``; exact precision) the cosine graph is computed on the
     cluster (:func:`~embeval_report.kernels.dask_engine.knn_blockwise`, the same lists; the workers read the
     prepared ``vectors.npy`` themselves) and stored in the cache as the local sweep would store it; the
-    mutual-proximity graph and the potential still come from a local sweep."""
+    mutual-proximity graph and the potential still come from a local sweep. A cluster lost meanwhile
+    (:class:`~embeval_report.kernels.dask_faults.ClusterLost`) is told to ``on_lost(line)``, and the local sweep
+    computes the graph instead."""
     import numpy as np
 
     from ..kernels.neighbours import fast_recall
@@ -39,7 +42,15 @@ def shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapter
     try:
         with compute:  # the sweep itself runs here, locally (the cluster computes only the cosine graph)
             if client is not None and settings.precision == "exact":
-                _dask_graph(np.load(cache / "vectors.npy", mmap_mode="r"), k, client)
+                from ..kernels.dask_faults import ClusterLost
+
+                try:
+                    _dask_graph(np.load(cache / "vectors.npy", mmap_mode="r"), k, client)
+                except ClusterLost as exc:
+                    client = None
+                    if on_lost is None:
+                        raise
+                    on_lost(str(exc))
             reduced_knn(es.vectors, k, methods, with_cosine=True, device=settings.device,
                         desc="k-NN graph (shared by the chapters)")
             recall = fast_recall(es.vectors)
@@ -96,3 +107,35 @@ def dask_client(engine: str, scheduler: str | None, workers: int):
 
     client = connect(scheduler, workers)
     return client, {"name": "dask", "scheduler": scheduler or "LocalCluster", "workers": worker_count(client)}
+
+
+def cluster_lost(line: str, engine_info: dict, params: dict, settings: ChapterSettings) -> None:
+    """The run's Dask cluster was lost (``line`` names it and the cause) while the runner used it: said once, the
+    run goes on locally (every chapter's passes in its own process: no chapter waits for a scheduler that is gone)
+    and ``run.json``'s engine records it, which the Summary states."""
+    from ..errors import notice
+
+    notice(f"{line}; the run goes on without it: the shared k-NN graph and every later pass are computed locally")
+    engine_info.update(lost=line, fallback="local")
+    params["settings"] = settings.to_params()
+
+
+def close_client(client) -> None:
+    """Close the run's Dask client (and its LocalCluster); one whose scheduler is gone is let go."""
+    from contextlib import suppress
+
+    with suppress(Exception):
+        client.close(timeout=10)
+
+
+def cluster_check(client, engine_info: dict, params: dict, settings: ChapterSettings):
+    """What the runner calls before each chapter: a cluster whose scheduler no longer answers this run's client
+    (its status leaves "running" within a heartbeat) is lost (:func:`cluster_lost`), so that no later chapter
+    waits for it."""
+    address = client.scheduler.address
+
+    def check() -> None:
+        if "lost" not in engine_info and client.status != "running":
+            cluster_lost(f"the Dask cluster at {address} is gone: its scheduler stopped answering (client "
+                         f"{client.status})", engine_info, params, settings)
+    return check
