@@ -251,3 +251,59 @@ def test_monitor_json_beside_the_history_and_json_dash_prints_only_json(tmp_path
     assert err == "" and rec["level"] == "critical" and rec["verdict"] == "problematic"
     assert not (tmp_path / "logs" / "monitor-moved.json").exists()
     assert len(read_history("logs/h.jsonl").records) == 2
+
+
+def test_a_long_history_is_aggregated_in_the_dashboard_and_the_table(profile, tmp_path):
+    """A 400-batch history: the dashboard shows the latest RECENT batches one by one and the older ones in at
+    most WINDOWS windows (median, range, median bands, worst level: checked against a loop over the batches); the
+    table lists the latest TABLE_RECENT batches and the latest TABLE_ALERTS alerts before them, and says how many
+    it leaves to the history file. (2,000 batches drew 105 s of CPU and a 2,000-row table before.)"""
+    import pandas as pd
+
+    from embeval_report.chapters import monitoring as mon
+    from embeval_report.monitoring.score import LEVELS, history_record
+
+    scored = [history_record(fast(profile, draw(200, 60 + i, shift=shift), seed=i), batch="x", timestamp="x")
+              for i, shift in enumerate((0.0, 0.0, 1.5))]
+    n = 400
+    with open(tmp_path / "h.jsonl", "w") as f:
+        for i in range(n):
+            r = dict(scored[0 if i % 9 else 2], batch=f"b{i:03d}", timestamp=f"2024-01-01T{i % 24:02d}:00")
+            f.write(json.dumps(r) + "\n")
+    h = read_history(tmp_path / "h.jsonl")
+    size = mon.window_size(n)
+    assert size == -(-(n - mon.RECENT) // mon.WINDOWS) == 9
+    d = mon.panel_data(h, "mean_shift", "ratio")
+    cut = n - mon.RECENT
+    w = mon.windowed(d, cut, size)
+    for k, row in w.iterrows():  # the reference: each window's batches, one by one
+        part = d[(d["batch_index"] >= k * size) & (d["batch_index"] < min((k + 1) * size, cut))]
+        assert (row["first"], row["last"]) == (part["batch_index"].min(), part["batch_index"].max())
+        assert row["value"] == pytest.approx(float(np.median(part["value"])))
+        assert (row["low"], row["high"]) == (part["value"].min(), part["value"].max())
+        assert row["level"] == max(part["level"], key=LEVELS.index)
+        assert row["warning"] == pytest.approx(float(np.median(part["warning"])))
+    assert len(w) == -(-cut // size) <= mon.WINDOWS
+    fig = mon.dashboard_figure(h)
+    ax = fig.axes[0]
+    from matplotlib.collections import PathCollection
+
+    points = sum(len(c.get_offsets()) for c in ax.collections if isinstance(c, PathCollection))
+    assert points == mon.RECENT + len(w)  # no marker per old batch
+    assert len(ax.collections) <= 3 * (mon.RECENT + len(w)) + 4  # nor a band
+    assert len(fig.axes[-1].get_xticks()) <= 16
+    kept, left, alerting = mon.table_records(h)
+    old_alerts = [r for r in h.records[:-mon.TABLE_RECENT] if r["level"] != "ok"]
+    assert kept == old_alerts[-mon.TABLE_ALERTS:] + h.records[-mon.TABLE_RECENT:]
+    assert (left, alerting) == (n - mon.TABLE_RECENT - mon.TABLE_ALERTS, len(old_alerts) - mon.TABLE_ALERTS)
+    rep = mon.MonitoringReport(h, {}, h.records[-1])
+    assert len(mon.batches_table(rep)) == mon.TABLE_RECENT + mon.TABLE_ALERTS
+    assert isinstance(mon.batches_table(rep), pd.DataFrame)
+    short = mon.MonitoringReport(read_history(_first_lines(tmp_path, 12)), {}, h.records[11])
+    assert mon.table_records(short.history) == (short.history.records, 0, 0) and mon.window_size(12) == 1
+
+
+def _first_lines(tmp_path, k):
+    lines = (tmp_path / "h.jsonl").read_text().splitlines()[:k]
+    (tmp_path / "short.jsonl").write_text("\n".join(lines) + "\n")
+    return tmp_path / "short.jsonl"

@@ -151,9 +151,33 @@ def narrative(rep: MonitoringReport) -> str:
     return "\n\n".join(parts)
 
 
+#: a history of up to this many batches is shown batch by batch; a longer one keeps :data:`RECENT` batches in detail
+DETAIL_MAX = 120
+#: the latest batches a long history's dashboard shows one by one (older ones: at most :data:`WINDOWS` windows)
+RECENT = 60
+WINDOWS = 40
+#: a long history's batches table: the latest TABLE_RECENT batches and up to TABLE_ALERTS alerts before them
+TABLE_RECENT = 20
+TABLE_ALERTS = 30
+
+
+def table_records(h: MonitorHistory) -> tuple[list[dict], int, int]:
+    """The records the batches table lists, and how many it leaves out (and how many of those alerted): every
+    record of a history of up to :data:`DETAIL_MAX` batches; of a longer one the latest :data:`TABLE_RECENT` and
+    the latest :data:`TABLE_ALERTS` alerting batches before them, in history order (the rest stay in the history
+    file and ``results/monitoring.json``)."""
+    recs = h.records
+    if len(recs) <= DETAIL_MAX:
+        return list(recs), 0, 0
+    older = recs[:-TABLE_RECENT]
+    alerts = [i for i, r in enumerate(older) if r["level"] != "ok"][-TABLE_ALERTS:]
+    kept = [older[i] for i in alerts] + list(recs[-TABLE_RECENT:])
+    return kept, len(older) - len(alerts), sum(r["level"] != "ok" for r in older) - len(alerts)
+
+
 def batches_table(rep: MonitoringReport) -> pd.DataFrame:
     rows = []
-    for r in rep.history.records:
+    for r in table_records(rep.history)[0]:
         rows.append({"batch": str(r["batch"]), "time": str(r["timestamp"]), "rows": f"{r['n']:,}",
                      "level": _level(r["level"]), "alerting signals": ", ".join(_alerting(r)) or "—",
                      "too small to see": ", ".join(r["signals"].get(k, {}).get("label", k)
@@ -215,23 +239,64 @@ def panel_data(h: MonitorHistory, signal: str, column: str) -> pd.DataFrame:
     return out
 
 
+def window_size(n: int) -> int:
+    """Batches per window of the dashboard's older part (1: a history short enough to show batch by batch)."""
+    return 1 if n <= DETAIL_MAX else int(np.ceil((n - RECENT) / WINDOWS))
+
+
+def windowed(d: pd.DataFrame, cut: int, size: int) -> pd.DataFrame:
+    """The rows of a panel (or of the batches, with ``value`` and ``level``) before batch index ``cut`` in
+    windows of ``size`` consecutive batches: their span of batch indices (``first``, ``last``), the median value
+    with its ``low`` and ``high``, the median of each band edge and the worst level, one row per window."""
+    old = d[d["batch_index"] < cut]
+    group = ((old["batch_index"] - old["batch_index"].min()) // size).to_numpy()
+    g = old.assign(rank=old["level"].map(sc.LEVELS.index)).groupby(group)
+    out = pd.DataFrame({"first": g["batch_index"].min(), "last": g["batch_index"].max(),
+                        "value": g["value"].median(), "low": g["value"].min(), "high": g["value"].max(),
+                        "level": g["rank"].max().map(lambda i: sc.LEVELS[int(i)])})
+    for e in _EDGES:
+        if e in old:
+            out[e] = g[e].median()
+    return out.reset_index(drop=True)
+
+
 def dashboard_figure(h: MonitorHistory) -> plt.Figure:
     """Each signal over the batches with the bands its level is read against, batch by batch (amber: warning, red:
     critical; they include where the signal's test rejects, so they move with the batch's size); the marker colour
-    is the level, which lies in the band the marker sits in; red dashed lines mark critical batches."""
+    is the level, which lies in the band the marker sits in; red dashed lines mark critical batches.
+
+    A history longer than :data:`DETAIL_MAX` batches shows its latest :data:`RECENT` so, after the older ones in
+    at most :data:`WINDOWS` windows of one slot each (:func:`windowed`: a square at the median, a line over the
+    window's range, the window's median bands, the colour of its worst level): readable, and quick to draw (2,000
+    batches took 105 s of CPU batch by batch, 5 s so)."""
     batches = h.batches
-    x = batches["batch_index"].to_numpy()
-    names = [mathtext(b) for b in batches["batch"]]
-    critical = x[batches["level"].to_numpy() == "critical"]
+    size = window_size(len(batches))
+    first = int(batches["batch_index"].min())
+    cut = int(batches["batch_index"].iloc[-RECENT]) if size > 1 else first
+    slots = -(-(cut - first) // size)  # the windows' slots come first, then one slot per recent batch
+
+    def at(index):
+        return np.asarray(index) - cut + slots
+
+    detail = batches[batches["batch_index"] >= cut]
+    x = at(detail["batch_index"].to_numpy())
+    critical = x[detail["level"].to_numpy() == "critical"]
     fig, axes = plt.subplots(4, 2, figsize=(WIDTH, 10.5), sharex=True)
     for ax, (sname, col, ylabel) in zip(axes.flat, PANELS):
-        d = panel_data(h, sname, col)
-        if d.empty or not np.isfinite(d["value"]).any():
+        whole = panel_data(h, sname, col)
+        if whole.empty or not np.isfinite(whole["value"]).any():
             ax.set_visible(False)
             continue
-        y, xs = d["value"].to_numpy(float), d["batch_index"].to_numpy()
-        finite = y[np.isfinite(y)]
+        d = whole[whole["batch_index"] >= cut]
+        windows = windowed(whole, cut, size) if size > 1 else None
+        y, xs = d["value"].to_numpy(float), at(d["batch_index"].to_numpy())
+        finite = whole["value"].to_numpy(float)
+        finite = finite[np.isfinite(finite)]
         edges = d[["warning", "critical", "warning_below"]].to_numpy(float)
+        spans = list(xs)
+        if windows is not None:  # the older batches' windows: their median bands over their slot
+            edges = np.vstack([windows[["warning", "critical", "warning_below"]].to_numpy(float), edges])
+            spans = list(range(len(windows))) + spans
         shown = edges[np.isfinite(edges) & (edges < 1e6)]
         top = max([finite.max()] + [e * 1.15 for e in shown if e > 0] + [1e-9])
         bottom = min([0.0, finite.min()] + list(shown))
@@ -240,7 +305,7 @@ def dashboard_figure(h: MonitorHistory) -> plt.Figure:
         if sname == "isotropy_drift":
             bottom = min(finite.min(), *(shown if len(shown) else [finite.min()])) - 0.02
         hi = top * 1.05 if top > 0 else 1.0
-        for xi, (w, c, wb) in zip(xs, edges):
+        for xi, (w, c, wb) in zip(spans, edges):
             span = [xi - 0.5, xi + 0.5]
             if np.isfinite(w) and w < hi:
                 ax.fill_between(span, w, c if np.isfinite(c) else hi, color=PALETTE["concerning"], alpha=0.14, lw=0)
@@ -259,6 +324,8 @@ def dashboard_figure(h: MonitorHistory) -> plt.Figure:
             ax.plot(xs, y, color=PALETTE["data"], lw=1.2, zorder=2)
         ax.scatter(xs, y, c=[LEVEL_COLOUR[lv] for lv in d["level"]], s=28, zorder=3, edgecolors="white",
                    linewidths=0.5)
+        if windows is not None:
+            _show_windows(ax, windows, slots)
         if sname == "isotropy_drift" and "reference_apcs" in h.signals:
             r = h.signals.loc[h.signals["signal"] == sname, "reference_apcs"].iloc[-1]
             ax.axhline(r, color=PALETTE["muted"], ls=":", lw=1)
@@ -270,19 +337,40 @@ def dashboard_figure(h: MonitorHistory) -> plt.Figure:
         for c in critical:
             ax.axvline(c, color=PALETTE["problematic"], ls="--", lw=0.7, alpha=0.6)
         ax.set_ylim(bottom, hi)
-        ax.set_xlim(x.min() - 0.6, x.max() + 0.6)
+        ax.set_xlim(-0.6, x.max() + 0.6)
         ax.set_ylabel(ylabel, fontsize=8)
         ax.set_title(sc.SIGNALS[sname][0], fontsize=9)
     ax = axes.flat[-1]
-    lv = batches["level"].map(sc.LEVELS.index).to_numpy()
-    ax.scatter(x, lv, c=[LEVEL_COLOUR[v] for v in batches["level"]], s=60, zorder=3)
+    lv = detail["level"].map(sc.LEVELS.index).to_numpy()
+    ax.scatter(x, lv, c=[LEVEL_COLOUR[v] for v in detail["level"]], s=60, zorder=3)
     ax.plot(x, lv, color=PALETTE["muted"], lw=0.8)
+    ticks, names = list(x), [mathtext(b) for b in detail["batch"]]
+    if size > 1:
+        worst = windowed(batches.assign(value=0.0), cut, size)
+        ax.scatter(range(len(worst)), worst["level"].map(sc.LEVELS.index), c=[LEVEL_COLOUR[v] for v in worst["level"]],
+                   marker="s", s=24, zorder=3)
+        ax.axvline(slots - 0.5, color=PALETTE["muted"], ls=":", lw=0.8)
+        named = batches.set_index("batch_index")["batch"]
+        every = max(1, len(worst) // 6)
+        ticks = [k for k in range(0, len(worst), every)] + ticks[::10]
+        names = [mathtext(f"{named[worst['first'][k]]} …") for k in range(0, len(worst), every)] + names[::10]
     ax.set_yticks(range(3), list(sc.LEVELS))
     ax.set_ylim(-0.5, 2.5)
-    ax.set_title("Batch alert level", fontsize=9)
+    ax.set_title("Batch alert level" + (f" (older: worst of each {size} batches)" if size > 1 else ""), fontsize=9)
     for a in axes[-1]:
-        a.set_xticks(x, names, rotation=45, ha="right", fontsize=7)
+        a.set_xticks(ticks, names, rotation=45, ha="right", fontsize=7)
     return fig
+
+
+def _show_windows(ax, windows: pd.DataFrame, slots: int) -> None:
+    """A panel's windows of older batches, one slot each: a square at the median, a line over the values' range, in
+    the colour of the worst level; a dotted line where the batch-by-batch part starts."""
+    colours = [LEVEL_COLOUR[lv] for lv in windows["level"]]
+    k = np.arange(len(windows))
+    ax.vlines(k, windows["low"], windows["high"], colors=colours, lw=1.2, zorder=2)
+    ax.plot(k, windows["value"], color=PALETTE["data"], lw=0.8, alpha=0.6, zorder=2)
+    ax.scatter(k, windows["value"], c=colours, marker="s", s=18, zorder=3, edgecolors="white", linewidths=0.4)
+    ax.axvline(slots - 0.5, color=PALETTE["muted"], ls=":", lw=0.8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,6 +382,11 @@ def show_summary(rep: MonitoringReport) -> None:
 
 
 def show_dashboard(rep: MonitoringReport) -> None:
+    n, size = len(rep.history.records), window_size(len(rep.history.records))
+    older = (f" The {n:,} batches are too many to show one by one: the latest {RECENT} are, left of the dotted line "
+             f"the {n - RECENT:,} before them in windows of {size} (a square at the window's median, a line over its "
+             "values, the window's median bands, the colour of its worst level); every batch is in the history file "
+             "and the batches table lists the alerts." if size > 1 else "")
     show_figure(dashboard_figure(rep.history),
                 caption="The monitoring dashboard: each signal per batch, with the bands its level is read against "
                         "(amber: warning, red: critical; Table 217.3 for the mean and norm shift and the anomalous "
@@ -302,14 +395,19 @@ def show_dashboard(rep: MonitoringReport) -> None:
                         "signal's own test rejects at α/7, so it moves with the batch's size, and a marker's colour is "
                         "the level of the band it sits in, as in the tables. The anomalous fraction's threshold is "
                         "calibrated on the profile's held-out rows (dotted: their nominal rate q). MMD² has no scale "
-                        "to draw bands on: it is amber when its test rejects. Red dashed lines: batches at critical.",
-                label="fig-monitoring-dashboard")
+                        "to draw bands on: it is amber when its test rejects. Red dashed lines: batches at critical."
+                        + older, label="fig-monitoring-dashboard")
 
 
 def show_batches(rep: MonitoringReport) -> None:
-    show_table(batches_table(rep), caption="Every batch in the history, its level, the signals that alerted, and "
-                                           "the signals whose warning-level change it had too few rows to see "
-                                           "(power below 0.8 at α/7).", label="tbl-monitoring-batches")
+    _, left, alerting = table_records(rep.history)
+    which = ("Every batch in the history" if not left else
+             f"The latest {TABLE_RECENT} batches and the {'latest ' if alerting else ''}alerts before them (the "
+             f"other {left:,} batches, {alerting:,} of them alerting, are in the history file "
+             f"`{escape(rep.history.file)}` and in `results/monitoring.json`)")
+    show_table(batches_table(rep), caption=f"{which}: each batch's level, the signals that alerted, and the signals "
+                                           "whose warning-level change it had too few rows to see (power below 0.8 "
+                                           "at α/7).", label="tbl-monitoring-batches")
 
 
 def show_latest(rep: MonitoringReport) -> None:
