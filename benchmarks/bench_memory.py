@@ -3,10 +3,12 @@
 Generates an n x d float32 set (default 300 000 x 768, 0.92 GB; clustered, with a common direction, so that
 all-but-the-top and whitening have something to remove) as a ``.npy`` file, then runs ``embeval-report run
 --memory-budget B`` for each budget (default 256 MiB, 1 GiB, 4 GiB; HTML only, one chapter at a time) and reads
-``run.json``: each chapter kernel's peak resident memory (``peak_rss_bytes``, the kernel's VmHWM), its seconds
-and status, and the runner's own peak. A kernel holds its libraries before it computes anything (torch, pandas,
-SciPy, matplotlib: the Summary's kernel, which computes next to nothing, measures that footprint), so the table
-also gives each peak less that footprint: the chapter's working memory, which the budget bounds.
+``run.json``: each chapter kernel's peak resident memory (``peak_rss_bytes``, the kernel's VmHWM), the most of
+its own memory seen (``peak_anon_bytes``, RssAnon read every half second: VmHWM also counts the pages of the
+memory-mapped set a pass read, which are page cache), its seconds and status, and the runner's own peak. A kernel
+holds its libraries before it computes anything (torch, pandas, SciPy, matplotlib: the Summary's kernel, which
+computes next to nothing, measures that footprint), so the table also gives each chapter's own memory less that
+footprint: its working memory, which the budget bounds.
 
 The default chapters are those of a bare vectors file that need no k-NN graph (isotropy, uniformity, collapse);
 ``--chapters`` adds others (hubness and correction sweep the exact k-NN graph: about 10 min a run at 300k x 768
@@ -57,23 +59,23 @@ def mib(nbytes) -> str:
 
 
 def table(runs: dict[str, dict]) -> str:
-    lines = ["| budget | chapter | status | seconds | peak RSS (MiB) | less the kernel's footprint (MiB) | "
-             "within the budget |", "|---|---|---|---|---|---|---|"]
+    lines = ["| budget | chapter | status | seconds | peak RSS (MiB) | own memory, RssAnon (MiB) | "
+             "own less the kernel's footprint (MiB) | within the budget |", "|---|---|---|---|---|---|---|---|"]
     from embeval_report.context import parse_bytes
 
     for budget, doc in runs.items():
         chapters = {c["name"]: c for c in doc.get("chapters", [])}
-        footprint = chapters.get("summary", {}).get("peak_rss_bytes")
+        footprint = chapters.get("summary", {}).get("peak_anon_bytes")
         for c in doc.get("chapters", []):
             if c["status"] == "skipped":
                 continue
-            peak = c.get("peak_rss_bytes")
-            work = None if peak is None or footprint is None else max(0, peak - footprint)
+            own = c.get("peak_anon_bytes")
+            work = None if own is None or footprint is None else max(0, own - footprint)
             within = "—" if work is None else ("yes" if work <= parse_bytes(budget) else "**no**")
-            lines.append(f"| {budget} | {c['name']} | {c['status']} | {c['seconds']:.1f} | {mib(peak)} | "
-                         f"{mib(work)} | {within} |")
+            lines.append(f"| {budget} | {c['name']} | {c['status']} | {c['seconds']:.1f} | "
+                         f"{mib(c.get('peak_rss_bytes'))} | {mib(own)} | {mib(work)} | {within} |")
         lines.append(f"| {budget} | (runner) | exit {doc['exit']} | {doc['wall_seconds']:.1f} | "
-                     f"{mib(doc.get('runner_peak_rss_bytes'))} | | |")
+                     f"{mib(doc.get('runner_peak_rss_bytes'))} | | | |")
     return "\n".join(lines)
 
 

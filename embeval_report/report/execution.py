@@ -38,6 +38,7 @@ class ChapterOutcome:
     reason: str = ""
     seconds: float = 0.0
     peak_rss: int | None = None  # the peak resident memory of the chapter's kernel, in bytes (None: unknown)
+    peak_anon: int | None = None  # the most of it the kernel held itself (not mapped files), read every 0.5 s
 
 
 def error_text(exc: BaseException) -> str:
@@ -253,13 +254,13 @@ def execute_chapter(ch: ChapterSpec, staging: Path, params: dict, *, timeout: in
             reason = ((kernel.ended(watch, _budget(budget)) if kernel is not None else None)
                       or _timed_out(exc, timeout) or error_text(exc))
     finally:
-        peak = watch.stop() if watch is not None else None
+        peak, anon = (watch.stop(), watch.anonymous) if watch is not None else (None, None)
         if own and kernel is not None:
             kernel.release()
     reason = scrub(reason, private_prefixes(*report_places(staging)))
     publish_notebook(target if target.exists() else ch.notebook, target, staging,
                      dict(name=ch.name, title=ch.title, status=status, error=reason or None))
-    return ChapterOutcome(ch, status, reason, time.time() - t0, peak)
+    return ChapterOutcome(ch, status, reason, time.time() - t0, peak, anon)
 
 
 @contextmanager
@@ -433,7 +434,8 @@ def _parallel(ready: list[ChapterSpec], staging: Path, params: dict, timeout: in
                     o = ChapterOutcome(ch, "failed", f"the chapter's process ended abnormally: {error_text(value)}",
                                        time.time() - t0)
                 else:  # the worker died (killed, out of memory): its kernel ended with it
-                    o = ChapterOutcome(ch, "failed", watch.cause(value, budget), time.time() - t0, watch.peak)
+                    o = ChapterOutcome(ch, "failed", watch.cause(value, budget), time.time() - t0, watch.peak,
+                                       watch.anonymous)
                     _record_failure(ch, staging, o.reason)
                 watch.stop()
                 done[ch.name] = o
@@ -450,7 +452,7 @@ def _execute_in_worker(chapter, name: str, staging: Path, params: dict, timeout:
 
         chapter = replace(importlib.import_module(chapter).CHAPTER, module=chapter)
     o = execute_chapter(chapter, staging, params, timeout=timeout)
-    return o.status, o.reason, o.seconds, o.peak_rss
+    return o.status, o.reason, o.seconds, o.peak_rss, o.peak_anon
 
 
 def _record_failure(ch: ChapterSpec, staging: Path, reason: str) -> None:

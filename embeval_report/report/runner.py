@@ -194,7 +194,8 @@ def write_run(run: Run) -> None:
     """``run.json``: run settings, every chapter's status and the entries this run wrote (read by the summary)."""
     chapters = [dict(name=o.chapter.name, title=o.chapter.title, order=o.chapter.order, status=o.status,
                      reason=o.reason, requires=list(o.chapter.requires), seconds=round(o.seconds, 2),
-                     **({"peak_rss_bytes": o.peak_rss} if o.peak_rss is not None else {}))
+                     **({"peak_rss_bytes": o.peak_rss} if o.peak_rss is not None else {}),
+                     **({"peak_anon_bytes": o.peak_anon} if o.peak_anon is not None else {}))
                 for o in sorted(run.outcomes(), key=lambda o: o.chapter.order)]
     run.info["runner_peak_rss_bytes"] = peak_rss_bytes()  # so far: the last write comes after rendering
     doc = mark(dict(run.info, chapters=chapters), run.staging)  # the marker and every file: earlier.py

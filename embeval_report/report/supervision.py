@@ -5,7 +5,8 @@ out-of-memory killer sends SIGKILL and counts the kill: in the memory cgroup of 
 ``memory.events``, v1 ``memory.oom_control``: ``oom_kill``) and machine-wide (``/proc/vmstat``). A process that
 ended by SIGKILL while one of those counters went up was killed for memory; the message says so and what to
 change. :class:`Watch` reads those counters when a process starts and its peak resident memory while it runs
-(``VmHWM``, Linux), which the run records per chapter.
+(``VmHWM``, Linux) and the most of its own memory seen (``RssAnon``, read every half second: a memory-mapped set's
+pages are page cache, counted in the peak but not here), which the run records per chapter.
 """
 from __future__ import annotations
 
@@ -23,14 +24,27 @@ MEMORY_ADVICE = "give a smaller --memory-budget, or a --sample-size"
 
 def peak_rss(pid: int) -> int | None:
     """The peak resident memory of process ``pid`` so far, in bytes (``VmHWM``), or None (gone; not Linux)."""
+    return _status(pid).get("VmHWM")
+
+
+def anonymous_rss(pid: int) -> int | None:
+    """The resident memory process ``pid`` holds itself now (``RssAnon``: not the pages of files it maps, such as
+    a memory-mapped set, which are page cache), in bytes, or None."""
+    return _status(pid).get("RssAnon")
+
+
+def _status(pid: int) -> dict[str, int]:
+    """The sizes of ``/proc/<pid>/status``, in bytes (empty: gone; not Linux)."""
+    out = {}
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
+                key, _, rest = line.partition(b":")
+                if rest.rstrip().endswith(b"kB"):
+                    out[key.decode()] = int(rest.split()[0]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    return None
+    return out
 
 
 def oom_counters(pid: int | None = None) -> list[str]:
@@ -96,6 +110,7 @@ class Watch:
         self.pid, self.what = pid, what
         self.kills = {f: oom_kills(f) for f in oom_counters(pid)}
         self.peak: int | None = peak_rss(pid)
+        self.anonymous: int | None = anonymous_rss(pid)  # the most of it seen, read every POLL_SECONDS
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._poll, name=f"embeval-watch-{pid}", daemon=True)
         self._thread.start()
@@ -105,9 +120,11 @@ class Watch:
             self._read()
 
     def _read(self) -> None:
-        now = peak_rss(self.pid)
-        if now is not None:
-            self.peak = max(now, self.peak or 0)
+        sizes = _status(self.pid)
+        if "VmHWM" in sizes:
+            self.peak = max(sizes["VmHWM"], self.peak or 0)
+        if "RssAnon" in sizes:
+            self.anonymous = max(sizes["RssAnon"], self.anonymous or 0)
 
     def stop(self) -> int | None:
         """Stop watching (a last reading first); the peak resident memory seen, in bytes (None: unknown)."""
