@@ -211,10 +211,23 @@ def verdict_table(rep: ComparisonReport) -> pd.DataFrame:
     (numbers to a tenth of E)."""
     short = _short(rep)
     return _per_row(rep, lambda r, sg, pl: {
+        "units": _units(r),
         "A → B": f"{_num(r['mean_a'], pl)}{NBSP}→ {_num(r['mean_b'], pl)}",
         "B − A [interval]": f"{_signed(r['diff'], sg)} [{_signed(r['sim_low'], sg)},{NBSP}"
                             f"{_signed(r['sim_high'], sg)}]",
         "E": _num(r["effect"], ".2g"), "verdict": _badge(r, short)})
+
+
+def _units(r) -> str:
+    """``"80 queries"``: the units a row is paired over (``"80 queries ‡"`` when the reports used different plans)."""
+    unit = r.get("unit") if hasattr(r, "get") else None
+    text = f"{int(r['n']):,}{NBSP}{unit or 'units'}"
+    return text + (f"{NBSP}‡" if _other_plan(r.get("same_plan")) else "")
+
+
+def _other_plan(same) -> bool:
+    """Whether a row's ``same_plan`` says the two reports used different plans (None/NaN: unknown, not different)."""
+    return same is not None and same == same and not bool(same)
 
 
 def difference_figure(t: pd.DataFrame) -> plt.Figure:
@@ -300,7 +313,8 @@ def narrative(rep: ComparisonReport) -> str:
         return (f"The reports of {escape(', '.join(names))} share no per-unit results to pair (no chapter that "
                 "records queries, test edges, entities or users ran on both with the same units), so no difference "
                 "can be tested: the table below shows each model's own numbers side by side. To test differences, "
-                "run a chapter with per-unit results (retrieval, link prediction, stability, drift, recommendation) "
+                "run a chapter with per-unit results (a task chapter: retrieval, node classification, clustering, link "
+                "prediction, semantic similarity, ...; stability, drift) "
                 "with the same side data on each model.")
     corr = {"holm": "Holm's correction", "bh": "the Benjamini–Hochberg correction", "none": "no correction"}[
         doc["correction"]]
@@ -318,6 +332,14 @@ def narrative(rep: ComparisonReport) -> str:
                      f"{_signed(best['sim_high'])}), d_z = {_num(best['d_z'], '.2f')}, {escape(b)} better on "
                      f"{int(best['wins']):,} of {int(best['n']):,} {best['unit']} and worse on "
                      f"{int(best['losses']):,}, adjusted p {p_value(best['p_adjusted'])}.")
+    if "same_plan" in t:
+        other = t[t["same_plan"].map(_other_plan)]
+        if len(other):
+            parts.append(f"‡ {len(other)} comparison(s) pair units that the two reports scored on **different plans** "
+                         "(folds, negatives, sampled queries or seeds: "
+                         f"{escape(', '.join(dict.fromkeys(other['chapter'])))}): the units are the same ids, but part "
+                         "of a difference may come from the plan rather than the vectors. Run both models with the same "
+                         "side data and `--seed` to compare them on one plan.")
     under, inc = t[t["verdict"] == "underpowered"], t[t["verdict"] == "inconclusive"]
     if len(under):
         parts.append(f"{len(under)} comparison(s) are **underpowered**: not significant, and at the corrected level "
@@ -418,7 +440,8 @@ def show_verdict_table(rep: ComparisonReport) -> None:
         return
     t = rep.table
     show_table(verdict_table(rep),
-               caption=f"The verdict per metric: model A's and B's means over the shared units, B − A with its "
+               caption=f"The verdict per metric: the units both models share (n), model A's and B's values over them, "
+                       f"B − A with its "
                        f"{_level(t)} interval (the one the verdict uses), and E, the smallest difference that "
                        "matters. Green: B better; red: A better; blue: shown to differ by less than E; grey: "
                        "unresolved (underpowered or inconclusive).", label="tbl-compare-differences")

@@ -183,8 +183,8 @@ def no_pairs_line(names: list[str]) -> str:
     """What ``compare`` says when the models share no per-unit chapter."""
     return (f"{' and '.join(names) if len(names) == 2 else ', '.join(names)} share no per-unit chapter (queries, "
             "test edges, entities or users measured on both), so no difference is tested; their metrics are "
-            "shown side by side (run retrieval, link prediction, stability, drift or recommendation on the same "
-            "side data to test differences)")
+            "shown side by side (run a task chapter, e.g. retrieval, node classification, clustering, link prediction "
+            "or semantic similarity, on the same side data to test differences)")
 
 
 def side_by_side_lines(side: pd.DataFrame, names: list[str]) -> list[str]:
@@ -220,8 +220,26 @@ def terminal_lines(table: pd.DataFrame, side: pd.DataFrame | None = None, names:
         for r in part.itertuples():
             k = decimals(r.effect)
             lines.append(f"  {r.chapter}.{r.metric}: {r.diff:+.{k}f} [{r.sim_low:+.{k}f}, {r.sim_high:+.{k}f}], "
-                         f"E {r.effect:.2g}, p adj {p_text(r.p_adjusted)}: {verdict_words(r.verdict, a, b)}")
+                         f"E {r.effect:.2g}, p adj {p_text(r.p_adjusted)}, {units_text(r)}"
+                         f"{'' if _plan_kept(r) else ' (different plans)'}: {verdict_words(r.verdict, a, b)}")
+        other = list(dict.fromkeys(r.chapter for r in part.itertuples() if not _plan_kept(r)))
+        if other:
+            lines.append(f"  warning: the two reports scored {', '.join(other)} on different plans (folds, negatives, "
+                         "samples, seeds); run both with the same side data and --seed to pair them on one plan")
     return lines
+
+
+def units_text(row) -> str:
+    """``"80 queries"``: a comparison's shared units and what they are."""
+    n = getattr(row, "n", None) if not isinstance(row, dict) else row.get("n")
+    unit = (getattr(row, "unit", None) if not isinstance(row, dict) else row.get("unit")) or "units"
+    return f"{int(n):,} {unit}" if n is not None and n == n else unit
+
+
+def _plan_kept(row) -> bool:
+    """Whether both reports scored the row's chapter on the same plan (unknown counts as kept)."""
+    same = getattr(row, "same_plan", None)
+    return same is None or same != same or bool(same)  # None/NaN: unknown
 
 
 def rollup_lines(table: pd.DataFrame) -> list[str]:
