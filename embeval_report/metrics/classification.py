@@ -197,6 +197,40 @@ def fold_macro_f1(units: pd.DataFrame) -> float:
     return float(np.mean([row.mean() for row in f1[present]]))
 
 
+def _fold_counts(units: pd.DataFrame, W: np.ndarray, codes: np.ndarray, size: int,
+                 weights: np.ndarray | None = None) -> np.ndarray:
+    """Per bootstrap draw (rows of the unit counts ``W``) the weighted count of each code: ``W @ one-hot(codes)``
+    (times ``weights``), (draws × ``size``); integer-valued, so exact as the bincount of the drawn rows."""
+    onehot = np.zeros((len(units), size))
+    onehot[np.arange(len(units)), codes] = 1.0 if weights is None else weights
+    return W @ onehot
+
+
+def fold_accuracy_weighted(units: pd.DataFrame, W: np.ndarray) -> np.ndarray:
+    """:func:`fold_accuracy` of many bootstrap draws at once from their unit counts ``W`` (draws × units): the
+    same value as on the drawn rows, bit for bit."""
+    f = units["fold"].to_numpy()
+    F = int(f.max()) + 1
+    counts = _fold_counts(units, W, f, F)
+    per_fold = _fold_counts(units, W, f, F, units["correct"].to_numpy(float)) / np.maximum(counts, 1)
+    return np.array([row[c > 0].mean() for row, c in zip(per_fold, counts)])
+
+
+def fold_macro_f1_weighted(units: pd.DataFrame, W: np.ndarray) -> np.ndarray:
+    """:func:`fold_macro_f1` of many bootstrap draws at once (``W``: draws × units), bit for bit."""
+    f, y, p = (units[c].to_numpy(np.int64) for c in ("fold", "y", "y_pred"))
+    C, F = int(max(y.max(), p.max())) + 1, int(f.max()) + 1
+    tp = _fold_counts(units, W, f * C + y, F * C, (y == p).astype(float)).reshape(-1, F, C)
+    denom = (_fold_counts(units, W, f * C + y, F * C) + _fold_counts(units, W, f * C + p, F * C)).reshape(-1, F, C)
+    present = _fold_counts(units, W, f, F) > 0
+    out = np.empty(len(W))
+    for r in range(len(W)):
+        classes = np.flatnonzero(np.bincount(y, weights=W[r], minlength=C) > 0)  # the drawn table's classes
+        f1 = np.divide(2.0 * tp[r], denom[r], out=np.zeros((F, C)), where=denom[r] > 0)[:, classes]
+        out[r] = np.mean([row.mean() for row in f1[present[r]]])
+    return out
+
+
 def evaluate_node_classification(X, labels, *, n_folds: int = N_FOLDS, train_fractions=TRAIN_FRACTIONS,
                                  n_repeats: int = N_REPEATS, C: float = PROBE_C, max_iter: int = PROBE_MAX_ITER,
                                  max_entities: int | None = MAX_PROBE_ENTITIES, level: float = 0.95, seed: int = 0,
