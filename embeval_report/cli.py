@@ -323,8 +323,8 @@ def _run(args, source, prepare=None) -> int:
             return ExitCode.GATE
     else:
         print(f"embeval-report: status {status or 'n/a'}: " + (", ".join(
-            f"{sum(f['severity'] == s for f in findings)} {s}" for s in ("problematic", "concerning"))),
-            file=sys.stderr)
+            f"{sum(f['severity'] == s for f in findings)} {s}" for s in ("problematic", "concerning")))
+            + (f" ({result.scope_text()})" if result.scope_text() else ""), file=sys.stderr)
     since = baseline_summary(result.out)
     if since:
         print(since, file=sys.stderr)
@@ -428,8 +428,8 @@ def _render(args) -> int:
 
 def _compare(args) -> int:
     from .report import tracking as tr
-    from .report.compare import (model_names, read_side_by_side, regression_names, regressions, run_compare,
-                                 terminal_lines)
+    from .report.compare import (model_names, read_side_by_side, read_swap_lines, regression_names, regressions,
+                                 run_compare, terminal_lines)
     from .report.outdir import output_lock
 
     _check_formats(args.formats)
@@ -447,6 +447,8 @@ def _compare(args) -> int:
             embedding_cache=args.embedding_cache, progress=say, record_paths=args.record_paths,
             pdf_timeout=args.pdf_timeout)
     for line in terminal_lines(table, read_side_by_side(out), [name for name, _ in tr.compared_models(out)]):
+        print(f"  {line}", file=sys.stderr)
+    for line in read_swap_lines(out):
         print(f"  {line}", file=sys.stderr)
     for f in files.values():
         print(f)

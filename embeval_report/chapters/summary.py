@@ -49,6 +49,8 @@ def status_line(found: dict) -> str:
     p = sum(f["severity"] == "problematic" for f in findings)
     c = sum(f["severity"] == "concerning" for f in findings)
     lead = STATUS_LEAD[status].format(p=p, c0=c, c=f"; {c} more are worth a look" if c else "")
+    if found.get("scope_text"):  # no task ran: the status cannot speak for shipping
+        lead = f"Scope: {escape(found['scope_text'])}."
     return f"**Status: {status}.** {lead}"
 
 

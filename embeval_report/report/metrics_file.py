@@ -71,5 +71,6 @@ def metrics_document(results_dir, chapters: list[dict], *, version: str, source:
         out[ch["name"]] = dict(status=ch["status"], reason=ch.get("reason") or None,
                                metrics={k: metric_entry(k, m, counts) for k, m in record.get("metrics", {}).items()})
     found = read_findings(results_dir)
-    return dict(version=version, source=source, seed=seed, device=device, status=found["status"],
+    scope = {k: found[k] for k in ("scope", "scope_text") if found.get(k)}  # "geometry only" when no task ran
+    return dict(version=version, source=source, seed=seed, device=device, status=found["status"], **scope,
                 findings=found["findings"], chapters=out)

@@ -61,6 +61,10 @@ class RunResult:
         doc = json.loads((self.out / "metrics.json").read_text())
         return doc.get("status"), doc.get("findings", [])
 
+    def scope_text(self) -> str | None:
+        """``metrics.json``'s scope ("geometry only: add labels, …") when no task ran, else None."""
+        return json.loads((self.out / "metrics.json").read_text()).get("scope_text")
+
 
 @dataclass
 class Run:
