@@ -259,6 +259,14 @@ def test_compare_command_end_to_end(tmp_path, capsys):
     assert "new (B) vs prod (A)" in err and "retrieval: new better on" in err and "comparing the models" in err
     assert "retrieval.mrr: +" in err and ": new better" in err and "A better" not in err
     assert 'class="verdict verdict-healthy"' in html and "verdict-new" not in html  # coloured, one class word
+    # the model swap section: the same corpus vectors (every list kept), queries encoded with other noise
+    swap = doc["swap"][0]
+    assert (swap["a"], swap["b"], swap["shared_ids"], swap["k"]) == ("prod", "new", 300, 10)
+    assert swap["neighbours"]["changed_share"] == 0.0 and swap["neighbours"]["mean"] == 1.0
+    assert swap["queries"]["queries"] == 80 and 0 < swap["queries"]["changed_share"] <= 1
+    assert swap["queries"]["gain"] > swap["queries"]["lose"]
+    assert "tbl-compare-swap-overlap" in html and "tbl-compare-swap-thresholds" in html
+    assert "model swap prod → new: 300 of 300 shared ids" in err
     # earlier report folders are reused as they are: the same numbers without re-running; three models get ranks
     third = tmp_path / "third"
     shutil.copytree(out / "models" / "prod", third)

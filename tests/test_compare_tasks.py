@@ -129,4 +129,14 @@ def test_a_difference_planted_in_one_task_is_found_there_only(tmp_path, monkeypa
     assert "A better" not in set(mine["verdict"])
     assert not others["verdict"].isin(["B better", "A better"]).any(), others[["chapter", "metric", "verdict"]]
     assert (others["diff"].abs() < 1e-12).all(), others.loc[others["diff"].abs() >= 1e-12, ["chapter", "metric"]]
-    assert time.perf_counter() - t0 < 90  # about 15 s on the shared 2-core machine
+    # --baseline pairs the same way: this report (B) against the previous model's (A), a verdict per task
+    from embeval_report.chapters.summary import baseline_counts
+    from embeval_report.report.baseline import compare_with_baseline
+
+    doc = compare_with_baseline(b, a, mde=None, level=0.95, seed=0)
+    counts = {r["chapter"]: r for r in baseline_counts(doc)}
+    assert set(counts) == set(TASKS)
+    for chapter in TASKS:
+        better = counts[chapter]["better"]
+        assert (better > 0) == (chapter in READERS[planted]) and counts[chapter]["worse"] == 0, counts[chapter]
+    assert time.perf_counter() - t0 < 90  # about 30 s on the shared, loaded 2-core machine

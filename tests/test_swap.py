@@ -67,3 +67,84 @@ def test_query_results_overlap():
     assert list(same["query"]) == list("abcdefg") and (same["overlap"] == 1.0).all()
     other = query_swap(Q, C, Q, rng.standard_normal((100, 8)), list("abcdefg"), k=10, device="cpu")
     assert other["overlap"].mean() < 0.5
+
+
+def test_sampled_ids_keep_their_lists_among_every_row():
+    """``rows``: the lists of some ids only, their neighbours sought among every row, self left out."""
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal((150, 6)), rng.standard_normal((150, 9))
+    A[7] = A[3]  # an exact duplicate: row 7's own index may come second
+    full = neighbour_swap(A, B, np.arange(150), k=5, device="cpu")
+    rows = np.array([0, 3, 7, 42, 149])
+    part = neighbour_swap(A, B, np.arange(150), k=5, rows=rows, device="cpu")
+    assert list(part.ids) == list(rows)
+    np.testing.assert_allclose(part.overlap, full.overlap[rows])
+    hist = full.histogram()
+    assert hist["ids"].sum() == 150 and list(hist["kept"]) == list(range(6))
+    assert (hist["ids"].to_numpy() == np.bincount(np.rint(full.overlap * 5).astype(int), minlength=6)).all()
+
+
+def _swap_set(folder, C, ids, Q, target):
+    from scored_reports import write_set
+
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / "q.npy", Q.astype(np.float32))
+    (folder / "qids.txt").write_text("".join(f"q{i:02d}\n" for i in range(len(Q))))
+    return write_set(folder, C, ids, files={"qrels.txt": "".join(f"q{i:02d} 0 {t} 1\n" for i, t in enumerate(target))},
+                     entries={"queries": "{vectors: q.npy, ids: qids.txt}", "qrels": "qrels.txt"})
+
+
+def test_swap_section_of_two_reports(tmp_path):
+    """Two models' reports whose sets hold partly different ids in another order and dimension: the section pairs
+    the shared ids row for row (lists against brute force over them), the queries' result overlap, the queries that
+    gain and lose on the retrieval units, and every pair's cosine scale."""
+    from scored_reports import run_report
+
+    from embeval_report.io import load_source
+    from embeval_report.report.model_swap import swap_lines, swap_section
+    from embeval_report.report.pairing import ModelReport
+
+    rng = np.random.default_rng(6)
+    n, d = 120, 8
+    C = rng.standard_normal((n, d))
+    ids = np.array([f"d{i:03d}" for i in range(n)])
+    target = rng.choice(n - 10, 30, replace=False)
+    Q = C[target] + 0.9 * rng.standard_normal((30, d))
+    CB = np.hstack([C + 0.6 * rng.standard_normal((n, d)), rng.standard_normal((n, 4))])
+    QB = np.hstack([Q, np.zeros((30, 4))])
+    keep_a = np.arange(n - 5)                                # A lacks the last 5 ids
+    order_b = np.r_[rng.permutation(n)[:n]]                  # B holds every id, shuffled, and 3 of its own
+    ma = _swap_set(tmp_path / "sa", C[keep_a], list(ids[keep_a]), Q, ids[target])
+    mb = _swap_set(tmp_path / "sb", np.vstack([CB[order_b], rng.standard_normal((3, d + 4))]),
+                   list(ids[order_b]) + ["x0", "x1", "x2"], QB, ids[target])
+    a = ModelReport.open(run_report(ma, tmp_path / "A", ["retrieval"], "A"))
+    b = ModelReport.open(run_report(mb, tmp_path / "B", ["retrieval"], "B"))
+    s = swap_section(a, b, k=10, device="cpu", sets=(load_source(ma), load_source(mb)))
+    assert (s["shared_ids"], s["ids_compared"], s["d_a"], s["d_b"]) == (n - 5, n - 5, d, d + 4)
+    shared_a, shared_b = C[keep_a], CB[keep_a]
+    la, lb = _brute_topk(shared_a, 10), _brute_topk(shared_b, 10)
+    ref = np.array([len(set(x) & set(y)) / 10 for x, y in zip(la, lb)])
+    assert s["neighbours"]["changed_share"] == pytest.approx((ref < 0.5).mean())
+    assert s["neighbours"]["mean"] == pytest.approx(ref.mean())
+    assert [h["ids"] for h in s["neighbours"]["histogram"]] == list(np.bincount(np.rint(ref * 10).astype(int),
+                                                                                minlength=11))
+
+    def results(Qx, Cx):
+        U = Cx / np.linalg.norm(Cx, axis=1, keepdims=True)
+        return np.argsort(-(Qx @ U.T), axis=1, kind="stable")[:, :10]
+    qa, qb = results(Q, shared_a), results(QB, shared_b)
+    q_ref = np.array([len(set(x) & set(y)) / 10 for x, y in zip(qa, qb)])
+    q = s["queries"]
+    assert q["source"] == "query vectors" and q["queries"] == 30
+    assert q["changed_share"] == pytest.approx((q_ref < 1).mean()) and 0 < q["changed_share"]
+    ua = a.units["retrieval"].set_index("query_id")[q["metric"]]
+    ub = b.units["retrieval"].set_index("query_id")[q["metric"]]
+    changed = [f"q{i:02d}" for i in np.flatnonzero(q_ref < 1)]
+    delta = ub[changed] - ua[changed]
+    assert (q["gain"], q["lose"], q["same"]) == ((delta > 1e-12).sum(), (delta < -1e-12).sum(),
+                                                 (delta.abs() <= 1e-12).sum())
+    if q["gain"]:
+        assert q["gainers"][0]["change"] == pytest.approx(delta.max())
+    assert s["scale"]["pairs"] == (n - 5) * (n - 6) // 2
+    lines = swap_lines([s])
+    assert lines[0].startswith("model swap A → B: 115 of 115 shared ids") and "queries:" in lines[1]

@@ -17,11 +17,12 @@ from ..metrics.paired import VERDICT_MEANING, VERDICTS, rollup
 from ..present.display import Badge, escape, show_figure, show_markdown, show_table
 from ..present.format import MARK, MARK_NOTE, decimals, p_value, scorecard_value
 from ..present.plotting import PALETTE, WIDTH, use_style
+from .comparison_swap import show_swap
 
 __all__ = ["ComparisonReport", "CLIP", "detail_table", "difference_figure", "legend", "load", "method", "narrative",
            "rollup_table", "ship_sentence", "show_differences", "show_method", "show_models", "show_ranks",
            "show_rollup", "show_side_by_side", "show_summary", "show_table_of_differences", "show_verdict",
-           "show_verdict_table", "show_wins", "side_by_side_table", "verdict_table", "wins_figure"]
+           "show_swap", "show_verdict_table", "show_wins", "side_by_side_table", "verdict_table", "wins_figure"]
 
 #: the badge colour of each verdict: B (the candidate) better green, A better red, equivalence blue, no answer grey
 VERDICT_KIND = {"B better": "healthy", "A better": "problematic", "no difference larger than E": "neutral",

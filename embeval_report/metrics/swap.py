@@ -52,18 +52,42 @@ class NeighbourSwap:
                               "changed by more than half": self.changed_share}])
 
 
-def neighbour_swap(A, B, ids, *, k: int = 10, device="auto") -> NeighbourSwap:
-    """The top-k cosine neighbour lists of every row under ``A`` and under ``B`` (the same ids, row for row; the
-    dimensions may differ), exact (:func:`~embeval_report.kernels.knn`), and their overlap per id."""
+    def histogram(self) -> pd.DataFrame:
+        """How many ids keep 0, 1, …, k of their k neighbours: ``kept``, ``overlap`` (kept / k) and ``ids``."""
+        kept = np.rint(self.overlap * self.k).astype(int)
+        counts = np.bincount(kept, minlength=self.k + 1) if self.k else np.zeros(1, int)
+        return pd.DataFrame({"kept": np.arange(len(counts)), "overlap": np.arange(len(counts)) / max(self.k, 1),
+                             "ids": counts})
+
+
+def neighbour_swap(A, B, ids, *, k: int = 10, rows=None, device="auto") -> NeighbourSwap:
+    """The top-k cosine neighbour lists under ``A`` and under ``B`` (the same ids, row for row; the dimensions may
+    differ), exact (:func:`~embeval_report.kernels.knn`: chunked, never an n × n matrix), and their overlap per id:
+    of every row, or of ``rows`` only (indices; their neighbours are still sought among every row)."""
     A, B = as_numpy(A), as_numpy(B)
     if len(A) != len(B):
         raise ValueError(f"A and B need the same rows (the shared ids): {len(A)} vs {len(B)}")
     k = min(k, len(A) - 1)
+    ids = np.asarray(ids, dtype=object)
     if k < 1:
-        return NeighbourSwap(0, np.asarray(ids, dtype=object), np.zeros(0))
-    ia, _ = knn(A, k, device=device, desc="neighbours under A")
-    ib, _ = knn(B, k, device=device, desc="neighbours under B")
-    return NeighbourSwap(k, np.asarray(ids, dtype=object), neighbour_sets_overlap(ia, ib))
+        return NeighbourSwap(0, ids[:0], np.zeros(0))
+    if rows is None:
+        ia, _ = knn(A, k, device=device, desc="neighbours under A")
+        ib, _ = knn(B, k, device=device, desc="neighbours under B")
+        return NeighbourSwap(k, ids, neighbour_sets_overlap(ia, ib))
+    rows = np.asarray(rows, dtype=np.int64)
+    lists = []
+    for X, name in ((A, "A"), (B, "B")):
+        found, _ = knn(X, k + 1, queries=np.asarray(X[rows]), device=device, desc=f"neighbours under {name}")
+        lists.append(_without_self(found, rows, k))
+    return NeighbourSwap(k, ids[rows], neighbour_sets_overlap(*lists))
+
+
+def _without_self(found: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """Each row's k + 1 neighbours without the row itself (where it is not among them, the last one dropped)."""
+    is_self = found == rows[:, None]
+    is_self[~is_self.any(1), -1] = True
+    return found[~is_self].reshape(len(found), k)
 
 
 def query_swap(QA, CA, QB, CB, query_ids, *, k: int = 10, device="auto") -> pd.DataFrame:

@@ -35,6 +35,7 @@ from .earlier import mark
 from .outdir import OutputFolder
 from .render.pdf import PDF_TIMEOUT, PdfTimeout
 from .pairing import ModelReport, is_report_folder, compare_reports
+from .model_swap import swap_lines, swap_sections
 from ..chapters.recorder import json_safe, json_text
 
 COMPARISON_FILE = "comparison.json"
@@ -179,6 +180,12 @@ def read_side_by_side(folder) -> pd.DataFrame:
     return pd.DataFrame(doc.get("side_by_side") or [], columns=columns)
 
 
+def read_swap_lines(folder) -> list[str]:
+    """The model swap sections of ``comparison.json`` as the terminal prints them (none for an older comparison)."""
+    doc = json.loads((Path(folder) / COMPARISON_FILE).read_text())
+    return swap_lines(doc.get("swap") or [])
+
+
 def no_pairs_line(names: list[str]) -> str:
     """What ``compare`` says when the models share no per-unit chapter."""
     return (f"{' and '.join(names) if len(names) == 2 else ', '.join(names)} share no per-unit chapter (queries, "
@@ -254,9 +261,10 @@ def rollup_lines(table: pd.DataFrame) -> list[str]:
 
 
 def write_comparison(folder: Path, reports: list[ModelReport], table: pd.DataFrame, ranks: dict, *,
-                     correction: str, effect: str, level: float, seed: int) -> dict:
+                     correction: str, effect: str, level: float, seed: int, swap: list | None = None) -> dict:
     """``comparison.json`` and ``comparison.csv`` in ``folder``; returns the JSON document (``effect``: the
-    ``--mde`` text; each comparison holds its own ``effect`` E and ``effect_rule``)."""
+    ``--mde`` text; each comparison holds its own ``effect`` E and ``effect_rule``; ``swap``: the model swap
+    sections, :func:`~.model_swap.swap_sections`)."""
     def source(r: ModelReport) -> str | None:  # as the model's run.json recorded it, relative to this folder
         return portable_path(resolve_recorded(r.run["source"], r.folder), folder) if r.run.get("source") else None
 
@@ -268,7 +276,8 @@ def write_comparison(folder: Path, reports: list[ModelReport], table: pd.DataFra
                ranks={k: [{c: json_safe(v) for c, v in r.items()} for r in t.to_dict(orient="records")]
                       for k, t in ranks.items()},
                side_by_side=[{k: json_safe(v) for k, v in row.items()}
-                             for row in side_by_side(reports).to_dict(orient="records")])
+                             for row in side_by_side(reports).to_dict(orient="records")],
+               swap=json_safe(swap or []))
     (folder / COMPARISON_FILE).write_text(json_text(doc, indent=2))
     metrics = dict(version=__version__, seed=seed, correction=correction, effect=effect,
                    models={r.name: _model_metrics(r) for r in reports},
@@ -335,10 +344,11 @@ def run_compare(sources, out, *, names=None, settings: ChapterSettings | None = 
         progress("comparing the models unit by unit")
         table, ranks = compare_reports(reports, correction=correction, effects=effects, level=settings.level,
                                        seed=settings.seed)
+        swap = swap_sections(reports, seed=settings.seed, device=settings.device, progress=progress)
         for entry in effects.unmatched(f"{c}.{m}" for c, m in zip(table.get("chapter", []), table.get("metric", []))):
             progress(f"warning: --mde {entry}=... names no metric compared here")
         write_comparison(staging, reports, table, ranks, correction=correction, effect=effects.canonical(),
-                         level=settings.level, seed=settings.seed)
+                         level=settings.level, seed=settings.seed, swap=swap)
         title = title or f"Model comparison: {' vs '.join(labels)}"
         shown = [str(Path(s).resolve()) if record_paths else portable_path(s, target.path) for s in sources]
         run_info = dict(title=title, name=" vs ".join(labels), source=", ".join(shown),

@@ -242,7 +242,7 @@ class Exploration(ReportFolder):
 
     @cached_property
     def _model(self):
-        from .compare import ModelReport
+        from .pairing import ModelReport
 
         return ModelReport.open(self.path)
 
