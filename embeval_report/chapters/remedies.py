@@ -8,6 +8,7 @@ improves a task by more than the effect that matters, otherwise a note (:mod:`em
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,7 @@ from ..metrics.spec import Metric
 from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.format import interval
 from ..present.plotting import PALETTE, WIDTH
-from .declaration import MDE, ChapterSpec
+from .declaration import MDE, ChapterSpec, Option
 from .recorder import read_results, read_units
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class RemediesReport:
     tasks: list                  # the task chapters re-scored
     skipped: dict                # task chapter -> why it was not re-scored
     effect: str
+    which: str = "first"         # the remedies option: each diagnostic's standard remedy, or all it lists
 
 
 def flagged_diagnostics(records: dict, chapters) -> dict[str, list[str]]:
@@ -87,12 +89,12 @@ def compute(ctx: ChapterContext) -> RemediesReport:
     if not ctx.compute.fits(2 * es.n * es.d * 4):
         raise ChapterSkipped(f"a remedied copy of the set ({es.n:,} × {es.d} float32) does not fit the memory budget "
                              "beside the set; rerun with a larger --memory-budget to check the remedies")
-    wanted = {r: [d for d, _ in diagnostics.items() if r in _spec(chapters, d).remedies] for r in REMEDIES}
-    wanted = {r: ds for r, ds in wanted.items() if ds}
+    wanted = {r: [d for d in diagnostics if r in _spec(chapters, d).remedies] for r in
+              _checked(diagnostics, chapters, ctx.option("remedies"))}
     effects = Effects.parse(ctx.option("mde"))
     pcs = PrincipalDirections.fit(es.vectors, device=ctx.device)
     removed = records.get("correction", {}).get("info", {}).get("removed")
-    rows, skipped, labels = [], {}, {}
+    rows, skipped, labels, seconds = [], {}, {}, {}
     for name, answers in wanted.items():
         remedy = fit_remedy(es.vectors, name, removed=removed, pcs=pcs, device=ctx.device)
         if remedy is None:
@@ -104,11 +106,23 @@ def compute(ctx: ChapterContext) -> RemediesReport:
         labels[name] = (remedy.label, answers)
         Y = remedied_rows(es.vectors, remedy)
         for spec in tasks:
+            started = time.perf_counter()
             rows += _task_rows(ctx, spec, records[spec.name], remedy, Y, skipped)
+            seconds[f"{name} · {spec.name}"] = round(time.perf_counter() - started, 2)
         del Y
     table = paired.compare_table(rows, correction="holm", effects=effects) if rows else pd.DataFrame()
     _record(ctx, table, diagnostics, labels, skipped, effects)
-    return RemediesReport(table, diagnostics, labels, [t.name for t in tasks], skipped, effects.canonical())
+    ctx.rec.note(seconds=seconds, which=ctx.option("remedies"))
+    return RemediesReport(table, diagnostics, labels, [t.name for t in tasks], skipped, effects.canonical(),
+                          ctx.option("remedies"))
+
+
+def _checked(diagnostics: dict, chapters, which: str) -> list[str]:
+    """The remedies to check, in :data:`REMEDIES` order: each flagged diagnostic's first (its standard remedy) or,
+    with ``which="all"``, every one it lists. Each re-scores every task, so each costs about the tasks' own time."""
+    listed = {r for d in diagnostics for r in (_spec(chapters, d).remedies[:1] if which == "first"
+                                                 else _spec(chapters, d).remedies)}
+    return [r for r in REMEDIES if r in listed]
 
 
 def _spec(chapters, name):
@@ -199,6 +213,9 @@ def narrative(rep: RemediesReport) -> str:
             parts.append(f"**{escape(label)}** improves no task metric beyond E ({len(rows)} compared"
                          + (f"; it worsens {len(worse)}" if len(worse) else "") + "): here the geometry it corrects "
                          "costs no task measurably.")
+    if rep.which == "first":
+        parts.append("Each flagged diagnostic's standard remedy is checked; `--set remedies=all` checks every "
+                     "remedy it lists (all-but-the-top and whitening too), each re-scoring every task again.")
     if rep.skipped:
         parts.append("Not checked: " + "; ".join(f"{escape(k)} ({escape(v)})" for k, v in rep.skipped.items()) + ".")
     return "\n\n".join(parts)
@@ -259,8 +276,14 @@ def show_costs(rep: RemediesReport) -> None:
                                  "lines a remedy changes a task by more than E.", label="fig-remedies")
 
 
+#: which remedies are checked (each re-scores every task of the run on the remedied vectors)
+WHICH = Option("remedies", "first", choices=("first", "all"),
+               help="the remedies checked: 'first' each flagged diagnostic's standard one (centring for anisotropy, "
+                    "poor uniformity and hubness; whitening for dimensional collapse), 'all' every one it lists "
+                    "(all-but-the-top and whitening too); each remedy re-scores every task of the run")
+
 CHAPTER = ChapterSpec(
     name="remedies", title="What the geometry costs", order=51,
-    description="Does a flagged geometry diagnostic cost any task? Each remedy (centring, all-but-the-top, whitening) applied and every task of the run re-scored on the same plan, paired with its own numbers.",
-    requires=("vectors",), options=(MDE,), stage=1, kind="diagnostic",
+    description="Does a flagged geometry diagnostic cost any task? Its standard remedy (centring; whitening for collapse; all-but-the-top too with --set remedies=all) applied and every task of the run re-scored on the same plan, paired with its own numbers.",
+    requires=("vectors",), options=(MDE, WHICH), stage=1, kind="diagnostic",
 )
