@@ -67,6 +67,20 @@ def test_query_results_overlap():
     assert list(same["query"]) == list("abcdefg") and (same["overlap"] == 1.0).all()
     other = query_swap(Q, C, Q, rng.standard_normal((100, 8)), list("abcdefg"), k=10, device="cpu")
     assert other["overlap"].mean() < 0.5
+    # exclude_self: a query that is a document of the corpus does not count itself among its results
+    D = rng.standard_normal((100, 8))
+    own = np.array([3, 10, 20, 30, 40, 50, -1])
+    QA, QB = C[own.clip(0)], D[own.clip(0)]
+    QA[-1], QB[-1] = Q[-1], Q[-1]
+    mine = query_swap(QA, C, QB, D, list("abcdefg"), k=5, own=own, device="cpu")
+
+    def top(q, X, skip):
+        s = (X / np.linalg.norm(X, axis=1, keepdims=True)) @ q
+        if skip >= 0:
+            s[skip] = -np.inf
+        return set(np.argsort(-s, kind="stable")[:5])
+    ref = [len(top(qa, C, o) & top(qb, D, o)) / 5 for qa, qb, o in zip(QA, QB, own)]
+    np.testing.assert_allclose(mine["overlap"], ref)
 
 
 def test_sampled_ids_keep_their_lists_among_every_row():

@@ -9,7 +9,10 @@ from ..present.display import escape, show_markdown, show_table
 
 
 def _pct(x) -> str:
-    return "—" if x is None else f"{100 * x:.1f} %"
+    """A share as a percentage: one decimal, two significant digits below 1 %."""
+    if x is None:
+        return "—"
+    return f"{100 * x:.2g} %" if 0 < x < 0.01 else f"{100 * x:.1f} %"
 
 
 def _num(x, fmt=".3f") -> str:
@@ -88,7 +91,7 @@ def show_swap(rep) -> None:
         if s.get("skipped"):
             continue
         tag = f"{i + 1}" if len(sections) > 1 else ""
-        show_table(overlap_table(s), caption=f"{escape(s['b'])} in place of {escape(s['a'])}: how many of its "
+        show_table(overlap_table(s), caption=f"{s['b']} in place of {s['a']}: how many of its "
                                              f"top-{s['k']} cosine neighbours each shared id keeps.",
                    label=f"tbl-compare-swap-overlap{tag}")
         changes = query_changes(s)

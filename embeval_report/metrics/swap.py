@@ -90,13 +90,18 @@ def _without_self(found: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
     return found[~is_self].reshape(len(found), k)
 
 
-def query_swap(QA, CA, QB, CB, query_ids, *, k: int = 10, device="auto") -> pd.DataFrame:
+def query_swap(QA, CA, QB, CB, query_ids, *, k: int = 10, own=None, device="auto") -> pd.DataFrame:
     """Per query, the overlap of its top-k results among the corpus under A (``QA`` against ``CA``) and under B
-    (``QB`` against ``CB``; the corpus rows in the same id order)."""
-    k = min(k, len(as_numpy(CA)))
-    ia, _ = knn(CA, k, queries=QA, device=device, desc="queries under A")
-    ib, _ = knn(CB, k, queries=QB, device=device, desc="queries under B")
-    return pd.DataFrame({"query": np.asarray(query_ids, dtype=object), "overlap": neighbour_sets_overlap(ia, ib)})
+    (``QB`` against ``CB``; the corpus rows in the same id order). ``own``: per query, the corpus row of its own
+    document (-1: none), left out of its results (a retrieval set's ``exclude_self``)."""
+    n = len(as_numpy(CA))
+    drop = own is not None
+    k = min(k, n - 1 if drop else n)
+    lists = []
+    for Q, C, name in ((QA, CA, "A"), (QB, CB, "B")):
+        found, _ = knn(C, k + drop, queries=Q, device=device, desc=f"queries under {name}")
+        lists.append(_without_self(found, np.asarray(own, dtype=np.int64), k) if drop else found)
+    return pd.DataFrame({"query": np.asarray(query_ids, dtype=object), "overlap": neighbour_sets_overlap(*lists)})
 
 
 @dataclass(frozen=True)

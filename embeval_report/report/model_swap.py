@@ -60,6 +60,11 @@ def _queries(es):
     return load_side_data(es, fields=("queries",))["queries"]
 
 
+def _excludes_self(es) -> bool:
+    """Whether the set's retrieval leaves a query's own document out of its results (``exclude_self``)."""
+    return bool(es.fields.get("exclude_self"))
+
+
 def swap_section(A, B, *, k: int = SWAP_K, seed: int = 0, device="auto", sets=None) -> dict:
     """The model swap section of ``A`` → ``B`` (two :class:`~.pairing.ModelReport`; ``sets``: their embedding sets,
     read again when not given): a JSON-ready dict (see the module docstring); ``skipped`` says why there is none."""
@@ -111,8 +116,9 @@ def _query_section(A, B, ea, eb, XA, XB, shared, *, k: int, device) -> dict | No
         common = ia.intersection(ib, sort=False)
         if not len(common):
             return None
+        own = pd.Index(shared).get_indexer(common) if _excludes_self(ea) or _excludes_self(eb) else None
         table = ms.query_swap(np.asarray(qa.vectors)[ia.get_indexer(common)], XA,
-                              np.asarray(qb.vectors)[ib.get_indexer(common)], XB, np.asarray(common), k=k,
+                              np.asarray(qb.vectors)[ib.get_indexer(common)], XB, np.asarray(common), k=k, own=own,
                               device=device)
         source = "query vectors"
     else:  # queries that are ids of the set (judged against the other ids): their own neighbour lists
