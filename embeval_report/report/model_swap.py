@@ -101,7 +101,11 @@ def swap_section(A, B, *, k: int = SWAP_K, seed: int = 0, device="auto", sets=No
 
 
 def _rows(vectors, rows: np.ndarray) -> np.ndarray:
-    """The given rows of a (possibly memory-mapped) vectors array as float32, read in increasing order."""
+    """The given rows of a (possibly memory-mapped) vectors array as float32, read in increasing order; every row in
+    order is the array itself (a memory map stays one: no copy of the set)."""
+    if len(rows) == len(vectors) and getattr(vectors, "dtype", None) == np.float32 and \
+            np.array_equal(rows, np.arange(len(rows))):
+        return vectors
     order = np.argsort(rows, kind="stable")
     out = np.empty((len(rows), vectors.shape[1]), np.float32)
     out[order] = np.asarray(vectors[rows[order]], dtype=np.float32)
