@@ -162,3 +162,14 @@ def test_swap_section_of_two_reports(tmp_path):
     assert s["scale"]["pairs"] == (n - 5) * (n - 6) // 2
     lines = swap_lines([s])
     assert lines[0].startswith("model swap A → B: 115 of 115 shared ids") and "queries:" in lines[1]
+
+
+def test_a_swap_without_the_vectors_says_why(tmp_path):
+    """A report whose input is gone: the section says so in one line, and the terminal prints it."""
+    from embeval_report.report.model_swap import swap_lines, swap_sections
+    from embeval_report.report.pairing import ModelReport
+
+    reports = [ModelReport(n, tmp_path / n, {"name": n}, {}, {}) for n in ("prod", "new")]
+    sections = swap_sections(reports)
+    assert len(sections) == 1 and sections[0]["a"] == "prod" and "cannot be read again" in sections[0]["skipped"]
+    assert swap_lines(sections)[0].startswith("model swap prod → new: not computed (the models' vectors")

@@ -194,9 +194,14 @@ def swap_sections(reports, *, seed: int = 0, device="auto", progress=None) -> li
             progress(f"model swap: {A.name} → {B.name}")
         pair = (read(A), read(B))
         bad = next((x for x in pair if isinstance(x, Exception)), None)
-        out.append({"a": A.name, "b": B.name,
-                    "skipped": f"the models' vectors cannot be read again: {str(bad).splitlines()[0]}"}
-                   if bad is not None else swap_section(A, B, seed=seed, device=device, sets=pair))
+        if bad is not None:
+            out.append({"a": A.name, "b": B.name,
+                        "skipped": f"the models' vectors cannot be read again: {str(bad).splitlines()[0]}"})
+            continue
+        try:
+            out.append(swap_section(A, B, seed=seed, device=device, sets=pair))
+        except ValueError as exc:  # a degenerate pair of sets: the comparison itself still stands
+            out.append({"a": A.name, "b": B.name, "skipped": str(exc).splitlines()[0]})
     return out
 
 
