@@ -122,6 +122,8 @@ def write_hostile_set(folder, *, n_users: int = 400, n_items: int = 200, n_queri
     log = pd.read_csv(folder / "training_log.csv")
     log["run"] = log["run"].map(lambda r: f"{r} {HTML_IMG} {DOLLARS} {TYPST_EVAL}")
     log.to_csv(folder / "training_log.csv", index=False)
+    if m.get("training_run"):  # the log's run the vectors came from, named as the log now names it
+        m["training_run"] = f"{m['training_run']} {HTML_IMG} {DOLLARS} {TYPST_EVAL}"
     analogies = folder / "analogies.txt"
     analogies.write_text(re.sub(r"^: (.*)$", lambda mm: f": {mm.group(1)} {HTML_IMG} {DOLLARS}", analogies.read_text(),
                                 flags=re.M))
