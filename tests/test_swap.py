@@ -160,6 +160,16 @@ def test_swap_section_of_two_reports(tmp_path):
     if q["gain"]:
         assert q["gainers"][0]["change"] == pytest.approx(delta.max())
     assert s["scale"]["pairs"] == (n - 5) * (n - 6) // 2
+    geometry = {g["metric"]: g for g in s["geometry"]}
+
+    def apcs(X):
+        U = X / np.linalg.norm(X, axis=1, keepdims=True)
+        return ((U @ U.T).sum() - len(X)) / (len(X) * (len(X) - 1))
+    assert geometry["apcs"]["a"] == pytest.approx(apcs(shared_a), abs=1e-6)
+    assert geometry["apcs"]["b"] == pytest.approx(apcs(shared_b), abs=1e-6)
+    from scipy.stats import skew
+    assert geometry["k_occurrence_skewness"]["a"] == pytest.approx(skew(np.bincount(la.ravel(), minlength=n - 5)))
+    assert geometry["k_occurrence_skewness"]["ci_low"] <= geometry["k_occurrence_skewness"]["ci_high"]
     lines = swap_lines([s])
     assert lines[0].startswith("model swap A → B: 115 of 115 shared ids") and "queries:" in lines[1]
 
@@ -173,3 +183,27 @@ def test_a_swap_without_the_vectors_says_why(tmp_path):
     sections = swap_sections(reports)
     assert len(sections) == 1 and sections[0]["a"] == "prod" and "cannot be read again" in sections[0]["skipped"]
     assert swap_lines(sections)[0].startswith("model swap prod → new: not computed (the models' vectors")
+
+
+def test_geometry_diagnostics_of_the_shared_ids():
+    """Each id's mean cosine to the others against the cosine matrix (zero rows: cosine 0), in chunks; the
+    k-occurrence skewness and its weighted form against scipy on resampled ids."""
+    import pandas as pd
+    from scipy.stats import skew
+
+    from embeval_report.metrics.swap import mean_cosines
+    from embeval_report.report.model_swap import _skewness, _skewness_weighted
+
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((90, 7)) + 0.5
+    X[4] = 0
+    U = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-300)
+    S = U @ U.T
+    np.fill_diagonal(S, 0)
+    np.testing.assert_allclose(mean_cosines(X, chunk=16), S.sum(1) / 89, atol=1e-12)
+    occ = pd.DataFrame({"occurrence": rng.poisson(3, 90).astype(float)})
+    assert _skewness(occ) == pytest.approx(skew(occ["occurrence"]))
+    draws = [rng.integers(0, 90, 90) for _ in range(4)]
+    W = np.stack([np.bincount(d, minlength=90) for d in draws]).astype(float)
+    np.testing.assert_allclose(_skewness_weighted(occ, W), [skew(occ["occurrence"].to_numpy()[d]) for d in draws],
+                               rtol=1e-10)

@@ -69,6 +69,18 @@ def threshold_table(s: dict) -> pd.DataFrame:
                          f"same share in {s['b']}": t["same share in B"].map(lambda x: _num(None if x != x else x))})
 
 
+def geometry_table(s: dict) -> pd.DataFrame:
+    """The shared ids' geometry under each model, paired over the ids, without a verdict."""
+    rows = [{"diagnostic": g["label"], s["a"]: _num(g["a"]), s["b"]: _num(g["b"]),
+             "B − A (95 % interval)": f"{_signed(g['difference'])} ({_signed(g['ci_low'])} to {_signed(g['ci_high'])})",
+             "ids": f"{g['n']:,}"} for g in s.get("geometry") or []]
+    return pd.DataFrame(rows)
+
+
+def _signed(x) -> str:
+    return "—" if x is None else format(x, "+.3f").replace("-", "−")
+
+
 def query_changes(s: dict) -> pd.DataFrame:
     """The queries that gain and lose most among those whose top-k changes."""
     q = s.get("queries") or {}
@@ -101,6 +113,12 @@ def show_swap(rep) -> None:
         show_table(scale_table(s), caption=f"The similarity scale: quantiles of the cosines of the same "
                                            f"{s['scale']['pairs']:,} pairs of shared ids under each model.",
                    label=f"tbl-compare-swap-scale{tag}")
+        geometry = geometry_table(s)
+        if len(geometry):
+            show_table(geometry, caption="The geometry of the shared ids under each model, paired over the ids: a "
+                                         "diagnostic, not a verdict (a model can be more anisotropic and still "
+                                         "better at every task). Intervals: a bootstrap over the ids.",
+                       label=f"tbl-compare-swap-geometry{tag}")
         show_table(threshold_table(s), caption="A similarity threshold of the first model carried to the other: the "
                                                "threshold that keeps the same share of pairs (quantile map).",
                    label=f"tbl-compare-swap-thresholds{tag}")

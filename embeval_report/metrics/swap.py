@@ -33,11 +33,14 @@ HALF = 0.5
 
 @dataclass(frozen=True)
 class NeighbourSwap:
-    """Per shared id, the overlap of its top-k lists under A and B (``overlap``, in ``ids`` order)."""
+    """Per shared id, the overlap of its top-k lists under A and B (``overlap``, in ``ids`` order); with every id's
+    list, each id's k-occurrence (how many lists hold it) under A and under B."""
 
     k: int
     ids: np.ndarray
     overlap: np.ndarray
+    occurrence_a: np.ndarray | None = None
+    occurrence_b: np.ndarray | None = None
 
     @property
     def changed_share(self) -> float:
@@ -74,13 +77,36 @@ def neighbour_swap(A, B, ids, *, k: int = 10, rows=None, device="auto") -> Neigh
     if rows is None:
         ia, _ = knn(A, k, device=device, desc="neighbours under A")
         ib, _ = knn(B, k, device=device, desc="neighbours under B")
-        return NeighbourSwap(k, ids, neighbour_sets_overlap(ia, ib))
+        return NeighbourSwap(k, ids, neighbour_sets_overlap(ia, ib), np.bincount(ia.ravel(), minlength=len(A)),
+                             np.bincount(ib.ravel(), minlength=len(B)))
     rows = np.asarray(rows, dtype=np.int64)
     lists = []
     for X, name in ((A, "A"), (B, "B")):
         found, _ = knn(X, k + 1, queries=np.asarray(X[rows]), device=device, desc=f"neighbours under {name}")
         lists.append(_without_self(found, rows, k))
     return NeighbourSwap(k, ids[rows], neighbour_sets_overlap(*lists))
+
+
+def mean_cosines(X, *, chunk: int = 65_536) -> np.ndarray:
+    r"""Each row's mean cosine to the other rows, :math:`c_i = u_i\cdot(\sum_j u_j - u_i)/(n-1)` (unit rows
+    :math:`u`; a zero row counts as cosine 0); their mean is the mean pairwise cosine (the APCS of the rows).
+    Two passes over the rows in chunks: never an n × n matrix."""
+    X = as_numpy(X)
+    n = len(X)
+    total = np.zeros(X.shape[1])
+    for s in range(0, n, chunk):
+        total += _unit(X[s:s + chunk]).sum(0)
+    out = np.empty(n)
+    for s in range(0, n, chunk):
+        U = _unit(X[s:s + chunk])
+        out[s:s + chunk] = (U @ total - (U * U).sum(1)) / max(n - 1, 1)
+    return out
+
+
+def _unit(X) -> np.ndarray:
+    X = np.asarray(X, dtype=np.float64)
+    norm = np.linalg.norm(X, axis=1, keepdims=True)
+    return np.divide(X, norm, out=np.zeros_like(X), where=norm > 0)
 
 
 def _without_self(found: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:

@@ -91,6 +91,7 @@ def swap_section(A, B, *, k: int = SWAP_K, seed: int = 0, device="auto", sets=No
            "neighbours": {"mean": summary["mean overlap"], "changed_share": nb.changed_share,
                           "quantiles": {c: summary[c] for c in summary.index if c.startswith("q")},
                           "histogram": nb.histogram().to_dict(orient="records")}}
+    doc["geometry"] = _geometry(nb, XA, XB, seed=seed)
     doc["queries"] = _query_section(A, B, ea, eb, XA, XB, shared, k=k, device=device)
     scale = ms.similarity_scale(XA, XB, seed=seed, device=device)
     doc["scale"] = {"pairs": scale.pairs, "spearman": scale.spearman,
@@ -98,6 +99,46 @@ def swap_section(A, B, *, k: int = SWAP_K, seed: int = 0, device="auto", sets=No
                     "thresholds": scale.thresholds.to_dict(orient="records")}
     doc["seconds"] = round(time.perf_counter() - t0, 2)
     return json_safe(doc)
+
+
+def _skewness(table: pd.DataFrame) -> float:
+    """The k-occurrence's skewness (population moments, as :func:`scipy.stats.skew`)."""
+    x = table["occurrence"].to_numpy(float)
+    sd = x.std()
+    return float(((x - x.mean()) ** 3).mean() / sd ** 3) if sd > 0 else math.nan
+
+
+def _skewness_weighted(table: pd.DataFrame, W: np.ndarray) -> np.ndarray:
+    """:func:`_skewness` of the table under each row of unit weights ``W`` (the counts of bootstrap draws)."""
+    x = table["occurrence"].to_numpy(float)
+    n = W.sum(1)
+    m1 = W @ x / n
+    m2 = W @ (x * x) / n - m1 ** 2
+    m3 = W @ x ** 3 / n - 3 * m1 * (W @ (x * x) / n) + 2 * m1 ** 3
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(m2 > 0, m3 / np.abs(m2) ** 1.5, np.nan)
+
+
+def _geometry(nb, XA, XB, *, seed: int) -> list[dict]:
+    """Diagnostics of the shared ids' geometry under A and B, paired over the ids, without a verdict: the mean cosine
+    of each id to the others (its mean: the anisotropy, APCS), and with every id's list the k-occurrence's skewness
+    (hubness), by a paired bootstrap over the ids."""
+    from ..metrics import paired
+    from ..stats import mean_ci
+
+    ca, cb = ms.mean_cosines(XA), ms.mean_cosines(XB)
+    lo, hi, how = mean_ci(cb - ca, seed=seed, units="shared ids (paired)")
+    rows = [{"metric": "apcs", "label": "mean cosine between ids (anisotropy, APCS)", "a": float(ca.mean()),
+             "b": float(cb.mean()), "difference": float((cb - ca).mean()), "ci_low": lo, "ci_high": hi,
+             "n": len(ca), "method": how}]
+    if nb.occurrence_a is not None:
+        ta, tb = (pd.DataFrame({"occurrence": o}) for o in (nb.occurrence_a, nb.occurrence_b))
+        r, _ = paired.paired_aggregate(_skewness, ta, tb, direction="lower", seed=seed, units="ids",
+                                       boot=_skewness_weighted)
+        rows.append({"metric": "k_occurrence_skewness", "label": f"skewness of the {nb.k}-occurrence (hubness)",
+                     "a": r.mean_a, "b": r.mean_b, "difference": r.diff, "ci_low": r.ci_low, "ci_high": r.ci_high,
+                     "n": r.n, "method": r.ci_method})
+    return rows
 
 
 def _rows(vectors, rows: np.ndarray) -> np.ndarray:
