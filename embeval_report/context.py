@@ -53,6 +53,15 @@ def parse_bytes(text: str | int) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+def checked_budget(value: str | int, label: str = "memory budget") -> int:
+    """A working-memory budget (:func:`parse_bytes`) in bytes, at least :data:`MIN_BYTES` (a ValueError naming
+    ``label`` otherwise)."""
+    budget = parse_bytes(value)
+    if budget < MIN_BYTES:
+        raise ValueError(f"{label} must be at least {MIN_BYTES // 2**20} MiB, not {budget:,} bytes")
+    return budget
+
+
 def describe_bytes(value: int) -> str:
     """``"4 GiB"``-style text of a size.
 
@@ -97,10 +106,7 @@ class ComputeContext:
         if self.precision not in ("exact", "fast"):
             raise ValueError(f"precision must be 'exact' or 'fast', not {self.precision!r}")
         if self.memory_budget is not None:
-            object.__setattr__(self, "memory_budget", parse_bytes(self.memory_budget))
-            if self.memory_budget < MIN_BYTES:
-                raise ValueError(f"memory budget must be at least {MIN_BYTES // 2**20} MiB, not "
-                                 f"{self.memory_budget:,} bytes")
+            object.__setattr__(self, "memory_budget", checked_budget(self.memory_budget))
 
     @property
     def budget(self) -> int:

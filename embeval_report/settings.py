@@ -50,12 +50,9 @@ class ChapterSettings:
         if not 0 < self.level < 1:
             raise ValueError(f"level must be between 0 and 1, not {self.level!r}")
         if self.memory_budget is not None:
-            from .context import MIN_BYTES, parse_bytes
+            from .context import checked_budget
 
-            object.__setattr__(self, "memory_budget", parse_bytes(self.memory_budget))
-            if self.memory_budget < MIN_BYTES:
-                raise ValueError(f"--memory-budget must be at least {MIN_BYTES // 2**20} MiB, not "
-                                 f"{self.memory_budget:,} bytes")
+            object.__setattr__(self, "memory_budget", checked_budget(self.memory_budget, "--memory-budget"))
         if self.scheduler is not None and (not isinstance(self.scheduler, str) or "://" not in self.scheduler):
             raise ValueError(f"scheduler must be a Dask scheduler address such as tcp://HOST:PORT, not {self.scheduler!r}")
         object.__setattr__(self, "explicit", tuple(self.explicit))

@@ -139,3 +139,55 @@ def test_no_chapter_imports_another_chapter():
     crossing = sorted(f"{a} -> {b}" for a, targets in imports().items() if a in chapters
                       for b in targets if b in chapters)
     assert not crossing, "\n".join(crossing)
+
+
+#: calls that read a file: a bare name, or ``module.attr`` / ``anything.attr`` for the attributes listed
+FILE_READING_NAMES = {"open"}
+FILE_READING_MODULE_CALLS = {("np", "load"), ("np", "loadtxt"), ("np", "genfromtxt"), ("np", "fromfile"),
+                             ("np", "memmap"), ("json", "load"), ("pickle", "load"), ("io", "open")}
+FILE_READING_METHODS = {"read_text", "read_bytes", "read_csv", "read_table", "read_parquet", "read_json",
+                        "read_feather", "read_hdf", "read_excel"}
+
+
+def _metrics_trees():
+    for path in sorted((PACKAGE / "metrics").rglob("*.py")):
+        yield path.relative_to(PACKAGE.parent), ast.parse(path.read_text())
+
+
+def test_metrics_import_no_torch():
+    """``metrics/`` holds pure functions over loaded data; the torch kernels they call are in ``kernels/``
+    (issue 41 item 4)."""
+    found = []
+    for path, tree in _metrics_trees():
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [node.id] if isinstance(node, ast.Name) else [])
+            if any(n.split(".")[0] == "torch" for n in names):
+                found.append(f"{path}:{node.lineno}")
+    assert not found, "torch in metrics/ (move the kernel to kernels/):\n" + "\n".join(sorted(set(found)))
+
+
+def test_metrics_read_no_files():
+    """No ``metrics/`` module reads a file, itself or through an ``io`` reader (``read_*``, ``load_*``, ``LOADERS``):
+    the readers are in ``io/`` and the metrics take what they read (issue 41 item 4)."""
+    found = []
+    for path, tree in _metrics_trees():
+        for node in ast.walk(tree):
+            where = f"{path}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Call):
+                f = node.func
+                if isinstance(f, ast.Name) and f.id in FILE_READING_NAMES:
+                    found.append(f"{where} {f.id}()")
+                elif isinstance(f, ast.Attribute):
+                    owner = f.value.id if isinstance(f.value, ast.Name) else None
+                    if (owner, f.attr) in FILE_READING_MODULE_CALLS or f.attr in FILE_READING_METHODS:
+                        found.append(f"{where} .{f.attr}()")
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if (node.level == 2 and module.split(".")[0] == "io") or module.startswith(f"{ROOT}.io"):
+                    readers = [a.name for a in node.names if a.name.startswith(("read_", "load_"))
+                               or a.name == "LOADERS"]
+                    if readers:
+                        found.append(f"{where} imports {', '.join(readers)}")
+    assert not found, "file reading in metrics/ (move the reader to io/):\n" + "\n".join(found)

@@ -26,6 +26,7 @@ from embeval_report.metrics import clustering as mclu  # noqa: E402
 from embeval_report.errors import InputError
 from embeval_report.chapters.node_classification import exclusion_text
 from embeval_report.metrics import clustering as clu
+from embeval_report.kernels import silhouette
 from embeval_report.resources import notebooks_dir
 
 
@@ -255,7 +256,7 @@ def test_silhouette_values_equal_sklearn(chunk, monkeypatch):
     labels = rng.integers(0, 4, 90)
     labels[17] = 9  # a singleton cluster: s = 0 by convention
     if chunk:
-        monkeypatch.setattr(clu, "chunk_rows", lambda n, row_bytes, budget=None: chunk)
+        monkeypatch.setattr(silhouette, "chunk_rows", lambda n, row_bytes, budget=None: chunk)
     got = mclu.silhouette_values(X, labels, device="cpu")
     ref = silhouette_samples(X, labels, metric="cosine")
     np.testing.assert_allclose(got, ref, atol=1e-10)

@@ -24,7 +24,7 @@ from embeval_report.chapters.registry import chapter as declared
 from embeval_report.chapters import drift as chapter
 from embeval_report.errors import InputError, UndefinedMetricWarning
 from embeval_report.io import load_source
-from embeval_report.io.snapshots import Snapshot, snapshot_slug
+from embeval_report.io.snapshots import Snapshot, load_snapshots, snapshot_slug
 from embeval_report.metrics import drift as dr
 from embeval_report.metrics import two_sample as ts
 from embeval_report.metrics.isotropy import measure_isotropy
@@ -365,7 +365,7 @@ def test_load_snapshots_matches_ids_and_reports_population(tmp_path):
     table(ids, X).to_csv(tmp_path / "s0.csv", index=False)
     es = load_source(write_set(tmp_path, X, ids, [{"name": "Jan", "vectors": "s0.csv", "timestamp": "2024-01-01"},
                                                    {"name": "Feb", "vectors": "s1.parquet", "timestamp": "2024-02-01"}]))
-    s0, s1 = dr.load_snapshots(es)
+    s0, s1 = load_snapshots(es)
     assert s1.slug == "feb" and list(s1.departed_ids) == ids[:5] and list(s1.new_ids) == ["n1", "n2", "n3"]
     np.testing.assert_allclose(s1.vectors, X[s1.index], atol=1e-6)
     np.testing.assert_allclose(s1.new_vectors, new, atol=1e-6)
@@ -388,11 +388,11 @@ def test_bad_snapshots_raise_input_errors_that_name_them(tmp_path):
     for message, snaps in cases.items():
         es = load_source(write_set(tmp_path, X, ids, snaps))
         with pytest.raises(InputError, match=message):
-            dr.load_snapshots(es)
+            load_snapshots(es)
     np.save(tmp_path / "short.npy", X[:30].astype(np.float32))
     es = load_source(write_set(tmp_path, X, ids, [{"name": "short", "vectors": "short.npy"}]))
     with pytest.raises(InputError, match="snapshot 'short'.*30 rows"):
-        dr.load_snapshots(es)
+        load_snapshots(es)
 
 
 # --------------------------------------------------------------------------- demo, notebook, typesetting
@@ -406,7 +406,7 @@ def test_demo_side_data_plants_a_detectable_genre_drift(demo_data):
     assert [e["name"] for e in manifest["snapshots"]] == ["2024-02", "2024-03", "2024-04", "2024-05"]
     es = load_source(demo_data)
     np.testing.assert_array_equal(es.vectors, streaming_embeddings(seed=0)[0])
-    snaps = dr.load_snapshots(es)
+    snaps = load_snapshots(es)
     assert [len(s.new_ids) for s in snaps] == [0, 15, 30, 45] and [len(s.departed_ids) for s in snaps] == [0, 0, 20, 40]
     r = dr.measure_drift(es.vectors, snaps, n_boot=0, n_perm=99, device="cpu")
     # 2024-04: mean drift above 1.5x the first (warning); its σ above trend has only two earlier values: n/a
@@ -531,7 +531,7 @@ def test_a_baseline_under_twenty_rows_is_valid_input_and_the_chapter_skips_it(tm
     ids = [f"e{i}" for i in range(3)]
     table(ids, X).to_csv(tmp_path / "s.csv", index=False)
     es = load_source(write_set(tmp_path, X, ids, [{"name": "s", "vectors": "s.csv"}]))
-    snaps = dr.load_snapshots(es)  # every baseline entity matched: not an id mismatch
+    snaps = load_snapshots(es)  # every baseline entity matched: not an id mismatch
     reason = chapter.precheck(es, SimpleNamespace(snapshots=snaps), None)
     assert "at least 20" in reason and "only 3" in reason
     big = SimpleNamespace(n=30)

@@ -13,6 +13,7 @@ import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from embeval_report import kernels, stats
+from embeval_report.kernels import edge_ranks
 from embeval_report.chapters import temporal_link_prediction as tchapter
 from embeval_report.metrics import edge_probes as ep
 from embeval_report.metrics import graph as g
@@ -89,7 +90,7 @@ def test_batched_scoring_matches_brute_force_and_chunking(score, engine, monkeyp
         np.testing.assert_allclose(rk.pair_scores(X, np.full((row >= 0).sum(), s), row[row >= 0], score),
                                    S[s, row[row >= 0]], rtol=1e-12, atol=1e-12)
     monkeypatch.setattr(kernels.device, "CHUNK_BYTES", 2000)  # a few rows per chunk: same result
-    monkeypatch.setattr(rk, "CPU_CHUNK_BYTES", 2000)
+    monkeypatch.setattr(edge_ranks, "CPU_CHUNK_BYTES", 2000)
     cs2 = rk.score_candidates(X, src, cand, score=score, device="cpu", engine=engine)
     np.testing.assert_array_equal(cs2.raw.optimistic, opt)
     np.testing.assert_allclose(cs2.scores, cs.scores, equal_nan=True)
@@ -492,14 +493,16 @@ def test_relation_with_too_few_destinations_draws_from_all_ids(tmp_path):
     assert (d.candidates[~rare, 1:] >= 2).all() and (d.candidates[rare, 1:] < 2).any()
 
 
-def test_old_module_names_keep_link_data_from_set(tmp_path):
+def test_link_data_from_a_set_read_by_io(tmp_path):
     from embeval_report.metrics import graph as mgraph  # noqa: E402
     from embeval_report.io import load_source
+    from embeval_report.io.side_data import load_side_data
     rng = np.random.default_rng(7)
     src, dst = rng.integers(0, 30, 80), rng.integers(0, 30, 80)
     es = load_source(_manifest(tmp_path, rng.standard_normal((30, 4)), {"src": [f"n{i}" for i in src],
                                                                         "dst": [f"n{i}" for i in dst]}))
-    data, edges = mgraph.link_data_from_set(es, n_negatives=7, seed=1)
+    side = load_side_data(es, fields=("edges", "test_edges", "negatives"))
+    data, edges = mgraph.link_data(side, es.n, n_negatives=7, seed=1), side.edges
     assert isinstance(data, g.LinkData) and data.n_negatives == 7 and len(data.train) + len(data.test) == len(edges)
     assert data.split.startswith("seeded random split")
 

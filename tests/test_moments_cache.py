@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from embeval_report.kernels import moments, moments_cache
+from embeval_report.kernels import moments, moments_cache, transforms
 from embeval_report.kernels.device import unit_rows
 from embeval_report.context import CacheFolder, ComputeContext
 from embeval_report.kernels.moments_cache import space_of
@@ -94,7 +94,7 @@ def test_uniformity_takes_the_isotropy_chapters_directions_and_abtt_pass(mapped,
     np.testing.assert_allclose(shared.eigenvalues, fit.eigenvalues, rtol=1e-10)
     np.testing.assert_array_equal(shared.vectors, r_iso.directions().vectors)
     monkeypatch.setattr(moments, "iter_chunks", _no_pass)
-    monkeypatch.setattr(iso, "iter_chunks", _no_pass)  # the all-but-the-top every-D pass
+    monkeypatch.setattr(transforms, "iter_chunks", _no_pass)  # the all-but-the-top every-D pass
     D = iso.best_apcs_removal(Xm, pcs=shared, device="cpu")
     monkeypatch.undo()
     assert D == iso.best_apcs_removal(X, pcs=fit, device="cpu")
@@ -118,13 +118,13 @@ def test_all_but_the_top_sums_take_one_pass_for_every_d(monkeypatch):
     X = np.random.default_rng(1).standard_normal((500, 20))
     pcs = iso.PrincipalDirections.fit(X, device="cpu")
     chunks = []
-    real = iso.iter_chunks
+    real = transforms.iter_chunks
 
     def counted(*args, **kwargs):
         chunks.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(iso, "iter_chunks", counted)
+    monkeypatch.setattr(transforms, "iter_chunks", counted)  # the pass: kernels.transforms.removed_unit_sums
     sums = iso._unit_sums(X, pcs, [0, 1, 2, 3, 5], "cpu")
     assert len(chunks) == 1 and sorted(sums) == [0, 1, 2, 3, 5]
     corrected = torch.as_tensor(iso.all_but_the_top(X, 2, pcs=pcs, device="cpu"), dtype=torch.float64)

@@ -6,7 +6,13 @@ from scipy.linalg import orthogonal_procrustes
 from scipy.spatial import procrustes as scipy_procrustes
 from scipy.stats import ortho_group
 
-from embeval_report.metrics.procrustes import _procrustes_torch, aligned_cosines, knn_overlap, procrustes_align
+from embeval_report.kernels.procrustes import procrustes_on_device
+from embeval_report.metrics.procrustes import ProcrustesFit, aligned_cosines, knn_overlap, procrustes_align
+
+
+def _procrustes_torch(A, B, center, dev) -> ProcrustesFit:
+    """The device path of :func:`procrustes_align` (:func:`~embeval_report.kernels.procrustes.procrustes_on_device`)."""
+    return ProcrustesFit(*procrustes_on_device(A, B, center, dev))
 
 
 def test_pure_rotation_gives_perfect_alignment_and_overlap():

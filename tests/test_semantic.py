@@ -21,6 +21,7 @@ from embeval_report.chapters import semantic as sem_chapter  # noqa: E402
 from embeval_report.metrics import semantic as msem  # noqa: E402
 from embeval_report.chapters import semantic as chapter
 from embeval_report.errors import InputError, UndefinedMetricWarning
+from embeval_report.io.words import read_analogies, read_word_pairs
 from embeval_report.resources import notebooks_dir
 
 WORDSIM, SIMLEX, QUESTIONS = datapath("wordsim353.tsv"), datapath("simlex999.txt"), datapath("questions-words.txt")
@@ -40,7 +41,7 @@ def planted_kv():
     analogies hold; plus case variants (one in front, so it provides the vector ignoring case) and
     random distractors."""
     rng = np.random.default_rng(7)
-    qa = msem.read_analogies(QUESTIONS)
+    qa = read_analogies(QUESTIONS)
     d, vec = 24, {}
     for section in ("capital-common-countries", "family", "gram2-opposite"):
         offset = 1.5 * rng.standard_normal(d)
@@ -68,18 +69,18 @@ def gensim_sections(sections):
 def test_word_pairs_equal_gensim(lee_kv, path, case_insensitive, restrict_vocab, dummy):
     pearson, spearman, oov_pct = lee_kv.evaluate_word_pairs(
         path, restrict_vocab=restrict_vocab or 300000, case_insensitive=case_insensitive, dummy4unknown=dummy)
-    r = msem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=path, restrict_vocab=restrict_vocab,
+    r = msem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=read_word_pairs(path), restrict_vocab=restrict_vocab,
                               case_insensitive=case_insensitive, dummy4unknown=dummy, n_boot=0, device="cpu")
     assert r.values["word_pairs_spearman"] == pytest.approx(spearman.statistic, abs=1e-9)
     assert r.values["word_pairs_pearson"] == pytest.approx(pearson.statistic, abs=1e-5)  # gensim: float32 cosines
     assert 100 * r.values["word_pairs_oov_ratio"] == pytest.approx(oov_pct, abs=1e-9)
-    n = len(msem.read_word_pairs(path))
+    n = len(read_word_pairs(path))
     assert r.values["word_pairs_oov"] == round(oov_pct * n / 100)
     assert 0 < r.values["word_pairs_oov"] < n  # the Lee model covers part of each benchmark
 
 
 def test_word_pair_cosines_equal_gensim_similarity(lee_kv):
-    r = msem.word_pair_correlation(lee_kv.vectors, lee_kv.index_to_key, WORDSIM, case_insensitive=False, n_boot=0)
+    r = msem.word_pair_correlation(lee_kv.vectors, lee_kv.index_to_key, read_word_pairs(WORDSIM), case_insensitive=False, n_boot=0)
     t = r.table[r.table["in_vocab"]]
     ref = [lee_kv.similarity(a, b) for a, b in zip(t["word1"], t["word2"])]
     np.testing.assert_allclose(t["cosine"], ref, atol=1e-6)
@@ -95,7 +96,7 @@ def test_word_pair_spearman_equals_float64_reference_on_real_vectors(vector_size
                   seed=seed, workers=1).wv
     from scipy import stats
     for path in (WORDSIM, SIMLEX):
-        r = msem.word_pair_correlation(kv.vectors, kv.index_to_key, path, n_boot=0, device="cpu")
+        r = msem.word_pair_correlation(kv.vectors, kv.index_to_key, read_word_pairs(path), n_boot=0, device="cpu")
         t = r.table[r.table["in_vocab"]]
         vocab = msem.Vocabulary.build(kv.index_to_key)
         X = kv.vectors.astype(np.float64)
@@ -107,12 +108,12 @@ def test_word_pair_spearman_equals_float64_reference_on_real_vectors(vector_size
         _, gensim_rho, _ = kv.evaluate_word_pairs(path)
         assert r.spearman == pytest.approx(gensim_rho.statistic, rel=0, abs=1e-12)
     words = {(w1.upper(), w2.upper()): c for w1, w2, c in zip(*(msem.word_pair_correlation(
-        kv.vectors, kv.index_to_key, WORDSIM, n_boot=0, device="cpu").table[k] for k in ("word1", "word2", "cosine")))}
+        kv.vectors, kv.index_to_key, read_word_pairs(WORDSIM), n_boot=0, device="cpu").table[k] for k in ("word1", "word2", "cosine")))}
     assert words[("BANK", "MONEY")] == words[("MONEY", "BANK")]  # the reversed pair is in the vocabulary: a tie
 
 
 def test_correlation_ci_is_a_paired_bootstrap(lee_kv):
-    r = msem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=WORDSIM, n_boot=300, device="cpu")
+    r = msem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=read_word_pairs(WORDSIM), n_boot=300, device="cpu")
     m = r.metrics["word_pairs_spearman"]
     assert m.ci_low < m.value < m.ci_high and "paired" in m.ci_method
     # the vectorised statistics used by the bootstrap equal SciPy's on every resample row
@@ -129,7 +130,7 @@ def test_correlation_ci_is_a_paired_bootstrap(lee_kv):
 def test_analogies_equal_gensim_on_lee_model(lee_kv, case_insensitive, restrict_vocab):
     score, sections = lee_kv.evaluate_word_analogies(QUESTIONS, restrict_vocab=restrict_vocab or 300000,
                                                      case_insensitive=case_insensitive)
-    r = msem.analogy_accuracy(lee_kv.vectors, lee_kv.index_to_key, QUESTIONS, restrict_vocab=restrict_vocab,
+    r = msem.analogy_accuracy(lee_kv.vectors, lee_kv.index_to_key, read_analogies(QUESTIONS), restrict_vocab=restrict_vocab,
                              case_insensitive=case_insensitive, device="cpu")
     assert r.accuracy_3cosadd == pytest.approx(score, abs=1e-12)
     ref = gensim_sections(sections)
@@ -145,7 +146,7 @@ def test_analogies_equal_gensim_on_lee_model(lee_kv, case_insensitive, restrict_
 def test_analogies_equal_gensim_with_planted_structure(planted_kv, case_insensitive, restrict_vocab, dummy):
     score, sections = planted_kv.evaluate_word_analogies(QUESTIONS, restrict_vocab=restrict_vocab or 300000,
                                                          case_insensitive=case_insensitive, dummy4unknown=dummy)
-    r = msem.measure_semantics(planted_kv.vectors, planted_kv.index_to_key, analogies=QUESTIONS,
+    r = msem.measure_semantics(planted_kv.vectors, planted_kv.index_to_key, analogies=read_analogies(QUESTIONS),
                               restrict_vocab=restrict_vocab, case_insensitive=case_insensitive,
                               dummy4unknown=dummy, device="cpu")
     acc = r.values["analogy_accuracy"]
@@ -160,8 +161,8 @@ def test_analogies_equal_gensim_with_planted_structure(planted_kv, case_insensit
 
 def test_case_variant_in_front_provides_the_vector(planted_kv):
     """'ATHENS' (random) precedes 'Athens' (planted): ignoring case, the first one is used, as in gensim."""
-    r_ci = msem.analogy_accuracy(planted_kv.vectors, planted_kv.index_to_key, QUESTIONS, device="cpu")
-    r_cs = msem.analogy_accuracy(planted_kv.vectors, planted_kv.index_to_key, QUESTIONS, case_insensitive=False,
+    r_ci = msem.analogy_accuracy(planted_kv.vectors, planted_kv.index_to_key, read_analogies(QUESTIONS), device="cpu")
+    r_cs = msem.analogy_accuracy(planted_kv.vectors, planted_kv.index_to_key, read_analogies(QUESTIONS), case_insensitive=False,
                                 device="cpu")
     q = r_ci.questions
     athens = q["in_vocab"] & (q["a"] == "Athens")
@@ -172,7 +173,7 @@ def test_case_variant_in_front_provides_the_vector(planted_kv):
 def test_3cosmul_equals_gensim_most_similar_cosmul(planted_kv):
     """gensim's most_similar_cosmul uses ε = 1e-6 and excludes the exact question keys (case-sensitive)."""
     kv = planted_kv
-    qa = msem.read_analogies(QUESTIONS)
+    qa = read_analogies(QUESTIONS)
     vocab = msem.Vocabulary.build(kv.index_to_key, case_insensitive=False)
     rows = vocab.lookup(qa.questions)
     ok = np.flatnonzero((rows >= 0).all(1))[::7][:150]
@@ -213,7 +214,7 @@ def test_hand_computed_analogy(tmp_path):
     X = np.array([[math.cos(math.radians(t)), math.sin(math.radians(t))] for t in ang.values()])
     f = tmp_path / "q.txt"
     f.write_text(": add\na b c x60\n: mul\na b c x180\n")
-    r = msem.analogy_accuracy(X, list(ang), f, device="cpu")
+    r = msem.analogy_accuracy(X, list(ang), read_analogies(f), device="cpu")
     q = r.questions
     assert list(q["predicted_3cosadd"]) == ["x60", "x60"] and list(q["predicted_3cosmul"]) == ["x180", "x180"]
     assert list(r.sections["accuracy_3cosadd"]) == [1.0, 0.0]
@@ -226,36 +227,36 @@ def test_oov_questions_and_labels(tmp_path):
     ids = ["man", "woman", "king", "queen", "princess"]
     f = tmp_path / "q.txt"
     f.write_text("man woman king queen\nman woman king unicorn\n")  # no section header: section 'all'
-    r = msem.measure_semantics(X, ids, analogies=f, labels=["m", "f", "m", "f", "f"], device="cpu")
+    r = msem.measure_semantics(X, ids, analogies=read_analogies(f), labels=["m", "f", "m", "f", "f"], device="cpu")
     assert r.values["analogy_oov"] == 1 and r.values["analogy_oov_ratio"] == 0.5
     assert r.values["analogy_accuracy"] == 1.0 and r.analogies.sections["section"].tolist() == ["all"]
     assert r.analogies.label_match_3cosadd == 1.0
-    r2 = msem.measure_semantics(X, ids, analogies=f, dummy4unknown=True, device="cpu")
+    r2 = msem.measure_semantics(X, ids, analogies=read_analogies(f), dummy4unknown=True, device="cpu")
     assert r2.values["analogy_accuracy"] == 0.5 and r2.analogies.n_evaluated == 2
 
 
 # --------------------------------------------------------------------------- file formats
 
 def test_csv_formats_read_like_gensim_formats(tmp_path):
-    pairs = msem.read_word_pairs(WORDSIM)
+    pairs = read_word_pairs(WORDSIM)
     csv_path = tmp_path / "pairs.csv"
     pd.DataFrame({"Word1": pairs.word1, "word2": pairs.word2, "score": pairs.score, "note": "x"}).to_csv(
         csv_path, index=False)
-    back = msem.read_word_pairs(csv_path)
+    back = read_word_pairs(csv_path)
     assert list(back.word1) == list(pairs.word1) and np.array_equal(back.score, pairs.score)
     assert len(pairs) == 353 and pairs.line[0] == 3  # two '#' comment lines
-    qa = msem.read_analogies(QUESTIONS)
+    qa = read_analogies(QUESTIONS)
     assert len(qa) == 19544 and len(qa.sections) == 14
     sub = pd.DataFrame(qa.questions[:50], columns=list("abcd")).assign(section=qa.section[:50])
     sub.to_csv(tmp_path / "q.csv", index=False)
-    back = msem.read_analogies(tmp_path / "q.csv")
+    back = read_analogies(tmp_path / "q.csv")
     assert (back.questions == qa.questions[:50]).all() and list(back.section) == list(qa.section[:50])
 
 
 def test_whitespace_pairs_with_header_line(tmp_path):
     f = tmp_path / "p.txt"
     f.write_text("word1 word2 similarity\n\n# comment\nCat  dog 7.5\ncar  bus 3\n")
-    p = msem.read_word_pairs(f)
+    p = read_word_pairs(f)
     assert list(p.word1) == ["Cat", "car"] and list(p.score) == [7.5, 3.0] and list(p.line) == [4, 5]
 
 
@@ -272,7 +273,7 @@ def test_bad_word_pair_files(tmp_path, name, text, message):
     f = tmp_path / name
     f.write_text(text)
     with pytest.raises(InputError, match=message.replace("(", r"\(")):
-        msem.read_word_pairs(f)
+        read_word_pairs(f)
 
 
 @pytest.mark.parametrize("name,text,message", [
@@ -285,20 +286,20 @@ def test_bad_analogy_files(tmp_path, name, text, message):
     f = tmp_path / name
     f.write_text(text)
     with pytest.raises(InputError, match=message):
-        msem.read_analogies(f)
+        read_analogies(f)
 
 
 def test_non_utf8_file(tmp_path):
     f = tmp_path / "p.txt"
     f.write_bytes(b"caf\xe9 tea 3\n")
     with pytest.raises(InputError, match="p.txt: expected UTF-8 text"):
-        msem.read_word_pairs(f)
+        read_word_pairs(f)
 
 
 # --------------------------------------------------------------------------- chapter pieces
 
 def test_result_metrics_narrative_and_figures(lee_kv):
-    r = msem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=WORDSIM, analogies=QUESTIONS,
+    r = msem.measure_semantics(lee_kv.vectors, lee_kv.index_to_key, word_pairs=read_word_pairs(WORDSIM), analogies=read_analogies(QUESTIONS),
                               n_boot=100, device="cpu")
     assert set(r.metrics) == set(msem.SPECS) == set(msem.METRICS)
     assert all(m.verdict is None and m.reference for m in r.metrics.values())
@@ -306,7 +307,7 @@ def test_result_metrics_narrative_and_figures(lee_kv):
     assert "Spearman ρ" in text and "3CosAdd" in text
     assert sem_chapter.coverage_warning(r) is not None  # the Lee model covers ~30 % of WordSim-353
     assert len(sem_chapter.pair_disagreements(r)) == 10 and len(sem_chapter.analogy_failures(r)) <= 10
-    assert list(sem_chapter.section_summary(r)["section"]) == list(msem.read_analogies(QUESTIONS).sections)
+    assert list(sem_chapter.section_summary(r)["section"]) == list(read_analogies(QUESTIONS).sections)
     for fig in (sem_chapter.similarity_scatter(r), sem_chapter.section_accuracy_figure(r)):
         assert fig.axes
     import matplotlib.pyplot as plt
@@ -330,7 +331,7 @@ def test_demo_side_data(demo_data):
     X, meta = streaming_embeddings(seed=0)
     np.testing.assert_array_equal(es.vectors, X)  # the side data does not disturb the vectors
     assert {"word_pairs", "analogies"} <= set(es.fields) and es.has("word_pairs|analogies".split("|")[0])
-    pairs, qa = msem.read_word_pairs(es.fields["word_pairs"]), msem.read_analogies(es.fields["analogies"])
+    pairs, qa = read_word_pairs(es.fields["word_pairs"]), read_analogies(es.fields["analogies"])
     assert len(pairs) == 300 and len(qa) == 200 and len(qa.sections) == 8
     r = msem.measure_semantics(es.vectors, es.ids, word_pairs=pairs, analogies=qa, n_boot=0, device="cpu")
     assert r.values["word_pairs_oov"] == 15 and r.values["word_pairs_spearman"] > 0.5
@@ -355,10 +356,10 @@ def run_measure(X, ids, tmp_path, pairs=None, questions=None, **kw):
     files = {}
     if pairs is not None:
         (tmp_path / "p.tsv").write_text(pairs)
-        files["word_pairs"] = tmp_path / "p.tsv"
+        files["word_pairs"] = read_word_pairs(tmp_path / "p.tsv")
     if questions is not None:
         (tmp_path / "q.txt").write_text(questions)
-        files["analogies"] = tmp_path / "q.txt"
+        files["analogies"] = read_analogies(tmp_path / "q.txt")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         r = msem.measure_semantics(np.asarray(X, float), ids, device="cpu", n_boot=200, **files, **kw)

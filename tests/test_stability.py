@@ -20,7 +20,18 @@ from embeval_report.metrics import stability as mst  # noqa: E402
 from embeval_report.metrics import training_stability as mts  # noqa: E402
 from embeval_report.errors import InputError
 from embeval_report.io import EmbeddingSet, load_source
+from embeval_report.io.runs import load_tranches, read_vocabularies
 from embeval_report.metrics.procrustes import procrustes_align
+
+
+def load_runs(es):
+    """The ``runs`` of ``es`` read (:mod:`embeval_report.io.runs`) and matched to the entities of every run."""
+    from embeval_report.io.runs import load_runs as read_runs
+    return mst.match_runs(es, read_runs(es))
+
+
+def _with_tranches(es):
+    return es, load_tranches(es)
 
 
 def noisy_runs(n=300, d=12, sigma=0.3, R=3, seed=0, rotate=True):
@@ -190,7 +201,7 @@ def test_word2vec_runs_frequent_words_are_more_stable(tmp_path):
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "seed1.txt", "metadata": "meta.csv",
                                                      "runs": ["seed2.txt", "seed3.txt"]}))
     es = load_source(tmp_path / "m.yaml")
-    inputs = mst.load_runs(es)
+    inputs = load_runs(es)
     assert inputs.coverage["missing"].sum() == 0 and len(inputs.ids) == es.n
     r = mst.measure_run_stability(inputs, n_boot=0)
     assert r.values["knn_overlap"] > 2 * r.chance
@@ -236,7 +247,7 @@ def test_subsets_differ_kruskal_mann_whitney_with_holm(tmp_path):
            {"name": "mixed", "ids": str(tmp_path / "mixed.txt")}]
     es = make_set(runs[0], ids, vocabularies=voc)
     r = mst.measure_run_stability(runs, n_boot=0)
-    g = mst.vocabulary_grouping(es, np.arange(n))
+    g = mst.vocabulary_grouping(es, np.arange(n), read_vocabularies(es))
     assert g.disjoint and [len(v) for v in g.subsets.values()] == [100, 100, 100]
     assert any("1 not in the embedding set" in note for note in g.notes)
     s = mst.subset_stability(r, [g])
@@ -263,7 +274,7 @@ def test_overlapping_vocabularies_are_tested_against_the_rest(tmp_path):
     (tmp_path / "b.txt").write_text("\n".join(ids[150:]))
     es = make_set(runs[0], ids, vocabularies=[{"name": "a", "ids": str(tmp_path / "a.txt")},
                                               {"name": "b", "ids": str(tmp_path / "b.txt")}])
-    g = mst.vocabulary_grouping(es, np.arange(n))
+    g = mst.vocabulary_grouping(es, np.arange(n), read_vocabularies(es))
     assert not g.disjoint
     s = mst.subset_stability(mst.measure_run_stability(runs, n_boot=0), [g])
     assert list(s.tests["comparison"]) == ["a vs the rest (Mann–Whitney U)", "b vs the rest (Mann–Whitney U)"]
@@ -274,7 +285,7 @@ def test_vocabulary_without_known_ids_is_an_input_error(tmp_path):
     es = make_set(np.eye(20, 5) + 1, [f"w{i}" for i in range(20)],
                   vocabularies=[{"name": "ghosts", "ids": str(tmp_path / "v.txt")}])
     with pytest.raises(InputError, match=r"v\.txt.*none of its 2 ids"):
-        mst.vocabulary_grouping(es, np.arange(20))
+        mst.vocabulary_grouping(es, np.arange(20), read_vocabularies(es))
 
 
 def test_frequency_quartiles_and_kind_groupings_from_metadata():
@@ -313,7 +324,7 @@ def test_runs_matched_by_id_report_missing_and_extra(tmp_path):
                 np.vstack([X[keep], np.ones((2, 6), np.float32)]))
     (tmp_path / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nruns: [r1.npy, r2.parquet]\n")
     es = load_source(tmp_path / "m.yaml")
-    inputs = mst.load_runs(es)
+    inputs = load_runs(es)
     cov = inputs.coverage.set_index("run")
     assert cov.loc["r2.parquet", ["missing", "extra", "matched"]].tolist() == [3, 2, n - 3]
     assert cov.loc["r2.parquet", "extra ids (first)"] == "new_1, new_2"
@@ -332,7 +343,7 @@ def test_run_without_ids_and_wrong_row_count_is_an_input_error(tmp_path):
     np.save(tmp_path / "short.npy", X[:20])
     (tmp_path / "m.yaml").write_text("vectors: v.npy\nruns: [short.npy]\n")
     with pytest.raises(InputError, match=r"short\.npy: 20 rows but the reference set has 30"):
-        mst.load_runs(load_source(tmp_path / "m.yaml"))
+        load_runs(load_source(tmp_path / "m.yaml"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,7 +387,7 @@ def cohort_case(tmp_path):
 
 def test_tranche_cohorts_and_movement_on_a_constructed_case(tmp_path):
     es, expected = cohort_case(tmp_path)
-    runs = mts.load_tranches(es)
+    runs = load_tranches(es)
     assert [cp.name for cp in runs["run"]] == ["t1", "t2", "t3"]  # sorted by order
     r = mts.measure_training_stability(es, runs, k=5, n_boot=0)
     cov = r.coverage.set_index("tranche")
@@ -408,7 +419,7 @@ def test_tranches_across_runs_are_compared_at_each_shared_name(tmp_path):
             np.save(tmp_path / f"{run}{t}.npy", (X + noise * rng.standard_normal(X.shape)).astype(np.float32))
             entries.append({"name": f"epoch {t}", "vectors": f"{run}{t}.npy", "run": run})
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "ids": "ids.txt", "tranches": entries}))
-    r = mts.measure_training_stability(load_source(tmp_path / "m.yaml"), k=5, n_boot=30)
+    r = mts.measure_training_stability(*_with_tranches(load_source(tmp_path / "m.yaml")), k=5, n_boot=30)
     assert r.cross_run["tranche"].tolist() == ["epoch 1", "epoch 2"]
     assert r.cross_run["k-NN overlap"].iloc[1] > r.cross_run["k-NN overlap"].iloc[0]
     m = r.metrics["tranche_cross_run_knn_overlap_final"]
@@ -428,7 +439,7 @@ def test_bad_tranche_orders_are_input_errors(tmp_path, orders, message):
                for i, o in enumerate(orders)]
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "tranches": entries}))
     with pytest.raises(InputError, match=message):
-        mts.load_tranches(load_source(tmp_path / "m.yaml"))
+        load_tranches(load_source(tmp_path / "m.yaml"))
 
 
 def test_dates_order_tranches_and_a_single_checkpoint_is_an_input_error(tmp_path):
@@ -437,10 +448,10 @@ def test_dates_order_tranches_and_a_single_checkpoint_is_an_input_error(tmp_path
     entries = [{"name": "late", "vectors": "v.npy", "order": "2024-03-01"},
                {"name": "early", "vectors": "v.npy", "order": "2024-01-15"}]
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "tranches": entries}))
-    assert [cp.name for cp in mts.load_tranches(load_source(tmp_path / "m.yaml"))["run"]] == ["early", "late"]
+    assert [cp.name for cp in load_tranches(load_source(tmp_path / "m.yaml"))["run"]] == ["early", "late"]
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "tranches": entries[:1]}))
     with pytest.raises(InputError, match="at least two checkpoints"):
-        mts.load_tranches(load_source(tmp_path / "m.yaml"))
+        load_tranches(load_source(tmp_path / "m.yaml"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,14 +462,14 @@ def test_demo_side_data_plants_frequency_and_cohort_effects(demo_data):
     manifest = yaml.safe_load(demo_data.read_text())  # write_demo's, with the stability module's side data
     assert {"runs", "tranches", "vocabularies"} <= set(manifest) and len(manifest["runs"]) == 4
     es = load_source(demo_data)
-    inputs = mst.load_runs(es)
+    inputs = load_runs(es)
     assert inputs.coverage["missing"].tolist() == [0, 0, 0, 0, 8] and inputs.coverage["extra"].iloc[-1] == 3
     r = mst.measure_run_stability(inputs, n_boot=0)
-    s = mst.subset_stability(r, mst.stability_groupings(es, inputs.index))
+    s = mst.subset_stability(r, mst.stability_groupings(es, inputs.index, vocabularies=read_vocabularies(es)))
     t = s.table.set_index("subset")
     assert t.loc["popular items", "k-NN overlap"] > t.loc["niche items", "k-NN overlap"] + 0.1
     assert mst.frequency_association(r, es.metadata, inputs.index)["rho"] > 0.3
-    tr = mts.measure_training_stability(es, k=10, n_boot=0)
+    tr = mts.measure_training_stability(es, load_tranches(es), k=10, n_boot=0)
     last = tr.cohorts[tr.cohorts["step"] == tr.cohorts["step"].max()].sort_values("cohort_step")
     assert last["mean movement"].iloc[-1] > 5 * last["mean movement"].iloc[0]  # late cohorts still move
     assert tr.cross_run["tranche"].tolist() == ["tranche 1", "tranche 2", "tranche 3", "final"]
@@ -582,7 +593,7 @@ def test_too_few_shared_entities(tmp_path):
     (tmp_path / "m.yaml").write_text("vectors: v.npy\nids: ids.txt\nruns: [r.parquet]\n")
     es = load_source(tmp_path / "m.yaml")
     with pytest.raises(InputError, match="k = 10 needs at least 12 shared entities, found 5"):
-        mst.load_runs(es)  # the public reader keeps its k check
+        mst.measure_run_stability(load_runs(es), k=10)  # the k check, on the runs as read
     from embeval_report.io.side_data import load_side_data
     from embeval_report.chapters import stability as chapter
     side = load_side_data(es)
@@ -602,9 +613,8 @@ def test_vocabulary_outside_the_compared_entities_is_left_out_with_a_note(tmp_pa
     es = make_set(np.random.default_rng(0).standard_normal((n, 4)), ids,
                   vocabularies=[{"name": "late", "ids": str(tmp_path / "v.txt")},
                                 {"name": "early", "ids": str(tmp_path / "u.txt")}])
-    g = mst.vocabulary_grouping(es, np.arange(40))  # w50, w51 are missing from some run
+    g = mst.vocabulary_grouping(es, np.arange(40), read_vocabularies(es))  # w50, w51 are missing from some run
     assert list(g.subsets) == ["early"] and any("“late”" in note and "left out" in note for note in g.notes)
-    from embeval_report.io.runs import read_vocabularies
     g2 = mst.vocabulary_grouping(es, np.arange(40), read_vocabularies(es, es.fields["vocabularies"]))
     assert list(g2.subsets) == ["early"]  # the validated side data gives the same grouping
     only_late = mst.vocabulary_grouping(es, np.arange(40), read_vocabularies(es, es.fields["vocabularies"][:1]))
@@ -634,7 +644,7 @@ def test_tranches_that_share_no_entities_and_identical_checkpoints(tmp_path):
         {"name": "t1", "vectors": "c.parquet"}, {"name": "t2", "vectors": "c.parquet"}]}))
     es = load_source(tmp_path / "m.yaml")
     with pytest.warns(UndefinedMetricWarning, match="no spread"):
-        r = mts.measure_training_stability(es, k=5, n_boot=0)
+        r = mts.measure_training_stability(es, load_tranches(es), k=5, n_boot=0)
     assert np.isnan(r.values["tranche_movement_last"]) and r.metrics["tranche_movement_last"].note
     assert r.values["tranche_knn_overlap_last"] == 1.0
     assert "nan" not in ts_chapter.training_narrative(r)
@@ -727,7 +737,7 @@ def test_a_tranche_of_another_dimension_has_no_movement_but_keeps_its_overlap(tm
     (tmp_path / "m.yaml").write_text(yaml.safe_dump({"vectors": "v.npy", "tranches": [
         {"name": t, "vectors": f"{t}.npy"} for t in ("t1", "t2", "t3")]}))
     es = load_source(tmp_path / "m.yaml")
-    r = mts.measure_training_stability(es, k=5, n_boot=0)
+    r = mts.measure_training_stability(es, load_tranches(es), k=5, n_boot=0)
     assert r.info["dimension_mismatch"] == [{"name": "t2", "d": 5}]
     assert r.transitions["movement"].isna().all() and r.transitions["aligned cosine"].isna().all()
     f32 = [M.astype(np.float32).astype(float) for M in (t1, t2, X)]

@@ -18,6 +18,7 @@ from embeval_report.io import load_source
 from embeval_report.chapters.uniformity import (alignment_uniformity_plane, distance_distribution, enable_alignment_text,
                                                 narrative)
 from embeval_report.io.pairs import PositivePairs, read_positive_pairs
+from embeval_report.io.side_data import load_side_data
 from embeval_report.metrics.uniformity import (alignment, label_pairs, measure_uniformity, positive_pairs_for,
                                                random_pair_sq_distance, sphere_sq_distance_density, sphere_uniformity,
                                                uniformity, uniformity_score)
@@ -254,14 +255,18 @@ def make_set(tmp_path, labels=None, pairs_text=None):
     return load_source(tmp_path / "m.yaml")
 
 
+def with_side(es):
+    return es, load_side_data(es)
+
+
 def test_positive_pairs_for_prefers_the_file_then_labels_then_none(tmp_path):
     for sub in ("f", "l", "n"):
         (tmp_path / sub).mkdir()
     es = make_set(tmp_path / "f", labels=["x", "x", "y", "y", ""], pairs_text="s,t\na,e e\n")
-    assert positive_pairs_for(es).source == "file"
-    lp = positive_pairs_for(make_set(tmp_path / "l", labels=["x", "x", "y", "y", ""]))
+    assert positive_pairs_for(es, load_side_data(es)).source == "file"
+    lp = positive_pairs_for(*with_side(make_set(tmp_path / "l", labels=["x", "x", "y", "y", ""])))
     assert lp.source == "labels" and sorted(zip(lp.i.tolist(), lp.j.tolist())) == [(0, 1), (2, 3)]
-    assert positive_pairs_for(make_set(tmp_path / "n")) is None
+    assert positive_pairs_for(*with_side(make_set(tmp_path / "n"))) is None
 
 
 # ------------------------------------------------------------------ label-derived pairs

@@ -25,9 +25,9 @@ from ..metrics.training_stability import (
     cohort_table,
     compare_spaces,
     largest_comparison,
-    load_tranches,
     measure_training_stability,
 )
+from ..io.runs import load_tranches
 from ..present.display import escape, show_figure, show_markdown, show_metrics, show_table, smaller_k_note
 from ..present.escape import mathtext
 from ..present.format import interval, metric_text

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from .files import read_table
+from .files import read_table, unknown_ids
 
 LEVELS = ("nominal", "ordinal", "interval")
 #: accepted header names of each column (lower case); the first is the canonical name
@@ -50,7 +50,6 @@ ALIASES = {
 }
 #: item kinds: a free task id, a (query, document) judgement, an unordered pair of vector ids
 KINDS = ("item", "query_doc", "pair")
-NAMED = 3
 
 
 @dataclass(frozen=True)
@@ -259,15 +258,10 @@ def read_annotations(path, *, level: str | None = None, ids=None, query_ids=None
                   key_cols[0], "query" if kind == "query_doc" and query_ids is not None else "vector"),
                  (keys[1], ids, key_cols[1], "vector")]
         for values_, known_ids, name, what in known:
-            index = pd.Index(np.asarray([str(k) for k in known_ids], dtype=object))
-            bad = index.get_indexer(values_) < 0
-            if bad.any():
-                r = int(np.argmax(bad))
-                names = list(dict.fromkeys(values_[bad]))
-                more = ", ..." if len(names) > NAMED else ""
-                raise InputError(f"{where(r, name)}: id {values_[r]!r} matches no {what} id ({int(bad.sum())} row(s) "
-                                 f"name {len(names)} unknown id(s): {', '.join(map(repr, names[:NAMED]))}{more}); "
-                                 f"expected ids of the {what}s")
+            bad = unknown_ids(values_, known_ids)
+            if bad is not None:
+                raise InputError(f"{where(bad.row, name)}: id {bad.value!r} matches no {what} id ({bad.rows} row(s) "
+                                 f"name {len(bad.ids)} unknown id(s): {bad.named()}); expected ids of the {what}s")
     n_raters = frame["rater"].nunique()
     if n_raters < 2:
         raise InputError(f"{label}: every rating comes from one rater ({rater[0]!r}); agreement needs at least 2 "

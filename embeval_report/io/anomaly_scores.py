@@ -29,8 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from .files import existing_file, library_errors
-from .limits import read_parquet
+from .files import existing_file, quoted, read_table_file, unknown_ids
 
 #: label columns, in order of preference
 LABEL_COLUMNS = ("is_anomaly", "anomaly")
@@ -38,8 +37,8 @@ EVENT_COLUMN = "event"
 TIME_COLUMN = "timestamp"
 _TRUE = {"1", "1.0", "true", "yes", "y", "t"}
 _FALSE = {"0", "0.0", "false", "no", "n", "f"}
-#: ids named in a message before "..."
-NAMED = 3
+#: the delimited score tables, by suffix (a .txt file is comma-separated here)
+SEPARATORS = {".csv": ",", ".tsv": "\t", ".txt": ","}
 
 
 def label_column(metadata: pd.DataFrame | None) -> str | None:
@@ -131,17 +130,9 @@ def read_anomaly_scores(path, ids, *, labels: np.ndarray | None = None, label: s
     every labelled id must have a score."""
     path = existing_file(path, label)
     label = label or path.name
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".tsv", ".txt"):
-        sep = "\t" if suffix == ".tsv" else ","
-        with library_errors(label, "a table with a header row"):
-            table = pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, skip_blank_lines=True)
-    elif suffix == ".parquet":
-        with library_errors(label, "a Parquet file"):
-            table = read_parquet(path, label)
-    else:
-        raise InputError(f"{label}: unsupported format {suffix or '(no extension)'!r}; expected a .csv, .tsv or "
-                         ".parquet table with an id column and score columns")
+    table = read_table_file(path, label, separators=SEPARATORS, expected="a .csv, .tsv or .parquet table with an "
+                            "id column and score columns",
+                            csv_options=dict(dtype=str, keep_default_na=False, skip_blank_lines=True))
     return anomaly_scores_frame(table, ids, labels=labels, label=label)
 
 
@@ -166,13 +157,10 @@ def anomaly_scores_frame(table: pd.DataFrame, ids, *, labels: np.ndarray | None 
         raise InputError(f"{label}, rows {first + 1} and {r + 1}, column {key!r}: id {keys[r]!r} appears twice; "
                          "expected one score row per id")
     known = pd.Index(np.asarray([str(i) for i in ids], dtype=object))
-    bad = known.get_indexer(keys) < 0
-    if bad.any():
-        r = int(np.argmax(bad))
-        names = list(keys[bad])
-        more = ", ..." if len(names) > NAMED else ""
-        raise InputError(f"{label}, row {r + 1}, column {key!r}: id {keys[r]!r} matches no vector id ({len(names)} "
-                         f"unknown id(s): {', '.join(map(repr, names[:NAMED]))}{more}); expected ids of the vectors")
+    bad = unknown_ids(keys, known)
+    if bad is not None:  # keys are unique: one row per unknown id
+        raise InputError(f"{label}, row {bad.row + 1}, column {key!r}: id {bad.value!r} matches no vector id "
+                         f"({len(bad.ids)} unknown id(s): {bad.named()}); expected ids of the vectors")
     out = {}
     for c in cols:
         if c == key:
@@ -197,9 +185,8 @@ def anomaly_scores_frame(table: pd.DataFrame, ids, *, labels: np.ndarray | None 
         labelled = known[np.isfinite(np.asarray(labels, float))]
         lacking = labelled[~labelled.isin(frame.index)]
         if len(lacking):
-            more = ", ..." if len(lacking) > NAMED else ""
             raise InputError(f"{label}: {len(lacking)} labelled id(s) have no score "
-                             f"({', '.join(map(repr, list(lacking[:NAMED])))}{more}); expected a score for every row "
+                             f"({quoted(lacking)}); expected a score for every row "
                              "with an is_anomaly label, so the detector is compared with the baselines on the same rows")
     frame.attrs["source"] = label
     return frame

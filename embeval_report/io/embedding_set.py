@@ -34,8 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from .files import NA_STRINGS, as_ids, check_unique, existing_file, library_errors, read_ids_file, resolve_path
-from .limits import read_parquet
+from .files import NA_STRINGS, as_ids, check_unique, existing_file, read_ids_file, read_table_file, resolve_path
 from .manifest import CORE_FIELDS, MANIFEST_FIELDS, MANIFEST_SUFFIXES, read_manifest
 from .stores import finalize_source, is_store, open_source, store_label, store_path
 from .matrix import finalize
@@ -307,19 +306,14 @@ def _make_set(name: str, vectors: np.ndarray, ids: np.ndarray | None, metadata: 
 def _read_metadata_table(path: Path, key: str) -> pd.DataFrame:
     """Read a metadata table; the key column is read as text, never as NaN."""
     label = path.name
-    suffix = path.suffix.lower()
-    if suffix in DELIMITERS:
+
+    def options(path: Path) -> dict:
         columns = table_columns(path)
-        with library_errors(label, "a table"):
-            table = pd.read_csv(
-                path, sep=DELIMITERS[suffix], dtype={key: str} if key in columns else None,
-                keep_default_na=False, na_values={c: NA_STRINGS for c in columns if c != key},
-            )
-    elif suffix == ".parquet":
-        with library_errors(label, "a Parquet file"):
-            table = read_parquet(path, label)
-    else:
-        raise InputError(f"{label}: unsupported metadata format {suffix!r}; expected .csv, .tsv or .parquet")
+        return dict(dtype={key: str} if key in columns else None, keep_default_na=False,
+                    na_values={c: NA_STRINGS for c in columns if c != key})
+
+    table = read_table_file(path, label, separators=DELIMITERS, csv_options=options, kind="metadata format",
+                            expected=".csv, .tsv or .parquet")
     if key not in table.columns:
         columns = ", ".join(map(str, table.columns)) or "none"
         raise InputError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -166,28 +167,73 @@ def check_unique(ids: np.ndarray, label: str) -> None:
 TABLE_SEPARATORS = {".csv": ",", ".tsv": "\t", ".txt": "\t"}
 
 
+def read_table_file(path: Path, label: str, *, separators: dict[str, str], csv_options, expected: str,
+                    kind: str = "format") -> pd.DataFrame:
+    """A table read by its suffix: delimited (``separators``: suffix -> separator; ``csv_options``: the other
+    options of ``pandas.read_csv``, or a function of the path giving them) or Parquet
+    (:func:`~embeval_report.io.limits.read_parquet`: its declared size checked). Every error is one line naming
+    ``label``: another suffix says ``unsupported <kind> '.x'; expected <expected>``, bytes that are not UTF-8 say
+    so, and a file the library cannot parse gets the library's first line."""
+    suffix = path.suffix.lower()
+    if suffix in separators:
+        options = csv_options(path) if callable(csv_options) else csv_options
+        with library_errors(label, "a table"):
+            try:
+                return pd.read_csv(path, sep=separators[suffix], **options)
+            except UnicodeDecodeError as e:
+                raise InputError(f"{label}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if suffix == ".parquet":
+        from .limits import read_parquet
+
+        with library_errors(label, "a Parquet file"):
+            return read_parquet(path, label)
+    raise InputError(f"{label}: unsupported {kind} {suffix or '(no extension)'!r}; expected {expected}")
+
+
 def read_table(path, label: str) -> pd.DataFrame:
     """A table of strings (csv / tsv / txt / parquet) with its header; nothing read as NaN."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{label}: file not found ({p})")
-    suffix = p.suffix.lower()
-    try:
-        if suffix in TABLE_SEPARATORS:
-            t = pd.read_csv(p, sep=TABLE_SEPARATORS[suffix], dtype=str, keep_default_na=False, na_filter=False,
-                            skipinitialspace=True, encoding="utf-8-sig")
-        elif suffix == ".parquet":
-            from .limits import read_parquet
-
-            t = read_parquet(p, label)
-        else:
-            raise InputError(f"{label}: unsupported format {suffix!r}; expected .csv, .tsv, .txt (tab-separated) "
-                             "or .parquet with a header row")
-    except InputError:
-        raise
-    except UnicodeDecodeError as e:
-        raise InputError(f"{label}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except Exception as e:  # pandas / pyarrow parse errors
-        raise InputError(f"{label}: could not be read as a table ({str(e).splitlines()[0]})") from None
+    t = read_table_file(p, label, separators=TABLE_SEPARATORS, expected=".csv, .tsv, .txt (tab-separated) or "
+                        ".parquet with a header row",
+                        csv_options=dict(dtype=str, keep_default_na=False, na_filter=False, skipinitialspace=True,
+                                         encoding="utf-8-sig"))
     t.columns = [str(c).strip() for c in t.columns]
     return t
+
+
+#: unknown ids named in a message before "..."
+NAMED = 3
+
+
+@dataclass(frozen=True)
+class UnknownIds:
+    """The ids of a column that name no known id: the first row naming one (0-based) and its id, the number of
+    rows naming one, and the distinct unknown ids in the order they appear."""
+
+    row: int
+    value: object
+    rows: int
+    ids: list
+
+    def named(self, limit: int = NAMED) -> str:
+        """The first ``limit`` unknown ids, quoted, ``, ...`` after them when there are more."""
+        return quoted(self.ids, limit)
+
+
+def quoted(ids, limit: int = NAMED) -> str:
+    """The first ``limit`` of ``ids``, quoted and comma-separated, ``, ...`` after them when there are more."""
+    ids = list(ids)
+    return ", ".join(map(repr, ids[:limit])) + (", ..." if len(ids) > limit else "")
+
+
+def unknown_ids(values: np.ndarray, known) -> UnknownIds | None:
+    """Which of ``values`` (an object array of id strings) are not among ``known`` (ids, compared as strings);
+    ``None`` when every one is known."""
+    index = pd.Index(np.asarray([str(k) for k in known], dtype=object))
+    bad = index.get_indexer(values) < 0
+    if not bad.any():
+        return None
+    r = int(np.argmax(bad))
+    return UnknownIds(r, values[r], int(bad.sum()), list(dict.fromkeys(values[bad])))

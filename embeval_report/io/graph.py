@@ -80,10 +80,14 @@ class EdgeList:
                        time=pick(self.time), weight=pick(self.weight), row=pick(self.row), notes=dict(self.notes))
 
 
+#: how link prediction scores an edge when the manifest names no ``score``
+DEFAULT_SCORE = "dot"
+
+
 def read_score(value) -> str:
     """The manifest ``score`` field: ``dot`` (default when ``None``), ``cosine`` or ``neg_l2``."""
     if value is None:
-        return "dot"
+        return DEFAULT_SCORE
     v = str(value).strip().lower()
     if v not in SCORES:
         raise InputError(f"manifest field 'score': expected one of {', '.join(SCORES)}, found {value!r}")

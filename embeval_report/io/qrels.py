@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
-from .files import as_ids, existing_file, read_text
+from .files import as_ids, existing_file, read_text, unknown_ids
 
 #: columns of the tidy qrels table
 COLUMNS = ("query_id", "doc_id", "relevance")
@@ -42,8 +42,6 @@ ALIASES = {
     "relevance": ("relevance", "rel", "grade", "label", "score", "judgement", "judgment"),
 }
 _INTEGER = re.compile(r"[+-]?\d+\Z")
-#: unknown ids named in a message before "..."
-NAMED = 3
 
 
 def read_qrels(path, *, query_ids=None, doc_ids=None, label: str | None = None) -> pd.DataFrame:
@@ -221,15 +219,11 @@ def _check(qid, did, rel, line_no, label: str, query_ids, doc_ids, lines: bool =
     for col, values, known, what in (("query_id", qid, query_ids, "query"), ("doc_id", did, doc_ids, "corpus")):
         if known is None:
             continue
-        index = pd.Index(np.asarray([str(k) for k in known], dtype=object))
-        bad = index.get_indexer(values) < 0
-        if bad.any():
-            r = int(np.argmax(bad))
-            names = list(dict.fromkeys(values[bad]))
-            more = ", ..." if len(names) > NAMED else ""
+        bad = unknown_ids(values, known)
+        if bad is not None:
             kind = "query" if col == "query_id" else "document"
             raise InputError(
-                f"{_where(label, r + 1, line_no[r], lines)}, column {col!r}: {kind} id {values[r]!r} matches no "
-                f"{what} id ({int(bad.sum())} judgement(s) name {len(names)} unknown {kind} id(s): "
-                f"{', '.join(map(repr, names[:NAMED]))}{more}); expected ids of the {what} vectors")
+                f"{_where(label, bad.row + 1, line_no[bad.row], lines)}, column {col!r}: {kind} id {bad.value!r} "
+                f"matches no {what} id ({bad.rows} judgement(s) name {len(bad.ids)} unknown {kind} id(s): "
+                f"{bad.named()}); expected ids of the {what} vectors")
     return pd.DataFrame({"query_id": qid, "doc_id": did, "relevance": rel})

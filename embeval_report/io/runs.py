@@ -46,8 +46,12 @@ def _unique_labels(paths: list[str], taken=(MAIN_LABEL,)) -> list[str]:
     return out
 
 
-def load_runs(es: EmbeddingSet, paths: list) -> list[RunFile]:
-    """The ``runs`` files of ``es``, each read, validated and matched to the main set by id."""
+def load_runs(es: EmbeddingSet, paths: list | None = None) -> list[RunFile]:
+    """The ``runs`` files of ``es`` (or ``paths``), each read, validated and matched to the main set by id."""
+    if paths is None:
+        paths = list(es.fields.get("runs") or [])
+        if not paths:
+            raise InputError("manifest field 'runs': expected a list of vectors files of other training runs")
     labels = _unique_labels(paths)
     return [RunFile(lab, str(store_path(p) if isinstance(p, dict) else p), load_matched(p, es, label=f"runs: {lab}"))
             for p, lab in zip(paths, labels)]
@@ -96,8 +100,10 @@ def _sort_orders(entries: list[dict], run: str) -> list:
     return keys
 
 
-def load_tranches(es: EmbeddingSet, entries: list) -> dict[str, list[Checkpoint]]:
-    """The ``tranches`` of ``es`` grouped by run (default run ``"run"``), each run sorted by order."""
+def load_tranches(es: EmbeddingSet, entries: list | None = None) -> dict[str, list[Checkpoint]]:
+    """The ``tranches`` of ``es`` (or ``entries``) grouped by run (default run ``"run"``), each run sorted by
+    order."""
+    entries = entries if entries is not None else es.fields.get("tranches")
     if not entries:
         raise InputError("manifest field 'tranches': expected a list of {name, vectors, order?, run?} checkpoints")
     by_run: dict[str, list[dict]] = {}
@@ -148,8 +154,10 @@ class Vocabulary:
     label: str
 
 
-def read_vocabularies(es: EmbeddingSet, entries: list) -> list[Vocabulary]:
-    """The ``vocabularies`` field: names must differ, and each file needs at least one id of the set."""
+def read_vocabularies(es: EmbeddingSet, entries: list | None = None) -> list[Vocabulary]:
+    """The ``vocabularies`` field (or ``entries``): names must differ, and each file needs at least one id of the
+    set."""
+    entries = (es.fields.get("vocabularies") or []) if entries is None else entries
     out, seen = [], set()
     known = pd.Index(es.ids)
     for i, e in enumerate(entries, 1):

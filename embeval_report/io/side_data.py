@@ -149,11 +149,13 @@ class SideData:
         return cls(folder=folder, present=[p.name for p in folder.iterdir() if p.name in LOADERS and p.is_dir()])
 
 
-def load_side_data(es: EmbeddingSet, *, progress: Callable[[str], None] | None = None) -> SideData:
-    """Read and validate every side-data field of ``es`` (raises :class:`~embeval_report.errors.InputError`)."""
+def load_side_data(es: EmbeddingSet, *, progress: Callable[[str], None] | None = None,
+                   fields=None) -> SideData:
+    """Read and validate every side-data field of ``es`` (raises :class:`~embeval_report.errors.InputError`);
+    ``fields``: only these (in the loaders' order, e.g. ``("edges", "test_edges", "negatives")``)."""
     loaded: dict[str, Any] = {}
     for name, loader in LOADERS.items():
-        if name in es.fields:
+        if name in es.fields and (fields is None or name in fields):
             if progress:
                 progress(name)
             loaded[name] = loader(es, es.fields[name], loaded)

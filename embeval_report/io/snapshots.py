@@ -81,8 +81,8 @@ def check_time_order(snapshots: list[Snapshot]) -> None:
                              "earliest first, with distinct timestamps")
 
 
-def load_snapshots(es: EmbeddingSet, entries: list) -> list[Snapshot]:
-    """The ``snapshots`` of an embedding set, each loaded and matched to the baseline by id.
+def load_snapshots(es: EmbeddingSet, entries: list | None = None) -> list[Snapshot]:
+    """The ``snapshots`` of an embedding set (or ``entries``), each loaded and matched to the baseline by id.
 
     Raises :class:`InputError` (naming the snapshot and file) for a missing field, two names with
     the same metric suffix, too few entities in common with the baseline (fewer than
@@ -90,6 +90,7 @@ def load_snapshots(es: EmbeddingSet, entries: list) -> list[Snapshot]:
     order; the vectors themselves are validated by :func:`embeval_report.io.load_matched`. A
     baseline smaller than :data:`MIN_MATCHED` is valid: the drift chapter skips it with the reason.
     """
+    entries = (es.fields.get("snapshots") or []) if entries is None else entries
     if not entries:
         raise InputError("manifest field `snapshots`: no snapshots given; list later versions as "
                          "`snapshots: [{name: ..., vectors: ..., timestamp: ...}]`")

@@ -169,6 +169,25 @@ def _pick(names: list[str], label: str) -> str:
     return pick_array_name(names, label)
 
 
+def _select(container: Any, names: list[str], array: str | None, ids: str | None, label: str, kind: str
+            ) -> tuple[Any, np.ndarray | None, str]:
+    """The vectors' array of a Zarr group or HDF5 file (``container[name]``) among its arrays ``names``: the one
+    named ``array``, else the one :func:`pick_array_name` picks; its ids: the array named ``ids``, else one named
+    ``ids`` when the vectors' array was picked, else none (a missing name: one line listing those present; ``kind``:
+    "array" or "dataset"). Returns ``(target, ids values or None, the ids' label)``."""
+    chosen = array or _pick(names, label)
+    if chosen not in names:
+        raise _missing(label, kind, chosen, names)
+    ids_name = ids or ("ids" if array is None and "ids" in names else None)
+    ids_label = f"{label}, ids {kind} {ids_name!r}"
+    ids_values = None
+    if ids_name is not None:
+        if ids_name not in names:
+            raise _missing(label, kind, ids_name, names)
+        ids_values = _read_ids(container[ids_name], ids_label)
+    return container[chosen], ids_values, ids_label
+
+
 def _open_zarr(path: Path, array: str | None, ids: str | None, label: str) -> ArraySource:
     if not path.exists():
         raise InputError(f"{label}: Zarr store not found: {path}")
@@ -182,18 +201,8 @@ def _open_zarr(path: Path, array: str | None, ids: str | None, label: str) -> Ar
             key = "array" if array else "ids"
             raise InputError(f"{label}: the store holds a single array at its root; remove key {key!r}")
         return ArraySource(node, label, "a Zarr array", chunk_rows=_chunk_rows(node))
-    names = sorted(_zarr_arrays(node))
-    chosen = array or _pick(names, label)
-    if chosen not in names:
-        raise _missing(label, "array", chosen, names)
-    ids_name = ids or ("ids" if array is None and "ids" in names else None)
-    ids_values = None
-    if ids_name is not None:
-        if ids_name not in names:
-            raise _missing(label, "array", ids_name, names)
-        ids_values = _read_ids(node[ids_name], f"{label}, ids array {ids_name!r}")
-    target = node[chosen]
-    return ArraySource(target, label, "a Zarr array", ids=ids_values, ids_label=f"{label}, ids array {ids_name!r}",
+    target, ids_values, ids_label = _select(node, sorted(_zarr_arrays(node)), array, ids, label, "array")
+    return ArraySource(target, label, "a Zarr array", ids=ids_values, ids_label=ids_label,
                        chunk_rows=_chunk_rows(target))
 
 
@@ -230,19 +239,10 @@ def _open_hdf5(path: Path, dataset: str | None, ids: str | None, label: str) -> 
     try:
         names: list[str] = []
         f.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
-        chosen = dataset.strip("/") if dataset else _pick(names, label)
-        if chosen not in names:
-            raise _missing(label, "dataset", chosen, names)
-        ids_name = ids.strip("/") if ids else ("ids" if dataset is None and "ids" in names else None)
-        ids_values = None
-        if ids_name is not None:
-            if ids_name not in names:
-                raise _missing(label, "dataset", ids_name, names)
-            ids_values = _read_ids(f[ids_name], f"{label}, ids dataset {ids_name!r}")
-        target = f[chosen]
-        return ArraySource(target, label, "an HDF5 dataset", ids=ids_values,
-                           ids_label=f"{label}, ids dataset {ids_name!r}", chunk_rows=_chunk_rows(target),
-                           closer=f.close)
+        target, ids_values, ids_label = _select(f, names, None if dataset is None else dataset.strip("/"),
+                                                ids.strip("/") if ids else None, label, "dataset")
+        return ArraySource(target, label, "an HDF5 dataset", ids=ids_values, ids_label=ids_label,
+                           chunk_rows=_chunk_rows(target), closer=f.close)
     except BaseException:
         f.close()
         raise

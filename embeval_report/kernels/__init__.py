@@ -6,7 +6,10 @@
 * :mod:`.neighbours` — exact k nearest neighbours: one sweep over the Gram tiles feeds the plain and re-scored top-k and the
   rows' Gaussian potential; neighbour-set overlap;
 * :mod:`.graph_cache` — one k-NN graph (and the other products of its sweep) per vector space per run, shared by the chapters;
-* :mod:`.moments_cache` — one pass per run for the column mean, row sums and block moments of the memory-mapped set.
+* :mod:`.moments_cache` — one pass per run for the column mean, row sums and block moments of the memory-mapped set;
+* :mod:`.transforms` (row transforms, all-but-the-top passes), :mod:`.spectra` (batched replicate spectra),
+  :mod:`.silhouette`, :mod:`.rescoring` (CSLS, mutual proximity), :mod:`.edge_ranks` (link prediction's ranks),
+  :mod:`.analogies`, :mod:`.mmd`, :mod:`.procrustes`: the torch parts of the metric modules, which hold none.
 """
 from .device import as_numpy, chunk_budget, chunk_rows, iter_chunks, resolve_device, unit_rows
 from .moments import BlockMoments, block_moments, column_mean

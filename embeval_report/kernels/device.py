@@ -233,7 +233,7 @@ def chunk_budget() -> int:
 class RowMap:
     """The rows of ``base`` through a row-wise torch ``transform``, computed where they are read.
 
-    What :func:`~embeval_report.metrics.isotropy.apply_rows` returns instead of a float32 copy when the copy
+    What :func:`~embeval_report.kernels.transforms.apply_rows` returns instead of a float32 copy when the copy
     would not fit in the memory budget (:mod:`.budget`): indexing rows (a slice or an index array) reads those
     rows of ``base`` (float64, on ``device``), transforms them and returns float32, as the copy holds them,
     so chunked kernels stream over it like over a memory map. Nothing else of an array is supported.

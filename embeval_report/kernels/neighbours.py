@@ -274,136 +274,188 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
     :data:`FAST_RERANK` extra candidates, no proof: recall is measured). ``stats`` (a dict) receives the
     product's name, the pass and the number of rows searched again. Returns the plans' ``(indices, scores)``
     and, when ``potential_t`` is given (cosine self sweep, float32 products), the rows' log Gaussian potential."""
-    n = len(X)
-    if potential_t is not None and product is not FP32:
-        raise ValueError("the swept potential needs float32 products")
-    corpus64 = _Rows64(to_tensor(X, dtype=torch.float32, device=dev), metric == "cosine")
-    column = linear_column(plans[0][1]) if len(plans) == 1 and metric == "cosine" else None
-    collect = (product is not None and potential_t is None and len(plans) == 1
-               and (plans[0][1] is None or column is not None))
-    if not collect:
-        column = None
-    scored = "linear" if column is not None else metric  # how the float64 scores are made (see _exact_scores)
-    sq64 = corpus64.squared_norms() if metric == "euclidean" else column
-    width = X.shape[1] + int(sq64 is not None)
-    dtype = torch.bfloat16 if product is None else product.dtype
-    extra = FAST_RERANK if product is None else RERANK if product is FP32 else BOUND_POOL
-    threads = torch.get_num_threads()
-    workers = threads if collect and dev.type == "cpu" else 1
-    if current().fits(n * width * dtype.itemsize):
-        corpus_t, corpus_stats = corpus64.transposed(sq64, product)
-        rows, cols = _tile_shape(len(Q), n, dev, itemsize=dtype.itemsize, product=product if collect else None)
-    else:  # larger than memory: made where the sweep reads it, for as many queries at once as a tile allows
-        rows = min(len(Q), LAZY_QUERY_ROWS)
-        cols = int(min(n, max(GROUP * 8, chunk_rows(n, rows * dtype.itemsize * 2))))
-        rows = min(rows, lazy_query_rows(width))  # the tile's columns (so every number) as for uncapped rows
-        corpus_t = _CorpusTiles(corpus64, product, sq64, desc=desc, tiles=-(-len(Q) // rows) * -(-n // cols))
-        corpus_stats = corpus_t.stats()
-        workers = 1
-    halves = (not collect and drop_self and Q is X and metric == "cosine" and dev.type == "cpu"
-              and isinstance(corpus_t, torch.Tensor) and not any(getattr(r, "tile_scores", None) for _, r in plans))
-    if halves:  # the upper triangle only (:func:`symmetric`), in square tiles of query blocks
-        cols = rows
-    starts = range(0, len(Q), rows)
-    out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]
-    log_potential = np.empty(len(Q)) if potential_t is not None else None
-    pair = halves and threads > 1  # two workers take the triangle's tiles (symmetric), half the threads each
-    buffers = queue.SimpleQueue()
-    for _ in range(2 if pair else workers):
-        buffers.put(torch.empty(rows * cols, dtype=dtype, device=dev))
-    n_avail = n - int(drop_self)
+    sweep = _Sweep(X, Q, plans, metric, drop_self, dev, desc, potential_t, product)
+    searched_again = sweep.run()
+    if stats is not None:
+        stats.update(product="bf16-fast" if product is None else product.name, searched_again=searched_again,
+                     queries=len(Q), sweep="collect" if sweep.collect else "pool", workers=sweep.workers)
+    return sweep.out, sweep.log_potential
 
-    def block(s: int) -> int:
+
+class _Sweep:
+    """One search of :func:`_search` as named steps: which pass runs (:meth:`_choose_pass`), how the corpus and the
+    tiles are laid out (:meth:`_lay_out`), each query block's inputs, consumers and lists (:meth:`inputs`,
+    :meth:`consumers`, :meth:`finish`), and the order the blocks run in (:meth:`run`: side by side, the upper
+    triangle of the Gram, or one after another)."""
+
+    def __init__(self, X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: bool, dev: torch.device,
+                 desc: str | None, potential_t: float | None, product: Product | None):
+        if potential_t is not None and product is not FP32:
+            raise ValueError("the swept potential needs float32 products")
+        self.X, self.Q, self.plans, self.metric, self.drop_self = X, Q, plans, metric, drop_self
+        self.dev, self.desc, self.potential_t, self.product = dev, desc, potential_t, product
+        self.n = len(X)
+        self.corpus64 = _Rows64(to_tensor(X, dtype=torch.float32, device=dev), metric == "cosine")
+        self._choose_pass()
+        self._lay_out()
+        self.out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]
+        self.log_potential = np.empty(len(Q)) if potential_t is not None else None
+        self.pair = self.halves and self.threads > 1  # two workers take the triangle's tiles, half the threads each
+        self.buffers = queue.SimpleQueue()
+        for _ in range(2 if self.pair else self.workers):
+            self.buffers.put(torch.empty(self.rows * self.cols, dtype=self.dtype, device=dev))
+        self.n_avail = self.n - int(drop_self)
+
+    def _choose_pass(self) -> None:
+        """Kept entries (one plain plan, or one linear re-scoring such as CSLS, on a product with a bound) or fixed
+        pools; how the float64 scores are made; the candidate product's dtype, the extra candidates, the workers."""
+        plans, metric, product = self.plans, self.metric, self.product
+        column = linear_column(plans[0][1]) if len(plans) == 1 and metric == "cosine" else None
+        self.collect = (product is not None and self.potential_t is None and len(plans) == 1
+                        and (plans[0][1] is None or column is not None))
+        if not self.collect:
+            column = None
+        self.scored = "linear" if column is not None else metric  # how the float64 scores are made (_exact_scores)
+        self.sq64 = self.corpus64.squared_norms() if metric == "euclidean" else column
+        self.width = self.X.shape[1] + int(self.sq64 is not None)
+        self.dtype = torch.bfloat16 if product is None else product.dtype
+        self.extra = FAST_RERANK if product is None else RERANK if product is FP32 else BOUND_POOL
+        self.threads = torch.get_num_threads()
+        self.workers = self.threads if self.collect and self.dev.type == "cpu" else 1
+
+    def _lay_out(self) -> None:
+        """The corpus as product columns (in memory; or, larger than memory, made where the sweep reads it, for as
+        many queries at once as a tile allows), the tile shape, and whether the upper triangle alone is swept."""
+        n, Q, dev, itemsize = self.n, self.Q, self.dev, self.dtype.itemsize
+        if current().fits(n * self.width * itemsize):
+            self.corpus_t, self.corpus_stats = self.corpus64.transposed(self.sq64, self.product)
+            self.rows, self.cols = _tile_shape(len(Q), n, dev, itemsize=itemsize,
+                                               product=self.product if self.collect else None)
+        else:
+            rows = min(len(Q), LAZY_QUERY_ROWS)
+            cols = int(min(n, max(GROUP * 8, chunk_rows(n, rows * itemsize * 2))))
+            rows = min(rows, lazy_query_rows(self.width))  # the tile's columns (so every number) as for uncapped rows
+            self.corpus_t = _CorpusTiles(self.corpus64, self.product, self.sq64, desc=self.desc,
+                                         tiles=-(-len(Q) // rows) * -(-n // cols))
+            self.corpus_stats = self.corpus_t.stats()
+            self.rows, self.cols = rows, cols
+            self.workers = 1
+        self.halves = (not self.collect and self.drop_self and Q is self.X and self.metric == "cosine"
+                       and dev.type == "cpu" and isinstance(self.corpus_t, torch.Tensor)
+                       and not any(getattr(r, "tile_scores", None) for _, r in self.plans))
+        if self.halves:  # the upper triangle only (:meth:`symmetric`), in square tiles of query blocks
+            self.cols = self.rows
+        self.starts = range(0, len(Q), self.rows)
+
+    def run(self) -> int:
+        """Every block's lists (written to ``out``); returns the number of rows searched again."""
+        with FP32.matmul() if self.product is None else self.product.matmul():
+            if self.pair:
+                with _threads_each(2, self.threads // 2) as pool:
+                    return self.symmetric(pool)
+            if self.halves:
+                return self.symmetric(None)
+            if self.workers > 1:
+                with _threads_each(self.workers) as pool:
+                    return sum(self._progress(pool.map(self.block, self.starts)))
+            return sum(self.block(s) for s in self._progress(self.starts))
+
+    def _progress(self, items):
+        return progress(items, desc=self.desc, total=len(self.starts)) if self.desc else items
+
+    def block(self, s: int) -> int:
         """The lists of query rows ``s:s + rows``; returns the number of rows searched again."""
-        buffer = buffers.get()
+        buffer = self.buffers.get()
         try:
-            return _search_block(s, buffer)
+            q64, q, blk = self.inputs(s)
+            if self.collect:  # one plain plan: kept entries instead of a fixed pool
+                self.write(s, [_collected_lists(self.plans[0][0], blk, self.corpus64, self.sq64, self.corpus_t,
+                                                self.scored, self.cols, buffer)])
+                return 0
+            tops, potential = self.consumers(s)
+            sweep_tiles(q, self.corpus_t, tops, potential=potential, self_start=s if self.drop_self else None,
+                        tile_cols=self.cols, buffer=buffer)
+            return self.finish(s, q64, blk, tops, potential)
         finally:
-            buffers.put(buffer)
+            self.buffers.put(buffer)
 
-    def inputs(s: int) -> tuple[torch.Tensor, torch.Tensor, _Block | None]:
+    def inputs(self, s: int) -> tuple[torch.Tensor, torch.Tensor, _Block | None]:
         """The float64 rows of query block ``s``, its candidate-product inputs and its error bounds."""
-        q64 = to_tensor(Q[s:s + rows], dtype=torch.float32, device=dev).double()
-        if metric == "cosine":
+        dev, product = self.dev, self.product
+        q64 = to_tensor(self.Q[s:s + self.rows], dtype=torch.float32, device=dev).double()
+        if self.metric == "cosine":
             q64 = unit_rows(q64)
         q = q64.float()
         qa64 = q64
-        if sq64 is not None:  # the augmented rows [q, 1] against [2x, -|x|^2] or [2x, -c]
+        if self.sq64 is not None:  # the augmented rows [q, 1] against [2x, -|x|^2] or [2x, -c]
             q = torch.cat([q, torch.ones((len(q), 1), dtype=q.dtype, device=dev)], 1)
             qa64 = torch.cat([q64, torch.ones((len(q), 1), dtype=q64.dtype, device=dev)], 1)
-        q = q.to(dtype) if product is None or product.bits == 24 else product.rounded(q).to(dtype)
+        q = q.to(self.dtype) if product is None or product.bits == 24 else product.rounded(q).to(self.dtype)
         blk = None
         if product is not None:
             q_d = q.double()
-            offset = (q64 * q64).sum(1) if metric == "euclidean" else 0.0
-            bound = product_bound(q_d.norm(dim=1), (q_d - qa64).norm(dim=1), *corpus_stats, width, product, offset)
-            blk = _Block(s, q64, q, bound, offset, drop_self)
+            offset = (q64 * q64).sum(1) if self.metric == "euclidean" else 0.0
+            bound = product_bound(q_d.norm(dim=1), (q_d - qa64).norm(dim=1), *self.corpus_stats, self.width, product,
+                                  offset)
+            blk = _Block(s, q64, q, bound, offset, self.drop_self)
         return q64, q, blk
 
-    def consumers(s: int) -> tuple[list[RunningTopK], RowPotential | None]:
+    def consumers(self, s: int) -> tuple[list[RunningTopK], RowPotential | None]:
         """The running top-k of every plan and the potential (when summed) of query block ``s``."""
-        m = min(rows, len(Q) - s)
-        return ([RunningTopK(m, min(k + extra, n_avail), dev, rescore, dtype) for k, rescore in plans],
-                RowPotential(m, potential_t, dev) if potential_t is not None else None)
+        m = min(self.rows, len(self.Q) - s)
+        return ([RunningTopK(m, min(k + self.extra, self.n_avail), self.dev, rescore, self.dtype)
+                 for k, rescore in self.plans],
+                RowPotential(m, self.potential_t, self.dev) if self.potential_t is not None else None)
 
-    def finish(s: int, q64: torch.Tensor, blk: _Block | None, tops: list[RunningTopK],
+    def finish(self, s: int, q64: torch.Tensor, blk: _Block | None, tops: list[RunningTopK],
                potential: RowPotential | None) -> int:
         """The lists of query block ``s`` from its swept consumers (written to ``out``); returns the number of
         rows searched again."""
         again, found = 0, []
-        for (k, rescore), top in zip(plans, tops):
+        for (k, rescore), top in zip(self.plans, tops):
             if rescore is None and blk is not None:
-                top_i, score, more = _bounded_lists(k, top, blk, corpus64, sq64, corpus_t, metric, product, cols,
-                                                    n_avail)
+                top_i, score, more = _bounded_lists(k, top, blk, self.corpus64, self.sq64, self.corpus_t, self.metric,
+                                                    self.product, self.cols, self.n_avail)
                 again += more
             else:
                 cand = top.indices
-                exact = _exact_scores(corpus64, sq64, q64, cand, metric)
+                exact = _exact_scores(self.corpus64, self.sq64, q64, cand, self.metric)
                 if rescore is not None:
-                    exact = rescore.exact(torch.arange(s, s + len(q64), device=dev)[:, None], cand, exact)
+                    exact = rescore.exact(torch.arange(s, s + len(q64), device=self.dev)[:, None], cand, exact)
                 top_i, score = _top_k(cand, exact, k)
             found.append((top_i, score))
         if potential is not None:
-            log_potential[s:s + len(q64)] = potential.sums.log().cpu().numpy()
-        write(s, found)
+            self.log_potential[s:s + len(q64)] = potential.sums.log().cpu().numpy()
+        self.write(s, found)
         return again
 
-    def write(s: int, found: list) -> None:
-        for (top_i, score), (idx, val) in zip(found, out):
-            if metric == "euclidean":
+    def write(self, s: int, found: list) -> None:
+        for (top_i, score), (idx, val) in zip(found, self.out):
+            if self.metric == "euclidean":
                 score = (-score).clamp_min(0).sqrt()
             idx[s:s + len(top_i)] = top_i.cpu().numpy()
             val[s:s + len(top_i)] = score.float().cpu().numpy()
 
-    def _search_block(s: int, buffer) -> int:
-        q64, q, blk = inputs(s)
-        if collect:  # one plain plan: kept entries instead of a fixed pool
-            write(s, [_collected_lists(plans[0][0], blk, corpus64, sq64, corpus_t, scored, cols, buffer)])
-            return 0
-        tops, potential = consumers(s)
-        sweep_tiles(q, corpus_t, tops, potential=potential, self_start=s if drop_self else None, tile_cols=cols,
-                    buffer=buffer)
-        return finish(s, q64, blk, tops, potential)
-
-    def symmetric(pool) -> int:
+    def symmetric(self, pool) -> int:
         """Every block's lists and potential from the tiles of the Gram's upper triangle (the self sweep of an
         in-memory set on the CPU: half the products). Tile (s, t) of query blocks s <= t feeds block s's rows
         (:func:`~.tiles.feed_views`) and, for t > s, block t's rows through its transpose; block s is finished once its
         own row of tiles is done, as every column left of it came from the blocks before. The first columns
         (corpus columns 0, 1, ...) start every row's top-k, as in :func:`sweep_tiles`. ``pool``: two workers take
         the tiles side by side (:func:`~.tiles.upper_triangle`; every block gets the same calls in the same order)."""
-        held = {s: consumers(s) for s in starts}
+        starts, rows, Q = self.starts, self.rows, self.Q
+        held = {s: self.consumers(s) for s in starts}
         first = first_columns(held[0][0])
         given = {}
 
         def tile(i: int, j: int, buffer) -> None:
             s, t = starts[i], starts[j]
             if s == t:  # a row's first tile
-                given[s] = inputs(s)
+                given[s] = self.inputs(s)
             q = given[s][1]
             m, w = len(q), min(rows, len(Q) - t)
             tile = buffer[:m * w].view(m, w)
-            torch.matmul(q, corpus_t[:, t:t + w], out=tile)
+            torch.matmul(q, self.corpus_t[:, t:t + w], out=tile)
             if t == s:
                 tile.diagonal().fill_(-torch.inf)  # the rows themselves
             tops, potential = held[s]
@@ -416,28 +468,10 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
         def finish_row(i: int) -> int:
             s = starts[i]
             q64, _, blk = given.pop(s)
-            return finish(s, q64, blk, *held.pop(s))
+            return self.finish(s, q64, blk, *held.pop(s))
 
-        return upper_triangle(len(starts), tile, finish_row, buffers, pool,
-                              rows=(lambda r: progress(r, desc=desc, total=len(starts))) if desc else None)
-
-    with FP32.matmul() if product is None else product.matmul():
-        if pair:
-            with _threads_each(2, threads // 2) as pool:
-                searched_again = symmetric(pool)
-        elif halves:
-            searched_again = symmetric(None)
-        elif workers > 1:
-            with _threads_each(workers) as pool:
-                done = pool.map(block, starts)
-                searched_again = sum(progress(done, desc=desc, total=len(starts)) if desc else done)
-        else:
-            searched_again = sum(block(s) for s in (progress(starts, desc=desc, total=len(starts)) if desc
-                                                    else starts))
-    if stats is not None:
-        stats.update(product="bf16-fast" if product is None else product.name, searched_again=searched_again,
-                     queries=len(Q), sweep="collect" if collect else "pool", workers=workers)
-    return out, log_potential
+        return upper_triangle(len(starts), tile, finish_row, self.buffers, pool,
+                              rows=(lambda r: progress(r, desc=self.desc, total=len(starts))) if self.desc else None)
 
 
 @contextmanager

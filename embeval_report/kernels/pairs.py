@@ -1,4 +1,5 @@
-"""Pair kernels: random pairs, cosines of given pairs, and the exact all-pairs Gaussian potential."""
+"""Pair kernels: random pairs, cosines of given pairs, distances to given neighbours, cosines to one direction and
+the rows' cosine mean and spread, and the exact all-pairs Gaussian potential."""
 from __future__ import annotations
 
 import numpy as np
@@ -156,3 +157,41 @@ def gaussian_potential_rows(X, t: float = 2.0, *, transform=None, device="auto",
 def _square_block(n: int) -> int:
     """Rows of a square block of :func:`gaussian_potential_rows`: three float64 B x B tiles fit one chunk budget."""
     return int(max(1, min(n, np.sqrt(chunk_budget() // (8 * 3)))))
+
+
+def neighbour_distances(X, idx: np.ndarray, device) -> np.ndarray:
+    """Ascending float64 Euclidean distances ``‖x_i − x_j‖`` of every row i to its neighbours ``idx[i]`` (no Gram
+    expansion, so small distances carry no cancellation error)."""
+    Xt = torch.as_tensor(np.asarray(X, np.float64), device=device)
+    it = torch.as_tensor(idx, device=device)
+    out = np.empty(idx.shape)
+    step = cache_rows(len(X), idx.shape[1] * X.shape[1] * 8 * 2, device)  # each piece's differences in cache
+    for s in range(0, len(X), step):
+        diff = Xt[it[s:s + step]] - Xt[s:s + step, None, :]
+        out[s:s + step] = torch.sort(diff.norm(dim=2), dim=1).values.cpu().numpy()
+    return out
+
+
+def direction_cosines(X, direction: np.ndarray, *, device) -> np.ndarray:
+    """Cosine of each row of ``X`` to the unit vector ``direction``, chunk by chunk."""
+    c = torch.as_tensor(direction, device=device)
+    out = np.empty(len(as_numpy(X)))
+    for start, x in iter_chunks(X, device=device):
+        out[start:start + len(x)] = (unit_rows(x) @ c).cpu().numpy()
+    return out
+
+
+def cosine_mean_sd_rows(X, s: np.ndarray, G: np.ndarray, *, device) -> tuple[np.ndarray, np.ndarray]:
+    r"""Mean and standard deviation of the cosine of each row to all *other* rows, from the sum :math:`s` and Gram
+    :math:`G` of the unit rows :math:`u`: :math:`\mu_x = (u_x \cdot s - 1)/(n-1)`,
+    :math:`\overline{c^2}_x = (u_x^\top G u_x - 1)/(n-1)`."""
+    n = len(as_numpy(X))
+    st, Gt = torch.as_tensor(s, device=device), torch.as_tensor(G, device=device)
+    mu, sd = np.empty(n), np.empty(n)
+    for start, x in iter_chunks(X, device=device):
+        u = unit_rows(x)
+        m1 = ((u @ st) - 1) / (n - 1)
+        m2 = (((u @ Gt) * u).sum(1) - 1) / (n - 1)
+        mu[start:start + len(x)] = m1.cpu().numpy()
+        sd[start:start + len(x)] = (m2 - m1 * m1).clamp_min(0).sqrt().cpu().numpy()
+    return mu, sd

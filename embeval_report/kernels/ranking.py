@@ -202,10 +202,9 @@ def rank_relevant(queries, corpus, pair_query, pair_doc, *, metric: str = "cosin
     cmax = float(Cs.norm.max()) * (1 + 1e-12)
     qnorm = Qs.norm * (1 + 1e-12)
     tol = 2.0 * (d + 4) * _U32 * qnorm * cmax + 1e-30
-    C32t = Cs.float32_t(dev)
-    tk_t = torch.as_tensor(tk, device=dev)
     b, w = tile_shape(m, n, dev)
-    kk = min(top_k + SPARE, n)
+    ranking = _Ranking(Qs, Cs, Cs.float32_t(dev), torch.as_tensor(tk, device=dev), tk,
+                       _SortedPairs(sq, sd, sr, q_start, slot), excl, tol, w, min(top_k + SPARE, n), top_k, dev)
     higher = np.zeros(len(sq), np.int64)
     top_rows = np.full((m, top_k), -1, np.int64)
     top_scores = np.full((m, top_k), np.nan)
@@ -214,89 +213,191 @@ def rank_relevant(queries, corpus, pair_query, pair_doc, *, metric: str = "cosin
     with exact_matmul():
         for s in (progress(starts, desc=desc, total=len(starts)) if desc else starts):
             e = min(m, s + b)
-            res = _rank_block(Qs, Cs, C32t, tk_t, tk, s, e, sq, sd, sr, q_start, slot, excl, tol, w, kk, top_k, dev)
-            higher[q_start[s]:q_start[e]] = res[0]
-            top_rows[s:e], top_scores[s:e] = res[1], res[2]
-            n_rescored += res[3]
-            n_scans += res[4]
+            res = ranking.block(s, e)
+            higher[q_start[s]:q_start[e]] = res.higher
+            top_rows[s:e], top_scores[s:e] = res.rows, res.scores
+            n_rescored += res.rescored
+            n_scans += res.scans
     ranks = np.empty(len(pq), np.int64)
     ranks[order] = 1 + higher
     ranks += before
     return RelevantRanks(ranks, r64, top_rows, top_scores, int(n_rescored), int(n_scans))
 
 
-def _rank_block(Qs, Cs, C32t, tk_t, tk, s, e, sq, sd, sr, q_start, slot, excl, tol, w, kk, top_k, dev):
-    """Ranks of the relevant pairs of queries ``s:e`` (numbers of documents above each, in the
-    pairs' sorted order) and their top lists; see :func:`rank_relevant`."""
-    b = e - s
-    n = C32t.shape[1]
-    p0, p1 = q_start[s], q_start[e]
-    loc, col, sl = sq[p0:p1] - s, sd[p0:p1], slot[p0:p1]
-    R = max(1, int(sl.max()) + 1) if p1 > p0 else 1
-    r64 = np.full((b, R), np.inf)
-    r64[loc, sl] = sr[p0:p1]
-    rtk = np.zeros((b, R), np.int64)
-    rtk[loc, sl] = tk[col]
-    r32_t = torch.as_tensor(r64.astype(np.float32), device=dev)  # +inf padding; non-decreasing per row
-    r64_t = torch.as_tensor(r64, device=dev)
-    rtk_t = torch.as_tensor(rtk, device=dev)
-    tol_t = torch.as_tensor(tol[s:e, None].astype(np.float32), device=dev)
-    q32 = to_tensor(Qs.rows64(np.arange(s, e)).astype(np.float32), dtype=torch.float32, device=dev)
-    ex = excl[s:e]
-    hist = torch.zeros((b, R + 2), dtype=torch.int64, device=dev)
-    exact_higher = torch.zeros((b, R), dtype=torch.int64, device=dev)
-    top_v = torch.full((b, kk), -torch.inf, dtype=torch.float32, device=dev)
-    top_i = torch.full((b, kk), -1, dtype=torch.int64, device=dev)
-    ones = torch.ones((b, min(w, n)), dtype=torch.int64, device=dev)
-    floor = r32_t[:, :1] - tol_t  # (b, 1): the lowest relevant score less the bound (+inf: no relevant)
-    n_rescored = 0
-    for j in range(0, n, w):
-        wj = min(w, n - j)
-        S = q32 @ C32t[:, j:j + wj]
-        inside = (ex >= j) & (ex < j + wj)
+@dataclass(frozen=True)
+class _SortedPairs:
+    """The relevant (query, document) pairs sorted by (query, score): query rows ``q``, corpus rows ``d``, exact
+    scores ``r``; ``q_start[i]`` the first pair of query i, ``slot`` each pair's place among its query's pairs."""
+
+    q: np.ndarray
+    d: np.ndarray
+    r: np.ndarray
+    q_start: np.ndarray
+    slot: np.ndarray
+
+
+@dataclass
+class _Block:
+    """One block of queries ``s:e`` being swept: its relevant pairs as padded (b, R) tables (``r32``/``r64`` their
+    scores, +inf padding, non-decreasing per row; ``rtk`` their tie keys; ``loc``, ``col``, ``sl`` each pair's row
+    in the block, corpus column and slot), the rounding bound per query, and what the sweep accumulates: the
+    float32 placement histogram, the exact counts, the running top list and the number re-scored."""
+
+    s: int
+    q32: torch.Tensor
+    ex: np.ndarray
+    loc: np.ndarray
+    col: np.ndarray
+    sl: np.ndarray
+    r32: torch.Tensor
+    r64: torch.Tensor
+    rtk: torch.Tensor
+    tol: torch.Tensor
+    hist: torch.Tensor
+    exact_higher: torch.Tensor
+    top_v: torch.Tensor
+    top_i: torch.Tensor
+    rescored: int = 0
+
+    @property
+    def slots(self) -> int:
+        return self.r32.shape[1]
+
+
+@dataclass(frozen=True)
+class _BlockRanks:
+    """What :meth:`_Ranking.block` returns: the number of documents above each relevant pair (in the pairs' sorted
+    order), the block's exact top lists and scores, the pairs re-scored exactly and the queries scanned."""
+
+    higher: np.ndarray
+    rows: np.ndarray
+    scores: np.ndarray
+    rescored: int
+    scans: int
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """What every query block of :func:`rank_relevant` shares: the query and corpus spaces, the corpus as float32
+    columns on the device (``C32t``), the documents' tie keys (``tk`` and on the device ``tk_t``), the sorted
+    relevant pairs, each query's excluded document and rounding bound, the tile width ``w``, the candidates kept
+    per query ``kk`` and the top list's length."""
+
+    Qs: Space
+    Cs: Space
+    C32t: torch.Tensor
+    tk_t: torch.Tensor
+    tk: np.ndarray
+    pairs: _SortedPairs
+    excl: np.ndarray
+    tol: np.ndarray
+    w: int
+    kk: int
+    top_k: int
+    dev: torch.device
+
+    def block(self, s: int, e: int) -> _BlockRanks:
+        """Ranks of the relevant pairs of queries ``s:e`` and their top lists: one sweep of the corpus in tiles."""
+        blk = self._start(s, e)
+        n = self.C32t.shape[1]
+        ones = torch.ones((e - s, min(self.w, n)), dtype=torch.int64, device=self.dev)
+        for j in range(0, n, self.w):
+            self._tile(blk, j, min(self.w, n - j), ones)
+        return self._finish(blk, e)
+
+    def _start(self, s: int, e: int) -> _Block:
+        """The block's relevant pairs as padded tables, its float32 rows and empty accumulators."""
+        b, p, dev = e - s, self.pairs, self.dev
+        p0, p1 = p.q_start[s], p.q_start[e]
+        loc, col, sl = p.q[p0:p1] - s, p.d[p0:p1], p.slot[p0:p1]
+        R = max(1, int(sl.max()) + 1) if p1 > p0 else 1
+        r64 = np.full((b, R), np.inf)
+        r64[loc, sl] = p.r[p0:p1]
+        rtk = np.zeros((b, R), np.int64)
+        rtk[loc, sl] = self.tk[col]
+        return _Block(
+            s=s, q32=to_tensor(self.Qs.rows64(np.arange(s, e)).astype(np.float32), dtype=torch.float32, device=dev),
+            ex=self.excl[s:e], loc=loc, col=col, sl=sl,
+            r32=torch.as_tensor(r64.astype(np.float32), device=dev),  # +inf padding; non-decreasing per row
+            r64=torch.as_tensor(r64, device=dev), rtk=torch.as_tensor(rtk, device=dev),
+            tol=torch.as_tensor(self.tol[s:e, None].astype(np.float32), device=dev),
+            hist=torch.zeros((b, R + 2), dtype=torch.int64, device=dev),
+            exact_higher=torch.zeros((b, R), dtype=torch.int64, device=dev),
+            top_v=torch.full((b, self.kk), -torch.inf, dtype=torch.float32, device=dev),
+            top_i=torch.full((b, self.kk), -1, dtype=torch.int64, device=dev))
+
+    def _tile(self, blk: _Block, j: int, wj: int, ones: torch.Tensor) -> None:
+        """Corpus columns ``j:j + wj``: their float32 products update the top lists, then every document that may
+        be above a relevant one is placed among them (in float32, or exactly when within the bound)."""
+        dev = self.dev
+        S = blk.q32 @ self.C32t[:, j:j + wj]
+        inside = (blk.ex >= j) & (blk.ex < j + wj)
         if inside.any():  # the query's own document is not ranked
-            S[torch.as_tensor(np.flatnonzero(inside), device=dev), torch.as_tensor(ex[inside] - j, device=dev)] = -torch.inf
-        at = (S > top_v[:, -1:]).any(1).nonzero()[:, 0]  # rows with a document above their running k-th
-        if len(at):
-            v, i = torch.topk(S[at], min(kk, wj), dim=1)
-            v, pos = torch.topk(torch.cat([top_v[at], v], 1), kk, dim=1)
-            top_i[at] = torch.cat([top_i[at], i + j], 1).gather(1, pos)
-            top_v[at] = v
-        here = (col >= j) & (col < j + wj)
+            S[torch.as_tensor(np.flatnonzero(inside), device=dev),
+              torch.as_tensor(blk.ex[inside] - j, device=dev)] = -torch.inf
+        self._update_top(blk, S, j, wj)
+        here = (blk.col >= j) & (blk.col < j + wj)
         if here.any():  # relevant documents: ranked among themselves exactly, not counted here
-            S[torch.as_tensor(loc[here], device=dev), torch.as_tensor(col[here] - j, device=dev)] = -torch.inf
+            S[torch.as_tensor(blk.loc[here], device=dev), torch.as_tensor(blk.col[here] - j, device=dev)] = -torch.inf
+        floor = blk.r32[:, :1] - blk.tol  # (b, 1): the lowest relevant score less the bound (+inf: no relevant)
         keep = S >= floor  # below the floor a document is certainly below every relevant one: bucket 0
         n_keep = int(keep.sum())
         if n_keep == 0:
-            continue
+            return
+        near_r, near_c = self._place_tile(blk, S, keep, n_keep, ones[:, :wj])
+        if len(near_r):  # near: some relevant score within the rounding bound, so compared exactly
+            self._rescore_near(blk, near_r.cpu().numpy(), near_c.cpu().numpy(), j)
+
+    def _update_top(self, blk: _Block, S: torch.Tensor, j: int, wj: int) -> None:
+        """Merge the tile's best candidates into the rows' running top lists (rows with a document above their
+        running k-th only)."""
+        at = (S > blk.top_v[:, -1:]).any(1).nonzero()[:, 0]
+        if len(at):
+            v, i = torch.topk(S[at], min(self.kk, wj), dim=1)
+            v, pos = torch.topk(torch.cat([blk.top_v[at], v], 1), self.kk, dim=1)
+            blk.top_i[at] = torch.cat([blk.top_i[at], i + j], 1).gather(1, pos)
+            blk.top_v[at] = v
+
+    @staticmethod
+    def _place_tile(blk: _Block, S: torch.Tensor, keep: torch.Tensor, n_keep: int, ones: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Count the tile's documents above the floor into the histogram of relevant slots they are certainly above
+        (bucket R + 1: within the bound of one); returns the (row, column) of those within the bound."""
+        R = blk.slots
         if n_keep * DENSE_SHARE > S.numel():  # most documents: place the whole tile
-            lo, near = _place(S, r32_t, tol_t)
-            hist.scatter_add_(1, torch.where(near, R + 1, lo), ones[:, :wj])
-            near_r, near_c = near.nonzero(as_tuple=True)
-        else:  # a few: place only those above the floor
-            kr, kc = keep.nonzero(as_tuple=True)
-            v, seq, t = S[kr, kc][:, None], r32_t[kr], tol_t[kr]
-            lo = torch.searchsorted(seq, v - t)[:, 0]
-            near = torch.searchsorted(seq, v + t, right=True)[:, 0] > lo
-            hist.view(-1).index_add_(0, kr * (R + 2) + torch.where(near, R + 1, lo), torch.ones_like(lo))
-            near_r, near_c = kr[near], kc[near]
-        # near: some relevant score within the rounding bound, so compared exactly
-        if len(near_r):
-            rr, cc = near_r.cpu().numpy(), near_c.cpu().numpy()
-            n_rescored += len(rr)
-            step = chunk_rows(len(rr), Cs.X.shape[1] * 8 * 6 + R * 8 * 4)
-            for a in range(0, len(rr), step):
-                r_, c_ = rr[a:a + step], cc[a:a + step] + j
-                sc = torch.as_tensor(pair_scores(Qs, Cs, r_ + s, c_), device=dev)[:, None]
-                rt = torch.as_tensor(r_, device=dev)
-                ref = r64_t[rt]
-                above = (sc > ref) | ((sc == ref) & (tk_t[torch.as_tensor(c_, device=dev)][:, None] < rtk_t[rt]))
-                exact_higher.index_add_(0, rt, above.long())
-    # documents above slot i: those placed above it in float32 (bucket > i) plus the exact ones
-    above = hist[:, :R + 1].flip(1).cumsum(1).flip(1)[:, 1:] + exact_higher
-    higher = above.cpu().numpy()[loc, sl]
-    rows, scores, scans = _exact_top(Qs, Cs, tk, s, top_i.cpu().numpy(), top_v.cpu().numpy(), ex, tol[s:e], top_k)
-    return higher, rows, scores, n_rescored, scans
+            lo, near = _place(S, blk.r32, blk.tol)
+            blk.hist.scatter_add_(1, torch.where(near, R + 1, lo), ones)
+            return near.nonzero(as_tuple=True)
+        kr, kc = keep.nonzero(as_tuple=True)  # a few: place only those above the floor
+        v, seq, t = S[kr, kc][:, None], blk.r32[kr], blk.tol[kr]
+        lo = torch.searchsorted(seq, v - t)[:, 0]
+        near = torch.searchsorted(seq, v + t, right=True)[:, 0] > lo
+        blk.hist.view(-1).index_add_(0, kr * (R + 2) + torch.where(near, R + 1, lo), torch.ones_like(lo))
+        return kr[near], kc[near]
+
+    def _rescore_near(self, blk: _Block, rr: np.ndarray, cc: np.ndarray, j: int) -> None:
+        """Compare the documents within the bound of a relevant score with each relevant one exactly (float64, ties
+        by the tie keys), in memory-bounded pieces."""
+        dev = self.dev
+        blk.rescored += len(rr)
+        step = chunk_rows(len(rr), self.Cs.X.shape[1] * 8 * 6 + blk.slots * 8 * 4)
+        for a in range(0, len(rr), step):
+            r_, c_ = rr[a:a + step], cc[a:a + step] + j
+            sc = torch.as_tensor(pair_scores(self.Qs, self.Cs, r_ + blk.s, c_), device=dev)[:, None]
+            rt = torch.as_tensor(r_, device=dev)
+            ref = blk.r64[rt]
+            above = (sc > ref) | ((sc == ref) & (self.tk_t[torch.as_tensor(c_, device=dev)][:, None] < blk.rtk[rt]))
+            blk.exact_higher.index_add_(0, rt, above.long())
+
+    def _finish(self, blk: _Block, e: int) -> _BlockRanks:
+        """Documents above each relevant slot: those placed above it in float32 (bucket > slot) plus the exact
+        ones; the block's exact top lists from its candidates."""
+        R = blk.slots
+        above = blk.hist[:, :R + 1].flip(1).cumsum(1).flip(1)[:, 1:] + blk.exact_higher
+        higher = above.cpu().numpy()[blk.loc, blk.sl]
+        rows, scores, scans = _exact_top(self.Qs, self.Cs, self.tk, blk.s, blk.top_i.cpu().numpy(),
+                                         blk.top_v.cpu().numpy(), blk.ex, self.tol[blk.s:e], self.top_k)
+        return _BlockRanks(higher, rows, scores, blk.rescored, scans)
 
 
 def _place(S, r32_t, tol_t):

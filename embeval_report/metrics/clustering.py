@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import torch
 from scipy.optimize import linear_sum_assignment
 from sklearn.metrics import adjusted_mutual_info_score, adjusted_rand_score, normalized_mutual_info_score
 
 from ..errors import InputError, UndefinedMetricWarning
-from ..kernels import as_numpy, chunk_rows, resolve_device, unit_rows
+from ..kernels import as_numpy
+from ..kernels.silhouette import silhouettes
+from ..kernels.transforms import unit_vectors
 from ..stats import bootstrap_ci, bootstrap_weights, percentile_interval
 from .kmeans import (KMEANS_N_INIT, MINIBATCH_SIZE, MINIBATCH_THRESHOLD, SWEEP_METHOD, kmeans_fit,  # noqa: F401
                      kmeans_restarts, sweep_fits)
@@ -108,10 +109,8 @@ def silhouette_values(X, labels, *, device="auto") -> np.ndarray:
 def silhouette_values_many(X, labelings, *, device="auto") -> list[np.ndarray]:
     """:func:`silhouette_values` of several partitions of the same rows: each block of distances is computed once
     and summed per cluster of every partition (the same numbers as one call per partition, bit for bit)."""
-    X = as_numpy(X)
     m = len(X)
-    dev = resolve_device(device)
-    parts = []
+    partitions = []
     for labels in labelings:
         codes, _ = pd.factorize(pd.Series(np.asarray(labels, dtype=object)), sort=True)
         if len(codes) != m:
@@ -119,29 +118,8 @@ def silhouette_values_many(X, labelings, *, device="auto") -> list[np.ndarray]:
         k = int(codes.max()) + 1 if m else 0
         if not 2 <= k <= m - 1:
             raise ValueError(f"the silhouette needs 2 ≤ number of clusters ≤ n − 1; got {k} clusters for n = {m}")
-        code_t = torch.as_tensor(codes, device=dev)
-        onehot = torch.zeros(m, k, dtype=torch.float64, device=dev)
-        onehot[torch.arange(m, device=dev), code_t] = 1.0
-        parts.append((code_t, onehot, onehot.sum(0), torch.empty(m, dtype=torch.float64, device=dev)))
-    if not parts:
-        return []
-    U = unit_rows(torch.as_tensor(np.ascontiguousarray(X), dtype=torch.float64, device=dev))
-    step = chunk_rows(m, m * 8 * 2)
-    for s in range(0, m, step):
-        u = U[s:s + step]
-        r = torch.arange(len(u), device=dev)
-        D = (1.0 - u @ U.T).clamp_(0.0, 2.0)
-        D[r, r + s] = 0.0
-        for code_t, onehot, sizes, out in parts:
-            S = D @ onehot                                  # (chunk, k): summed distance to each cluster
-            own = code_t[s:s + step]
-            own_size = sizes[own]
-            a = S[r, own] / (own_size - 1).clamp_min(1)
-            S[r, own] = torch.inf
-            b = (S / sizes).min(1).values
-            sil = (b - a) / torch.maximum(a, b)
-            out[s:s + step] = torch.where((own_size > 1) & torch.isfinite(sil), sil, torch.zeros_like(sil))
-    return [out.cpu().numpy() for *_, out in parts]
+        partitions.append(codes)
+    return silhouettes(X, partitions, device=device)
 
 
 def silhouette_defined(labels) -> bool:
@@ -219,12 +197,6 @@ def sample_positions(n: int, size: int | None, seed: int, salt: int) -> np.ndarr
 def _partition_scores(y, clusters) -> dict[str, float]:
     return {"ari": float(adjusted_rand_score(y, clusters)), "nmi": float(normalized_mutual_info_score(y, clusters)),
             "ami": float(adjusted_mutual_info_score(y, clusters))}
-
-
-def unit_vectors(X) -> np.ndarray:
-    """L2-normalised rows, float32 for float32 input (k-means memory at large n), else float64."""
-    X = np.asarray(X)
-    return unit_rows(torch.as_tensor(X, dtype=torch.float32 if X.dtype == np.float32 else torch.float64)).numpy()
 
 
 @dataclass(frozen=True)

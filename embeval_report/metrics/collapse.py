@@ -34,11 +34,10 @@ import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-import torch
 
 from ..errors import UndefinedMetricWarning
 from ..kernels import as_numpy, column_mean, knn, resolve_device
-from ..kernels.device import cache_rows
+from ..kernels.pairs import neighbour_distances as exact_distances
 from ..kernels.moments import resampled_moments
 from ..stats import MIN_BLOCKS, PlannedIntervals, ResamplingPlan, bootstrap_ci
 from .isotropy import covariance_from_moments, no_variance, spectral_metrics
@@ -255,14 +254,7 @@ def neighbour_distances(X, k: int, *, device="auto") -> np.ndarray:
     X = as_numpy(X)
     Xc = (X - X.mean(0, dtype=np.float64)).astype(np.float32)
     idx, _ = knn(Xc, k, metric="euclidean", device=dev, desc="k-NN (intrinsic dimension)")
-    Xt = torch.as_tensor(np.asarray(X, np.float64), device=dev)
-    it = torch.as_tensor(idx, device=dev)
-    out = np.empty(idx.shape)
-    step = cache_rows(len(X), k * X.shape[1] * 8 * 2, dev)  # each piece's differences in cache for their norms
-    for s in range(0, len(X), step):
-        diff = Xt[it[s:s + step]] - Xt[s:s + step, None, :]
-        out[s:s + step] = torch.sort(diff.norm(dim=2), dim=1).values.cpu().numpy()
-    return out
+    return exact_distances(X, idx, dev)
 
 
 def _undefined(value: float, message: str) -> float:

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ..errors import UndefinedMetricWarning
 from ..kernels import as_numpy, resolve_device
 from ..kernels.prefetch import read_rows
+from ..kernels.transforms import affine
 from .hubness import label_agreement, measure_hubness, neighbour_overlap
 from .hubness_sampled import sample_queries, sampled_lists, skewness_with_interval
 from .isotropy import (PrincipalDirections, apply_rows, best_apcs_removal, measure_isotropy,
@@ -94,8 +94,7 @@ def whiten(X, *, method: str = "zca", floor: float = WHITEN_FLOOR, device="auto"
     W = pcs.vectors / np.sqrt(lam)
     if method == "zca":
         W = W @ pcs.vectors.T
-    W_t, mu = torch.as_tensor(W, device=dev), torch.as_tensor(pcs.mean, device=dev)
-    return apply_rows(X, lambda x: (x - mu) @ W_t, device=dev)
+    return apply_rows(X, affine(pcs.mean, W, dev), device=dev)
 
 
 @dataclass(frozen=True)

@@ -35,14 +35,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ..errors import UndefinedMetricWarning
 from ..io.snapshots import MIN_MATCHED, Snapshot
-from ..io.snapshots import load_snapshots as _read_snapshots
-from ..kernels import as_numpy, column_mean, resolve_device, unit_rows
+from ..kernels import as_numpy, column_mean, resolve_device
 from ..kernels import dask_engine
 from ..kernels.moments import resampled_moments
+from ..kernels.transforms import unit_halves
 from ..stats import HypothesisTest, ResamplingPlan, normal_ci, wilson_ci
 from .isotropy import cosine_moments, covariance_from_moments, no_variance, spectral_metrics
 from .procrustes import knn_overlap, procrustes_align, row_cosines
@@ -148,13 +147,6 @@ PAIR_STATISTICS = ("procrustes_distance", "mean_shift", "isotropy_drift_pr_fract
                    "pairwise_similarity_correlation", "isotropy_drift_apcs")
 
 
-def load_snapshots(es, entries: list | None = None) -> list[Snapshot]:
-    """The ``snapshots`` of an embedding set (default: its manifest field), loaded and matched to the
-    baseline by id; see :func:`embeval_report.io.snapshots.load_snapshots`, which the runner calls
-    before any chapter (a chapter reads the result as ``ctx.side.snapshots``)."""
-    return _read_snapshots(es, (es.fields.get("snapshots") or []) if entries is None else entries)
-
-
 def _undefined(message: str) -> None:
     warnings.warn(message, UndefinedMetricWarning, stacklevel=3)
 
@@ -254,7 +246,7 @@ def _pair_statistics(A: np.ndarray, B: np.ndarray, *, n_boot: int, level: float,
     shared = d_a == d_b
     AB = np.hstack([A, B])
     plan = ResamplingPlan.choose(n, 2 * D, n_boot)
-    halves = lambda x: torch.cat([unit_rows(x[:, :D]), unit_rows(x[:, D:])], 1)  # noqa: E731
+    halves = unit_halves(D)
     with dask_engine.shared(AB, device=dev):  # on the run's Dask cluster: AB's row blocks sent once, three passes
         mean = column_mean(AB, device=dev)
         cov_m = resampled_moments(plan, AB, shift=mean, seed=seed, device=dev, desc="drift moments")

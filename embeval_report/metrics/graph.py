@@ -366,18 +366,3 @@ def link_data(side, n_entities: int, *, split: str = "auto", test_fraction: floa
                            negatives=None if negatives is None else negatives.candidates, split=split,
                            test_fraction=test_fraction, n_negatives=n_negatives, strategy=strategy, pool=pool,
                            seed=seed, split_label=label)
-
-
-def link_data_from_set(es, *, split: str = "auto", test_fraction: float = 0.2, n_negatives: int = 100,
-                       strategy: str = "uniform", pool: str = "entities", seed: int = 0) -> tuple[LinkData, EdgeList]:
-    """Read ``edges`` (and ``test_edges``, ``negatives`` when given) of an embedding set with the
-    :mod:`embeval_report.io` readers and build :class:`LinkData`. Returns it with the full edge list."""
-    from ..io.side_data import LOADERS, SideData
-
-    loaded: dict = {}
-    for name in ("edges", "test_edges", "negatives"):
-        if name in es.fields:
-            loaded[name] = LOADERS[name](es, es.fields[name], loaded)
-    data = link_data(SideData(loaded), es.n, split=split, test_fraction=test_fraction, n_negatives=n_negatives,
-                     strategy=strategy, pool=pool, seed=seed)
-    return data, loaded["edges"]

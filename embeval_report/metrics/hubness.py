@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import torch
 from scipy import stats as sps
 
 from ..errors import UndefinedMetricWarning
-from ..kernels import as_numpy, iter_chunks, knn, resolve_device, unit_rows
+from ..kernels import as_numpy, knn, resolve_device
+from ..kernels.pairs import direction_cosines
 from ..kernels.moments import unit_row_sum
 from .hubness_measures import (HUB_SIZE, K_DEFAULT, METRICS, SKHUBNESS, SPECS, check_k, histogram_bootstrap,
                                histogram_measures, k_occurrence, label_agreement, neighbour_overlap, occurrence_cis,
@@ -172,11 +172,7 @@ def centroid_cosines(X, of=None, *, device="auto") -> np.ndarray:
     ``of`` (default: ``X`` itself)."""
     dev = resolve_device(device)
     s = unit_row_sum(X if of is None else of, device=dev)
-    c = torch.as_tensor(s / max(np.linalg.norm(s), 1e-300), device=dev)
-    out = np.empty(len(as_numpy(X)))
-    for start, x in iter_chunks(X, device=dev):
-        out[start:start + len(x)] = (unit_rows(x) @ c).cpu().numpy()
-    return out
+    return direction_cosines(X, s / max(np.linalg.norm(s), 1e-300), device=dev)
 
 
 # ---------------------------------------------------------------------------------------------

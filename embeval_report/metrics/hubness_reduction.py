@@ -14,16 +14,17 @@ matrix), and the k-occurrence recomputed from their neighbour lists:
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import torch
 
-from ..kernels import as_numpy, block_moments, iter_chunks, knn, resolve_device, self_sweep, unit_rows
+from ..kernels import as_numpy, block_moments, knn, resolve_device, self_sweep, unit_rows
+from ..kernels.pairs import cosine_mean_sd_rows
+from ..kernels.rescoring import Csls as _Csls
+from ..kernels.rescoring import MutualProximity as _MutualProximity
 from .hubness_measures import (K_DEFAULT, check_k, k_occurrence, label_agreement, neighbour_overlap, occurrence_cis,
                                occurrence_measures, top_slot_share)
 from .hubness_measures import SPECS as MEASURE_SPECS
@@ -113,70 +114,8 @@ def cosine_mean_sd(X, *, device="auto") -> tuple[np.ndarray, np.ndarray]:
     """
     dev = resolve_device(device)
     X = as_numpy(X)
-    n = len(X)
     N, s, G = block_moments(X, transform=unit_rows, device=dev).total()
-    st, Gt = torch.as_tensor(s, device=dev), torch.as_tensor(G, device=dev)
-    mu, sd = np.empty(n), np.empty(n)
-    for start, x in iter_chunks(X, device=dev):
-        u = unit_rows(x)
-        m1 = ((u @ st) - 1) / (n - 1)
-        m2 = (((u @ Gt) * u).sum(1) - 1) / (n - 1)
-        mu[start:start + len(x)] = m1.cpu().numpy()
-        sd[start:start + len(x)] = (m2 - m1 * m1).clamp_min(0).sqrt().cpu().numpy()
-    return mu, sd
-
-
-class _Csls:
-    """2 cos(x, y) − r(y), the part of CSLS that ranks the columns of row x (see :class:`~embeval_report.kernels.tiles.RunningTopK`)."""
-
-    def __init__(self, r: np.ndarray, device):
-        self.r32 = torch.as_tensor(r, dtype=torch.float32, device=device)
-        self.r64 = torch.as_tensor(r, dtype=torch.float64, device=device)
-        self.column = self.r64  # 2 cos - r(y) is linear in the cosine: searched exactly on bounded products
-
-    def tile_scores(self, tile, col0: int, out):
-        """The scores of a whole tile of cosines (corpus columns from ``col0``), pruned like products."""
-        return torch.mul(tile, 2, out=out).sub_(self.r32[col0:col0 + tile.shape[1]])
-
-    def exact(self, rows, cols, cos64):
-        return 2 * cos64 - self.r64[cols]
-
-
-class _MutualProximity:
-    """log MP(x, y) = log Φ(z_x) + log Φ(z_y) from the cosine (see :class:`~embeval_report.kernels.tiles.RunningTopK`).
-
-    ``moments``: the rows' cosine mean and sd ``(mu, sd)`` (:func:`cosine_mean_sd`), or a function giving them,
-    called when a sweep first scores (a graph the run's cache holds needs no pass over the set for them)."""
-
-    def __init__(self, moments, device):
-        self._moments, self.device = moments, device
-
-    @functools.cached_property
-    def _params(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        mu, sd = self._moments() if callable(self._moments) else self._moments
-        sd = np.maximum(sd, 1e-12)
-        return (torch.as_tensor(mu, dtype=torch.float32, device=self.device),
-                torch.as_tensor(1.0 / sd, dtype=torch.float32, device=self.device),
-                torch.as_tensor(mu, dtype=torch.float64, device=self.device),
-                torch.as_tensor(sd, dtype=torch.float64, device=self.device))
-
-    mu = property(lambda self: self._params[0])
-    inv = property(lambda self: self._params[1])
-    mu64 = property(lambda self: self._params[2])
-    sd64 = property(lambda self: self._params[3])
-
-    def scores(self, rows, cols, cos):
-        a = torch.special.log_ndtr((cos - self.mu[rows]) * self.inv[rows])
-        return a.add_(torch.special.log_ndtr((cos - self.mu[cols]) * self.inv[cols]))
-
-    def floor(self, rows, kth):
-        """log Φ(z_y) ≤ 0, so a cosine with log Φ(z_x) ≤ kth cannot beat kth: z_x ≤ Φ⁻¹(exp(kth))."""
-        z = torch.special.ndtri(torch.exp(kth.double()))
-        return (self.mu64[rows] + self.sd64[rows] * z - 1e-5).float()  # 1e-5: float32 rounding of the scores
-
-    def exact(self, rows, cols, cos64):
-        a = torch.special.log_ndtr((cos64 - self.mu64[rows]) / self.sd64[rows])
-        return a + torch.special.log_ndtr((cos64 - self.mu64[cols]) / self.sd64[cols])
+    return cosine_mean_sd_rows(X, s, G, device=dev)
 
 
 @dataclass(frozen=True)

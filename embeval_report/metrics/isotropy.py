@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ..errors import UndefinedMetricWarning
 from ..io import iter_groups
@@ -39,19 +38,17 @@ from ..kernels import (
     block_moments,
     chunk_budget,
     column_mean,
-    iter_chunks,
     pair_cosines,
     random_pairs,
     resolve_device,
     unit_rows,
 )
-from ..context import current
-from ..kernels import dask_engine
-from ..kernels.dask_faults import falls_back
-from ..kernels.device import RowMap, cache_rows, chunk_rows, resident
+from ..kernels.device import RowMap, resident
 from ..kernels.moments import resampled_moments
 from ..kernels.moments_cache import digest, remembered
 from ..kernels.prefetch import read_rows
+from ..kernels.spectra import replicate_spectra
+from ..kernels.transforms import apply_rows, direction_remover, removed_unit_moments, removed_unit_sums
 from ..stats import PlannedIntervals, ResamplingPlan, bootstrap_weights
 from .spec import MetricSpec, specs
 from .thresholds import THRESHOLDS, worst
@@ -273,28 +270,11 @@ BATCHED_REPLICATES = ("cuda",)
 
 
 def _batched_replicates(plan, cov_m, cos_m, d: int, scale: float, seed: int, dev) -> list[dict]:
-    """:func:`measure_isotropy`'s bootstrap replicates on ``dev`` at once, without a trip to the host per
-    replicate: the replicates' moments as one product of the weights (``bootstrap_weights``, the draws of
-    ``plan.replicates``) with the blocks' moments, their covariance spectra by one batched ``eigvalsh``
-    (float64), and one copy of the spectra and cosine sums to the host, where the metrics are read. Equal to the
-    one-replicate-at-a-time values to rounding."""
-    W = torch.as_tensor(bootstrap_weights(plan.units, plan.n_boot, seed), device=dev)
-
-    def up(a):
-        return torch.as_tensor(np.asarray(a, float), device=dev)
-
-    N, s, G = W @ up(cov_m.count), W @ up(cov_m.s), up(cov_m.G).reshape(plan.units, -1)
-    su, Gu = W @ up(cos_m.s), up(cos_m.G).reshape(plan.units, -1)
-    same = (W * W) @ up(cos_m.count)
-    eig, gg = [], []
-    step = chunk_rows(len(W), d * d * 8 * 3)
-    for r in range(0, len(W), step):
-        w = W[r:r + step]
-        m = s[r:r + step] / N[r:r + step, None]
-        cov = (w @ G).view(-1, d, d) / N[r:r + step, None, None] - m[:, :, None] * m[:, None, :]
-        eig.append(torch.linalg.eigvalsh(cov))
-        gg.append(((w @ Gu) ** 2).sum(1))
-    host = [t.cpu().numpy() for t in (torch.cat(eig), N, (su * su).sum(1), torch.cat(gg), same)]
+    """:func:`measure_isotropy`'s bootstrap replicates on ``dev`` at once (the replicates' moments as one product
+    of the weights, ``bootstrap_weights``, the draws of ``plan.replicates``, with the blocks' moments, their
+    spectra batched: :func:`~embeval_report.kernels.spectra.replicate_spectra`), the metrics read on the host.
+    Equal to the one-replicate-at-a-time values to rounding."""
+    host = replicate_spectra(bootstrap_weights(plan.units, plan.n_boot, seed), cov_m, cos_m, d, dev)
     return [_moment_values(e, d, scale, float(ss), float(g2), float(n_r), float(sm)) for e, n_r, ss, g2, sm in zip(*host)]
 
 
@@ -357,14 +337,8 @@ class PrincipalDirections:
         return cls(mean, lam[order], V[:, order])
 
     def remover(self, n_remove: int, device) -> "callable":
-        """Row transform ``x -> (x - mean) - (x - mean) V_D V_D^T`` as a torch function."""
-        mu = torch.as_tensor(self.mean, device=device)
-        V = torch.as_tensor(self.vectors[:, :n_remove], device=device)
-
-        def transform(x: torch.Tensor) -> torch.Tensor:
-            c = x - mu
-            return c - (c @ V) @ V.T if n_remove else c
-        return transform
+        """Row transform ``x -> (x - mean) - (x - mean) V_D V_D^T`` (:func:`~embeval_report.kernels.transforms.direction_remover`)."""
+        return direction_remover(self.mean, self.vectors[:, :n_remove], device)
 
 
 def set_directions(X, *, seed: int = 0, device="auto") -> PrincipalDirections:
@@ -373,26 +347,6 @@ def set_directions(X, *, seed: int = 0, device="auto") -> PrincipalDirections:
     :meth:`PrincipalDirections.fit` up to the order of summation (sums per random block)."""
     _, mean, m = covariance_moments(X, seed=seed, device=device)
     return PrincipalDirections.from_covariance(mean, covariance_from_moments(*m.total()))
-
-
-def apply_rows(X, transform, *, device="auto") -> np.ndarray | RowMap:
-    """``transform`` applied to the rows of ``X`` chunk by chunk; float32 of the input's shape.
-
-    When that copy would not fit in the memory budget (:meth:`~embeval_report.context.ComputeContext.fits`) the
-    result is a :class:`~embeval_report.kernels.device.RowMap`: the same rows, computed where they are read.
-    """
-    dev = resolve_device(device)
-    X = as_numpy(X)
-    if not current().fits(X.shape[0] * X.shape[1] * 4):
-        return RowMap(X, transform, dev)
-    out = np.empty(X.shape, dtype=np.float32)
-    rows = torch.from_numpy(out)
-    step = cache_rows(len(X), X.shape[1] * 8 * 4, dev)
-    for s, x in iter_chunks(X, device=dev):  # in cache-sized pieces (each row transformed alone: the same rows)
-        for p in range(0, len(x), step):
-            piece = x[p:p + step]
-            rows[s + p:s + p + len(piece)] = transform(piece).cpu()
-    return out
 
 
 def all_but_the_top(X, n_remove: int = 1, *, pcs: PrincipalDirections | None = None, device="auto"
@@ -448,7 +402,8 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
         raise ValueError(f"spread must be 'exact' or 'sampled', not {spread!r}")
     sums = _unit_sums(X, pcs, removals, dev) if spread == "sampled" else None
     grams = (None if spread == "sampled" else
-             _unit_moments(X, pcs, [D for D in removals if not no_variance(pcs.eigenvalues[D:], scale)], dev))
+             removed_unit_moments(X, pcs.mean, pcs.vectors,
+                                  [D for D in removals if not no_variance(pcs.eigenvalues[D:], scale)], dev))
     pair_rows, inverse = np.unique(np.concatenate([i, j]), return_inverse=True)
     pair_block = read_rows(X, pair_rows)  # the sampled pairs' rows, read once for every D
     pi, pj = inverse[:len(i)], inverse[len(i):]
@@ -474,80 +429,20 @@ def all_but_the_top_effect(X, removals: list[int] | None = None, *, base: Isotro
     return pd.DataFrame(rows), samples
 
 
-@falls_back
-def _unit_moments(X, pcs: PrincipalDirections, removals: list[int], device) -> dict[int, tuple]:
-    """The count, sum and Gram ``(N, s, G)`` of the unit rows after removing the mean and D top directions, for
-    every D in ``removals``, from one pass over the rows: each chunk is corrected and normalised for every D in
-    cache-sized pieces (row by row: the numbers of a :func:`block_moments` pass per D, bit for bit). On the
-    engine's cluster (:func:`~embeval_report.kernels.dask_engine.takes`) one such pass per D runs there."""
-    if not removals:
-        return {}
-    if dask_engine.takes(X, device):
-        return {D: block_moments(X, transform=lambda x, f=pcs.remover(D, device): unit_rows(f(x)), device=device,
-                                 desc=f"all-but-the-top D={D}").total() for D in removals}
-    removers = {D: pcs.remover(D, device) for D in removals}
-    d = len(pcs.mean)
-    moments = {D: (torch.zeros(d, dtype=torch.float64, device=device),
-                   torch.zeros((d, d), dtype=torch.float64, device=device)) for D in removals}
-    count = 0
-    for _, x in iter_chunks(X, device=device, desc="all-but-the-top (every D, one pass)"):
-        u = torch.empty_like(x)
-        step = cache_rows(len(x), d * 8 * 4, device)
-        for D, f in removers.items():
-            for p in range(0, len(x), step):
-                u[p:p + step] = unit_rows(f(x[p:p + step]))
-            s, G = moments[D]
-            s += u.sum(0)
-            G += u.T @ u
-        count += len(x)
-    return {D: (float(count), s.cpu().numpy(), G.cpu().numpy()) for D, (s, G) in moments.items()}
-
-
 def _unit_sums(X, pcs: PrincipalDirections, removals: list[int], device) -> dict[int, np.ndarray]:
-    """:func:`_unit_sums_pass`, from the run's moments cache when an earlier chapter made the same pass."""
+    """The sums of the unit rows after removing the mean and D top directions, every D in ``removals`` from one
+    pass (:func:`~embeval_report.kernels.transforms.removed_unit_sums`), or from the run's moments cache when an
+    earlier chapter made the same pass."""
     removals = list(removals)
     top = max(removals, default=0)
     what = (f"abtt_unit_sums|{removals}|{digest(pcs.mean, pcs.vectors[:, :top])}|{resolve_device(device).type}|"
             f"{chunk_budget()}")
     def one_pass():
-        sums = _unit_sums_pass(X, pcs, removals, device)
+        sums = removed_unit_sums(X, pcs.mean, pcs.vectors, removals, device)
         return (np.stack([sums[D] for D in removals]) if removals else np.zeros((0, len(pcs.mean))),)
 
     sums, = remembered(X, what, one_pass)
     return dict(zip(removals, sums))
-
-
-def _unit_sums_pass(X, pcs: PrincipalDirections, removals: list[int], device) -> dict[int, np.ndarray]:
-    """The sum of the unit rows after removing the mean and D top directions, for every D in ``removals``,
-    from one pass over the rows.
-
-    With c the centred row and p = cV its top coordinates, the corrected row is r = c − p_D V_Dᵀ with
-    ‖r‖² = ‖c‖² − ‖p_D‖² (V orthonormal), so Σ r/‖r‖ = Σ c w − V_D Σ p_D w with w = 1/‖r‖: one product
-    of the chunk with every D's weights instead of a corrected copy of the chunk per D. Rows whose
-    remainder is below 10⁻⁶ of their centred norm (where that difference would lose digits) are
-    corrected and normalised explicitly.
-    """
-    top = max(removals, default=0)
-    mu = torch.as_tensor(pcs.mean, device=device)
-    V = torch.as_tensor(pcs.vectors[:, :top], device=device)
-    sums = {D: torch.zeros(len(pcs.mean), dtype=torch.float64, device=device) for D in removals}
-    for _, x in iter_chunks(X, device=device, desc="all-but-the-top (every D, one pass)"):
-        c = x - mu
-        P = c @ V
-        full = (c * c).sum(1)
-        left = torch.cat([full[:, None], full[:, None] - torch.cumsum(P * P, 1)], 1)  # ‖r‖² for D = 0..top
-        tiny = torch.finfo(torch.float64).tiny
-        W = torch.stack([left[:, D] for D in removals], 1).clamp_min(0).sqrt().clamp_min(tiny).reciprocal()
-        exact = torch.stack([left[:, D] <= 1e-12 * full for D in removals], 1)
-        W[exact] = 0.0
-        CW = c.T @ W
-        for col, D in enumerate(removals):
-            sums[D] += CW[:, col] - (V[:, :D] @ (P[:, :D].T @ W[:, col]) if D else 0.0)
-            rows = torch.nonzero(exact[:, col]).flatten()
-            if len(rows):
-                cr = c[rows]
-                sums[D] += unit_rows(cr - (cr @ V[:, :D]) @ V[:, :D].T if D else cr).sum(0)
-    return {D: s.cpu().numpy() for D, s in sums.items()}
 
 
 def best_apcs_removal(X, *, pcs: PrincipalDirections | None = None, device="auto") -> int | None:

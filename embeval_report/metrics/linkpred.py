@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..io.graph import EdgeList, read_score
+from ..io.graph import DEFAULT_SCORE, EdgeList
 from ..kernels import as_numpy, resolve_device
 from ..stats import DEFAULT_LEVEL, HypothesisTest, mean_ci
 from .edge_probes import (
@@ -245,7 +245,7 @@ class LinkInputs:
     @classmethod
     def of(cls, es, side, settings) -> "LinkInputs":
         """From a loaded set, its side data and the run's settings."""
-        return cls(side, es.n, es.ids, read_score(side.score), settings.device)
+        return cls(side, es.n, es.ids, side.score or DEFAULT_SCORE, settings.device)
 
 
 @dataclass(frozen=True)

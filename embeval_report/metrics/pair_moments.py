@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from ..kernels import as_numpy, chunk_budget, block_moments, column_mean, resolve_device
+from ..kernels import as_numpy, block_moments, column_mean, resolve_device
 from ..kernels.moments import GroupedMoments
+from ..kernels.spectra import weighted_nuclear_norms
+from ..kernels.transforms import split_squared_norms
 from ..stats import ResamplingPlan
 
 
@@ -29,14 +30,7 @@ def _joint(A, B, dev):
     da = A.shape[1]
     X = np.hstack([A, B])
     mean = column_mean(X, device=dev)
-    mu = torch.as_tensor(mean, device=dev)
-
-    def norms(x):
-        c = x - mu
-        na, nb = (c[:, :da] ** 2).sum(1), (c[:, da:] ** 2).sum(1)
-        return torch.stack([na, nb], 1)
-
-    return X, da, mean, norms
+    return X, da, mean, split_squared_norms(mean, da, dev)
 
 
 @dataclass(frozen=True)
@@ -113,17 +107,7 @@ class PairMoments:
         ``w``: block weights (B,), or (r, B) for r replicates (batched singular values in torch).
         """
         W, single = self._weights(w)
-        dev = resolve_device(device)
-        G = torch.as_tensor(self.Gab, device=dev)
-        da, db = self.Gab.shape[1:]
-        step = max(1, chunk_budget() // (8 * da * db * 2))
-        nuc = np.empty(len(W))
-        for s0 in range(0, len(W), step):
-            Wt = torch.as_tensor(W[s0:s0 + step], device=dev)
-            M = torch.einsum("rb,bij->rij", Wt, G)
-            M = M.transpose(1, 2) @ M if db <= da else M @ M.transpose(1, 2)
-            # nuclear norm = Σ sqrt(eig(MᵀM)): a symmetric eigensolve is ~3x cheaper than an SVD
-            nuc[s0:s0 + step] = torch.linalg.eigvalsh(M).clamp_min(0).sqrt().sum(1).cpu().numpy()
+        nuc = weighted_nuclear_norms(W, self.Gab, resolve_device(device))
         na, nb = W @ self.q[:, 0], W @ self.q[:, 1]
         with np.errstate(invalid="ignore", divide="ignore"):
             out = np.where((na > 0) & (nb > 0), 2.0 - 2.0 * nuc / np.sqrt(np.clip(na * nb, 1e-300, None)), np.nan)

@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from scipy.linalg import orthogonal_procrustes
 
 from ..kernels import as_numpy, knn, neighbour_sets_overlap, resolve_device
-from ..kernels.device import to_tensor
+from ..kernels.procrustes import cuda_device_of, procrustes_on_device
 
 
 @dataclass(frozen=True)
@@ -51,9 +50,9 @@ def procrustes_align(A, B, *, center: bool = True, device="auto") -> ProcrustesF
     and cosines with ``target``, and ``disparity`` agree.
     """
     dev = resolve_device(device)
-    on_gpu = next((x.device for x in (A, B) if isinstance(x, torch.Tensor) and x.is_cuda), None)
+    on_gpu = cuda_device_of(A, B)
     if on_gpu is not None or dev.type == "cuda":
-        return _procrustes_torch(A, B, center, on_gpu if on_gpu is not None else dev)
+        return ProcrustesFit(*procrustes_on_device(A, B, center, on_gpu if on_gpu is not None else dev))
     A = as_numpy(A).astype(np.float64)
     B = as_numpy(B).astype(np.float64)
     if len(A) != len(B):
@@ -67,41 +66,6 @@ def procrustes_align(A, B, *, center: bool = True, device="auto") -> ProcrustesF
     na, nb = np.linalg.norm(A), np.linalg.norm(B)
     disparity = float(np.sum((A / na - aligned / nb) ** 2)) if na > 0 and nb > 0 else float("nan")
     return ProcrustesFit(R, aligned, A, disparity)
-
-
-def _device_rows(X, dev: torch.device) -> torch.Tensor:
-    """``X`` (numpy array or torch tensor) as a float64 (n, d) tensor on ``dev``: a tensor already there is used
-    as it is, a numpy array is uploaded once."""
-    if isinstance(X, torch.Tensor):
-        if X.ndim != 2:
-            raise ValueError(f"expected a 2-D array of shape (n, d), got shape {tuple(X.shape)}")
-        return X.detach().to(device=dev, dtype=torch.float64)
-    return to_tensor(as_numpy(X), dtype=torch.float64, device=dev)
-
-
-def _pad_torch(X: torch.Tensor, d: int) -> torch.Tensor:
-    return X if X.shape[1] == d else torch.cat([X, X.new_zeros((X.shape[0], d - X.shape[1]))], dim=1)
-
-
-def _procrustes_torch(A, B, center: bool, dev) -> ProcrustesFit:
-    """:func:`procrustes_align` in torch on ``dev``: R = U V^T from the SVD of B^T A, as
-    :func:`scipy.linalg.orthogonal_procrustes` ``(B, A)`` computes it; everything on the device, the results
-    copied to the host once at the end."""
-    dev = torch.device(dev)
-    A, B = _device_rows(A, dev), _device_rows(B, dev)
-    if A.shape[0] != B.shape[0]:
-        raise ValueError(f"procrustes_align needs the same entities in both sets ({A.shape[0]} vs {B.shape[0]} rows)")
-    d = max(A.shape[1], B.shape[1])
-    A, B = _pad_torch(A, d), _pad_torch(B, d)
-    if center:
-        A, B = A - A.mean(0), B - B.mean(0)
-    U, _, Vh = torch.linalg.svd(B.T @ A)
-    R = U @ Vh
-    aligned = B @ R
-    na, nb = torch.linalg.norm(A), torch.linalg.norm(B)
-    residual = ((A / na - aligned / nb) ** 2).sum()
-    disparity = torch.where((na > 0) & (nb > 0), residual, torch.full_like(residual, float("nan")))
-    return ProcrustesFit(R.cpu().numpy(), aligned.cpu().numpy(), A.cpu().numpy(), disparity.item())
 
 
 def row_cosines(A, B) -> np.ndarray:

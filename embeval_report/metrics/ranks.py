@@ -30,12 +30,13 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from scipy import special
 
 from ..errors import UndefinedMetricWarning
 from ..io.graph import SCORES
-from ..kernels import as_numpy, chunk_rows, resolve_device, unit_rows
+from ..kernels import as_numpy, resolve_device
+from ..kernels.edge_ranks import placements as _placements
+from ..kernels.edge_ranks import rank_candidates, ranks_of_scores
 from ..stats import DEFAULT_LEVEL, normal_ci, wilson_ci
 from .graph import KnownEdges
 
@@ -44,8 +45,6 @@ KS = (1, 10, 50)
 SCORE_FORMULAS = {"dot": r"s(u,v) = e_u^\top e_v", "cosine": r"s(u,v) = e_u^\top e_v / (\lVert e_u\rVert \lVert e_v\rVert)",
                   "neg_l2": r"s(u,v) = -\lVert e_u - e_v \rVert_2"}
 SCORE_NAMES = {"dot": "dot product", "cosine": "cosine similarity", "neg_l2": "negative Euclidean distance"}
-#: bytes per chunk of test edges when scoring on the CPU (cache-sized; the GPU uses kernels.CHUNK_BYTES)
-CPU_CHUNK_BYTES = 8 * 2**20
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,39 +99,9 @@ class CandidateScores:
         return S[:, 0].astype(np.float64), neg[keep].astype(np.float64)
 
 
-def _rank_block(sc: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Optimistic rank, pessimistic rank and candidate count of column 0 among the valid other columns."""
-    pos, neg = sc[:, :1], sc[:, 1:]
-    gt = ((neg > pos) & valid).sum(1)
-    ge = ((neg >= pos) & valid).sum(1)
-    return 1 + gt, 1 + ge, 1 + valid.sum(1)
-
-
 def ranks_from_scores(scores, valid=None) -> Ranks:
     """Ranks of column 0 of a score matrix (B, 1 + m) among the other columns (``valid`` (B, m) mask)."""
-    sc = torch.as_tensor(np.asarray(scores, np.float64))
-    v = torch.ones(sc.shape[0], sc.shape[1] - 1, dtype=torch.bool) if valid is None else torch.as_tensor(valid)
-    o, p, n = _rank_block(sc, v)
-    return Ranks(o.numpy(), p.numpy(), n.numpy())
-
-
-def _chunk_scores_torch(Xt: torch.Tensor, src: torch.Tensor, cand: torch.Tensor, score: str) -> torch.Tensor:
-    """Scores (b, c) of a chunk: gather (b, d) and (b, c, d) on the device, then ``bmm`` (or the L2 norm)."""
-    xs = Xt.index_select(0, src)
-    xc = Xt.index_select(0, cand.clamp_min(0).reshape(-1)).view(cand.shape[0], cand.shape[1], Xt.shape[1])
-    if score == "neg_l2":
-        return -(xc - xs[:, None, :]).norm(dim=2)
-    return torch.bmm(xc, xs[:, :, None])[:, :, 0]
-
-
-def _chunk_scores_numpy(X: np.ndarray, src: np.ndarray, cand: np.ndarray, score: str) -> np.ndarray:
-    """The same in numpy: on a CPU, ``np.take`` + batched ``np.matmul`` is 2-3x faster than torch's
-    ``index_select`` + ``bmm`` for these batched matrix-vector products (measured, see the benchmark)."""
-    xs = X[src]
-    xc = np.take(X, np.maximum(cand, 0), axis=0)
-    if score == "neg_l2":
-        return -np.linalg.norm(xc - xs[:, None, :], axis=2)
-    return np.matmul(xc, xs[:, :, None])[:, :, 0]
+    return Ranks(*ranks_of_scores(scores, valid))
 
 
 def score_candidates(X, src, candidates, *, score: str = "dot", known: KnownEdges | None = None, rel=None,
@@ -166,45 +135,12 @@ def score_candidates(X, src, candidates, *, score: str = "dot", known: KnownEdge
     if engine not in ("torch", "numpy") or (engine == "numpy" and dev.type != "cpu"):
         raise ValueError(f"engine must be 'auto', 'torch' or (on the CPU) 'numpy', not {engine!r}")
     X = as_numpy(X)
-    n, d = X.shape
     src = np.asarray(src, np.int64)
     cand = np.asarray(candidates, np.int64)
-    B, c = cand.shape
-    Xt = torch.as_tensor(np.ascontiguousarray(X), dtype=torch.float32, device=dev)
-    if score == "cosine":
-        Xt = unit_rows(Xt)
-    Xn = Xt.numpy() if engine == "numpy" else None
-    keys = torch.as_tensor(known.keys, device=dev) if known is not None and len(known) else None
-    rel = np.zeros(B, np.int64) if rel is None else np.asarray(rel, np.int64)
-    out = {k: np.empty(B, np.int64) for k in ("ro", "rp", "rn", "fo", "fp", "fn")}
-    S = np.empty((B, c), np.float32) if keep_scores else None
-    removed = np.zeros((B, c - 1), bool) if keys is not None else None
-    # on the CPU, chunks small enough for the gathered block to stay in cache are 2-3x faster
-    rows = chunk_rows(B, c * d * 4 * (3 if score == "neg_l2" else 2) + c * 64,
-                      CPU_CHUNK_BYTES if dev.type == "cpu" else None)
-    for s in range(0, B, rows):
-        ct = torch.as_tensor(cand[s:s + rows], device=dev)
-        valid = ct[:, 1:] >= 0
-        if engine == "numpy":
-            sc = torch.from_numpy(_chunk_scores_numpy(Xn, src[s:s + rows], cand[s:s + rows], score))
-        else:
-            sc = _chunk_scores_torch(Xt, torch.as_tensor(src[s:s + rows], device=dev), ct, score)
-        o, p, m = _rank_block(sc, valid)
-        out["ro"][s:s + rows], out["rp"][s:s + rows], out["rn"][s:s + rows] = o.cpu(), p.cpu(), m.cpu()
-        if keys is not None:
-            u = torch.as_tensor(src[s:s + rows], device=dev)[:, None]
-            v = ct[:, 1:].clamp_min(0)
-            k = (torch.as_tensor(rel[s:s + rows], device=dev)[:, None] * n * n
-                 + torch.minimum(u, v) * n + torch.maximum(u, v))
-            i = torch.searchsorted(keys, k).clamp_max(len(keys) - 1)
-            gone = (keys[i] == k) & valid
-            removed[s:s + rows] = gone.cpu().numpy()
-            o, p, m = _rank_block(sc, valid & ~gone)
-        out["fo"][s:s + rows], out["fp"][s:s + rows], out["fn"][s:s + rows] = o.cpu(), p.cpu(), m.cpu()
-        if S is not None:
-            S[s:s + rows] = sc.cpu().numpy()
-            if not bool(valid.all()):
-                S[s:s + rows, 1:][~valid.cpu().numpy()] = np.nan
+    keys = known.keys if known is not None and len(known) else None
+    rel = np.zeros(len(cand), np.int64) if rel is None else np.asarray(rel, np.int64)
+    out, S, removed = rank_candidates(X, src, cand, score=score, keys=keys, rel=rel, keep_scores=keep_scores,
+                                      dev=dev, engine=engine)
     return CandidateScores(Ranks(out["ro"], out["rp"], out["rn"]), Ranks(out["fo"], out["fp"], out["fn"]), S, removed)
 
 
@@ -295,15 +231,6 @@ def proportion_ci(hits, level: float = DEFAULT_LEVEL) -> tuple[float, float, str
     h = np.asarray(hits, bool)
     lo, hi = wilson_ci(int(h.sum()), len(h), level)
     return lo, hi, f"{level:.0%} Wilson interval over the {len(h):,} test edges"
-
-
-def _placements(a: np.ndarray, b: np.ndarray, device) -> np.ndarray:
-    """For each a_i: #{b < a_i} + ½ #{b = a_i} (sorted search on the device)."""
-    bs = torch.sort(torch.as_tensor(b, dtype=torch.float64, device=device)).values
-    at = torch.as_tensor(a, dtype=torch.float64, device=device)
-    lo = torch.searchsorted(bs, at, right=False)
-    hi = torch.searchsorted(bs, at, right=True)
-    return (lo.double() + 0.5 * (hi - lo).double()).cpu().numpy()
 
 
 def positive_placements(pos, neg, device="cpu") -> np.ndarray:

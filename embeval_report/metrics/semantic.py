@@ -48,18 +48,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 from scipy import stats as sstats
 
 from ..errors import UndefinedMetricWarning
-from ..io.words import AnalogyFile, WordPairFile, read_analogies, read_word_pairs
-from ..kernels import as_numpy, chunk_rows, pair_cosines, resolve_device, unit_rows
-from ..progress import progress
+from ..kernels import as_numpy, pair_cosines, resolve_device
+from ..kernels.analogies import COSMUL_EPS, solve_analogies
 from ..stats import DEFAULT_LEVEL, bootstrap_ci, weighted_pearson, weighted_spearman, wilson_ci
 from .spec import MetricSpec, specs
 
-#: Levy & Goldberg (2014) footnote: ε keeps the 3CosMul denominator away from zero
-COSMUL_EPS = 1e-3
 #: above this many pairs the correlation CIs use the percentile bootstrap (BCa's jackknife is O(n²))
 BCA_MAX_PAIRS = 5000
 #: fewest pairs a correlation is computed on
@@ -215,14 +211,13 @@ def word_pair_correlation(X, ids, pairs, *, vocab: Vocabulary | None = None, res
                           level: float = DEFAULT_LEVEL, seed: int = 0, device="auto") -> WordPairResult:
     r"""Spearman and Pearson correlation of :math:`\cos(w_1, w_2)` with human scores.
 
-    ``pairs`` is a path or a :class:`WordPairFile`. Pairs with an OOV word are dropped (or scored
-    0 with ``dummy4unknown``). CIs: paired bootstrap over the pairs that enter the correlation
+    ``pairs`` is an :class:`~embeval_report.io.words.WordPairFile` (``read_word_pairs``). Pairs with an OOV word
+    are dropped (or scored 0 with ``dummy4unknown``). CIs: paired bootstrap over the pairs that enter the correlation
     (:func:`embeval_report.stats.bootstrap_ci`, BCa; percentile above :data:`BCA_MAX_PAIRS`).
     Higher is better. Equal to gensim's ``evaluate_word_pairs`` (see the module docstring).
     Fewer than :data:`MIN_PAIRS` usable pairs or a constant side: NaN correlations, an
     :class:`UndefinedMetricWarning` and the reason in ``undefined``.
     """
-    pairs = pairs if isinstance(pairs, WordPairFile) else read_word_pairs(pairs)
     X = as_numpy(X)
     vocab = vocab or Vocabulary.build(ids, restrict_vocab, case_insensitive)
     r1, r2 = vocab.lookup(pairs.word1), vocab.lookup(pairs.word2)
@@ -264,77 +259,6 @@ def word_pair_correlation(X, ids, pairs, *, vocab: Vocabulary | None = None, res
 # Analogies
 # ---------------------------------------------------------------------------------------------
 
-def solve_analogies(X, abc, *, n_candidates: int | None = None, exclude: tuple | None = None,
-                    eps: float = COSMUL_EPS, device="auto", desc: str | None = "analogies"
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    r"""Exact 3CosAdd and 3CosMul predictions for analogy questions, chunked over questions.
-
-    Parameters
-    ----------
-    X : array (n, d)
-    abc : int array (q, 3)
-        Rows of a, b, c for each question a : b :: c : ?.
-    n_candidates : the first rows of ``X`` that may be predicted (default all)
-    exclude : ``(question index, row)`` arrays of candidates to skip (default: each question's
-        own a, b, c rows)
-    eps : 3CosMul's ε (Levy & Goldberg 2014 use 10⁻³; gensim's ``most_similar_cosmul`` 10⁻⁶)
-
-    Returns
-    -------
-    (pred_3cosadd, pred_3cosmul) : int64 arrays (q,) of predicted rows; ``-1`` for a question
-    whose every candidate is excluded.
-
-    On unit vectors, 3CosAdd is :math:`\arg\max_x x^\top(\hat b - \hat a + \hat c)` and 3CosMul
-    :math:`\arg\max_x s_b s_c / (s_a + \varepsilon)` with :math:`s_y = (1 + x^\top \hat y)/2`.
-    Scores are float32 matrix products on ``device``; ties go to the lowest row. Chunks hold at
-    most :func:`embeval_report.kernels.chunk_budget` bytes of scores.
-    """
-    X = as_numpy(X)
-    abc = np.asarray(abc, dtype=np.int64).reshape(-1, 3)
-    q = len(abc)
-    m = len(X) if n_candidates is None else int(n_candidates)
-    dev = resolve_device(device)
-    if exclude is None:
-        exclude = (np.repeat(np.arange(q), 3), abc.ravel())
-    eq, er = (np.asarray(e, dtype=np.int64) for e in exclude)
-    order = np.argsort(eq, kind="stable")
-    eq, er = eq[order], er[order]
-    U = unit_rows(_float32(X[:m], dev))
-    Q = unit_rows(_float32(X[abc.ravel()], dev)).reshape(q, 3, -1)
-    add = np.empty(q, dtype=np.int64)
-    mul = np.empty(q, dtype=np.int64)
-    rows = chunk_rows(q, m * 4 * 5)
-    starts = range(0, q, rows)
-    for s in progress(starts, desc=desc or "analogies", total=len(starts)) if desc else starts:
-        a, b, c = Q[s:s + rows, 0], Q[s:s + rows, 1], Q[s:s + rows, 2]
-        lo, hi = np.searchsorted(eq, [s, s + len(a)])
-        mask_r = torch.as_tensor(eq[lo:hi] - s, device=dev)
-        mask_c = torch.as_tensor(er[lo:hi], device=dev)
-        scores = (b - a + c) @ U.T
-        scores[mask_r, mask_c] = -torch.inf
-        add[s:s + len(a)] = _argmax(scores)
-        del scores
-        sa, sb, sc = ((1 + y @ U.T) / 2 for y in (a, b, c))
-        scores = sb * sc / (sa + eps)
-        scores[mask_r, mask_c] = -torch.inf
-        mul[s:s + len(a)] = _argmax(scores)
-        del scores, sa, sb, sc
-    return add, mul
-
-
-def _float32(x: np.ndarray, device) -> torch.Tensor:
-    """Rows as a float32 tensor on ``device`` (copied when read-only, e.g. a memory-mapped file)."""
-    return torch.from_numpy(np.require(x, np.float32, ["C", "W"])).to(device)
-
-
-def _argmax(scores: torch.Tensor) -> np.ndarray:
-    """Row-wise argmax (lowest index on ties), ``-1`` where every candidate is excluded (or none exists)."""
-    if scores.shape[1] == 0:
-        return np.full(scores.shape[0], -1, dtype=np.int64)
-    arg = scores.argmax(1)
-    return torch.where(torch.isneginf(scores.amax(1)), -1, arg).cpu().numpy()
-
-
 @dataclass(frozen=True)
 class AnalogyResult:
     """Analogy accuracy on one analogy file, overall and per section."""
@@ -364,9 +288,9 @@ def analogy_accuracy(X, ids, analogies, *, vocab: Vocabulary | None = None, rest
                      labels=None, level: float = DEFAULT_LEVEL, device="auto") -> AnalogyResult:
     r"""3CosAdd and 3CosMul accuracy on analogy questions, with Wilson intervals.
 
-    ``analogies`` is a path or an :class:`AnalogyFile`. A question counts when all four words are
-    in the vocabulary (the first ``restrict_vocab`` ids); otherwise it is skipped, or counted wrong
-    with ``dummy4unknown``. Candidates: the whole vocabulary minus the three question words and
+    ``analogies`` is an :class:`~embeval_report.io.words.AnalogyFile` (``read_analogies``). A question counts
+    when all four words are in the vocabulary (the first ``restrict_vocab`` ids); otherwise it is skipped, or
+    counted wrong with ``dummy4unknown``. Candidates: the whole vocabulary minus the three question words and
     their case variants. Higher is better; chance is about 1 / (|V| − 3). Equal to gensim's
     ``evaluate_word_analogies`` (3CosAdd; see the module docstring). Without an evaluated
     question the accuracies are NaN, with an :class:`UndefinedMetricWarning` and the reason in
@@ -375,7 +299,7 @@ def analogy_accuracy(X, ids, analogies, *, vocab: Vocabulary | None = None, rest
     ``labels`` (optional, one per id, e.g. a category) adds the share of in-vocabulary questions
     whose predicted id carries the label of d: a coarser "near miss" view for ids that are items.
     """
-    qa = analogies if isinstance(analogies, AnalogyFile) else read_analogies(analogies)
+    qa = analogies
     X = as_numpy(X)
     ids = np.asarray(ids, dtype=object)
     vocab = vocab or Vocabulary.build(ids, restrict_vocab, case_insensitive)
@@ -551,11 +475,12 @@ def measure_semantics(X, ids, *, word_pairs=None, analogies=None, restrict_vocab
     Examples
     --------
     >>> import numpy as np, tempfile, os
+    >>> from embeval_report.io.words import read_analogies
     >>> X = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 1], [0, 1, 1], [-1, 0, 0]], float)
     >>> ids = ["man", "woman", "king", "queen", "other"]
     >>> f = os.path.join(tempfile.mkdtemp(), "q.txt")
     >>> _ = open(f, "w").write(": royal\\nman woman king queen\\n")
-    >>> measure_semantics(X, ids, analogies=f, device="cpu").values["analogy_accuracy"]
+    >>> measure_semantics(X, ids, analogies=read_analogies(f), device="cpu").values["analogy_accuracy"]
     1.0
     """
     if word_pairs is None and analogies is None:

@@ -41,7 +41,6 @@ import pandas as pd
 from ..errors import InputError, UndefinedMetricWarning
 from ..io import EmbeddingSet
 from ..io.runs import MAIN_LABEL, RunFile
-from ..io.runs import load_runs as read_runs
 from ..kernels import as_numpy, block_moments, knn, neighbour_sets_overlap, resolve_device
 from ..stats import DEFAULT_LEVEL, MIN_BLOCKS, ResamplingPlan
 from .pair_moments import PairMoments, pair_replicates, similarity_correlation
@@ -52,7 +51,7 @@ from .stability_subsets import (Grouping, SubsetStability, category_grouping, fr
 from .thresholds import THRESHOLDS
 
 __all__ = ["SPECS", "METRICS", "K_DEFAULT", "MAIN_LABEL", "MIN_ENTITIES", "PairMoments", "similarity_correlation",
-           "RunInputs", "RunStabilityResult", "chance_overlap", "usable_k", "common_rows", "load_runs", "match_runs",
+           "RunInputs", "RunStabilityResult", "chance_overlap", "usable_k", "common_rows", "match_runs",
            "measure_run_stability", "least_stable", "SHARED_SPACE", "dimension_mismatch", "dimension_note",
            "Grouping", "SubsetStability", "vocabulary_grouping",
            "quantile_grouping", "category_grouping", "stability_groupings", "subset_stability",
@@ -184,23 +183,6 @@ def match_runs(es: EmbeddingSet, files: list[RunFile]) -> RunInputs:
         vectors.append(f.matched.vectors[pos[index]])
     return RunInputs([MAIN_LABEL] + [f.label for f in files], vectors, index, es.ids[index], pd.DataFrame(rows),
                      es.ids[~present], [f.matched for f in files])
-
-
-def load_runs(es: EmbeddingSet, paths: list | None = None, *, k: int = K_DEFAULT) -> RunInputs:
-    """Load the ``runs`` files of ``es`` and match their rows to the main set by id.
-
-    A file with its own ids (csv/parquet id column, npz/pt ``ids``, word2vec words) is matched
-    by them; one without (``.npy``) must list the main set's entities in its order. Ids the file
-    lacks or adds are reported in ``coverage``; stability is computed on the entities present in
-    every run, which must be at least k + 2 (:class:`InputError` otherwise). The report reads the
-    files once, before any chapter runs, and calls :func:`match_runs` on them.
-    """
-    paths = list(paths if paths is not None else es.fields.get("runs") or [])
-    if not paths:
-        raise InputError("manifest field 'runs': expected a list of vectors files of other training runs")
-    inputs = match_runs(es, read_runs(es, paths))
-    _check_k(k, len(inputs.index), "runs")
-    return inputs
 
 
 # ---------------------------------------------------------------------------------------------

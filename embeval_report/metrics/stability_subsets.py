@@ -17,7 +17,7 @@ from scipy import stats as sstats
 
 from ..errors import UndefinedMetricWarning
 from ..io import EmbeddingSet, kind_column
-from ..io.runs import Vocabulary, read_vocabularies
+from ..io.runs import Vocabulary
 from ..stats import DEFAULT_LEVEL, adjust_pvalues, mean_ci
 
 
@@ -31,21 +31,18 @@ class Grouping:
     notes: list = field(default_factory=list)
 
 
-def vocabulary_grouping(es: EmbeddingSet, index: np.ndarray, entries: list | None = None) -> Grouping | None:
+def vocabulary_grouping(es: EmbeddingSet, index: np.ndarray, entries: list[Vocabulary] | None = None
+                        ) -> Grouping | None:
     """The ``vocabularies`` as a :class:`Grouping` over the compared entities (rows ``index``).
 
-    ``entries``: the validated :class:`~embeval_report.io.runs.Vocabulary` list (``ctx.side.vocabularies``),
-    manifest entries ``{name, ids}`` (read and validated here), or ``None`` for the set's own field.
+    ``entries``: the validated :class:`~embeval_report.io.runs.Vocabulary` list (``ctx.side.vocabularies``, or
+    :func:`embeval_report.io.runs.read_vocabularies`); ``None`` or empty: no vocabularies.
     Ids unknown to the set, or missing from some run, are counted in ``notes``; a vocabulary none
     of whose ids is compared is left out with a note.
     """
-    if entries is None:
-        entries = es.fields.get("vocabularies")
     if not entries:
         return None
-    vocabularies = [v for v in entries if isinstance(v, Vocabulary)]
-    if len(vocabularies) < len(entries):
-        vocabularies = read_vocabularies(es, entries)
+    vocabularies = list(entries)
     pos = pd.Index(es.ids[index])
     known = pd.Index(es.ids)
     subsets, notes = {}, []
@@ -104,7 +101,7 @@ def category_grouping(values, *, column: str) -> Grouping | None:
 
 def stability_groupings(es: EmbeddingSet, index: np.ndarray, *, frequency_column: str = "frequency",
                         q: int = 4, vocabularies: list | None = None) -> list[Grouping]:
-    """Subsets to compare: the vocabularies (``vocabularies``, default the set's own field),
+    """Subsets to compare: the vocabularies (``vocabularies``, validated: :func:`vocabulary_grouping`),
     quantile bins of ``frequency_column`` and a kind column."""
     out = []
     voc = vocabulary_grouping(es, index, vocabularies)

@@ -18,7 +18,6 @@ import pandas as pd
 from ..errors import UndefinedMetricWarning
 from ..io import EmbeddingSet
 from ..io.runs import Checkpoint, shared_tranche_names
-from ..io.runs import load_tranches as read_tranches
 from ..kernels import knn, neighbour_sets_overlap, resolve_device
 from ..stats import DEFAULT_LEVEL, mean_ci
 from .pair_moments import similarity_correlation
@@ -26,7 +25,7 @@ from .procrustes import procrustes_align, row_cosines
 from .spec import MetricSpec, specs
 from .stability import K_DEFAULT, MIN_ENTITIES, dimension_note, first_ids, measure_run_stability, usable_k
 
-__all__ = ["SPECS", "TRAINING_METRICS", "REF_TRANCHE", "REF_MOVEMENT", "Checkpoint", "TrainingResult", "load_tranches", "compare_spaces", "measure_training_stability",
+__all__ = ["SPECS", "TRAINING_METRICS", "REF_TRANCHE", "REF_MOVEMENT", "Checkpoint", "TrainingResult", "compare_spaces", "measure_training_stability",
            "cohort_table", "largest_comparison", "shared_tranche_names"]
 
 REF_TRANCHE = "seed 003 §3 (stability over training time)"
@@ -47,12 +46,6 @@ SPECS = specs(
 
 #: the old name of :data:`SPECS` (iterating gives the metric names)
 TRAINING_METRICS = SPECS
-
-
-def load_tranches(es: EmbeddingSet, entries: list | None = None) -> dict[str, list[Checkpoint]]:
-    """The ``tranches`` of ``es`` (or ``entries``) grouped by run (default run ``"run"``), each run sorted by
-    order; read and validated by :func:`embeval_report.io.runs.load_tranches`."""
-    return read_tranches(es, entries if entries is not None else es.fields.get("tranches"))
 
 
 def _rows_of(cp: Checkpoint, n_ref: int) -> np.ndarray:
@@ -121,7 +114,7 @@ class TrainingResult:
 MOVEMENT_COLUMNS = ["run", "row", "cohort", "cohort_step", "tranche", "step", "movement", "overlap"]
 
 
-def measure_training_stability(es: EmbeddingSet, runs: dict[str, list[Checkpoint]] | None = None, k: int = K_DEFAULT,
+def measure_training_stability(es: EmbeddingSet, runs: dict[str, list[Checkpoint]], k: int = K_DEFAULT,
                                *, n_boot: int = 200, level: float = DEFAULT_LEVEL, seed: int = 0,
                                device="auto") -> TrainingResult:
     r"""Stability over training time from the checkpoints ("tranches") of one or more runs.
@@ -135,7 +128,6 @@ def measure_training_stability(es: EmbeddingSet, runs: dict[str, list[Checkpoint
     each other at that tranche (seed 003 §3) with :func:`measure_run_stability`. A comparison whose
     checkpoints share fewer than k + 2 entities is listed with its ``n`` and no values.
     """
-    runs = runs if runs is not None else load_tranches(es)
     dev = resolve_device(device)
     n_ref = es.n
     cov_rows, trans_rows, final_rows, moves = [], [], [], []

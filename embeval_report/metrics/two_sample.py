@@ -12,15 +12,13 @@ Benjamini–Hochberg.
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from ..errors import UndefinedMetricWarning
 from ..kernels import as_numpy, dask_engine, resolve_device
 from ..kernels.dask_faults import falls_back
+from ..kernels.mmd import mmd_statistics
 from ..stats import adjust_pvalues, hanley_mcneil_se, normal_ci
 
 #: significance level of the MMD permutation test and the KS + BH false discovery rate
@@ -47,27 +45,6 @@ class MMDTest:
     n_perm: int
 
 
-def _mmd2_from_kernel(K: torch.Tensor, m: int) -> float:
-    n = K.shape[0] - m
-    return float(K[:m, :m].sum() / (m * (m - 1)) + K[m:, m:].sum() / (n * (n - 1)) - 2 * K[:m, m:].sum() / (m * n))
-
-
-def _jackknife_se(K: torch.Tensor, m: int) -> float:
-    """Two-sample jackknife standard error of the unbiased MMD² (Arvesen 1969): leave each point out."""
-    n = K.shape[0] - m
-    if m < 3 or n < 3:
-        warnings.warn(f"the MMD interval is undefined: its jackknife needs at least 3 rows per sample (got {m} and "
-                      f"{n})", UndefinedMetricWarning, stacklevel=3)
-        return float("nan")
-    Kxx, Kyy, Kxy = K[:m, :m], K[m:, m:], K[:m, m:]
-    A, B, C = Kxx.sum(), Kyy.sum(), Kxy.sum()
-    rx, ry, cx, cy = Kxx.sum(1), Kyy.sum(1), Kxy.sum(1), Kxy.sum(0)
-    tx = (A - 2 * rx) / ((m - 1) * (m - 2)) + B / (n * (n - 1)) - 2 * (C - cx) / ((m - 1) * n)
-    ty = A / (m * (m - 1)) + (B - 2 * ry) / ((n - 1) * (n - 2)) - 2 * (C - cy) / (m * (n - 1))
-    var = (m - 1) / m * ((tx - tx.mean()) ** 2).sum() + (n - 1) / n * ((ty - ty.mean()) ** 2).sum()
-    return float(var.sqrt())
-
-
 def mmd_test(X, Y, *, n_perm: int = 500, bandwidth: float | None = None, alpha: float = ALPHA,
              level: float = 0.95, seed: int = 0, device="auto") -> MMDTest:
     r"""Kernel two-sample test: unbiased MMD² with a Gaussian kernel and a permutation p-value.
@@ -92,36 +69,8 @@ def mmd_test(X, Y, *, n_perm: int = 500, bandwidth: float | None = None, alpha: 
         raise ValueError(f"mmd_test needs at least 2 rows per sample (got {m} and {n})")
     if X.shape[1] != Y.shape[1]:
         raise ValueError(f"mmd_test: the samples have {X.shape[1]} and {Y.shape[1]} columns")
-    dev = resolve_device(device)
-    Z = torch.as_tensor(np.vstack([X, Y]), dtype=torch.float64, device=dev)
-    sq = (Z * Z).sum(1)
-    D2 = (sq[:, None] + sq[None, :] - 2 * Z @ Z.T).clamp_min_(0)
-    N = m + n
-    if bandwidth is None:
-        iu = torch.triu_indices(N, N, 1, device=dev)
-        med = float(np.median(np.sqrt(D2[iu[0], iu[1]].cpu().numpy())))
-        bandwidth = med if med > 0 else 1.0
-        del iu
-    K = torch.exp(-D2 / (2 * bandwidth ** 2))
-    del D2
-    K.fill_diagonal_(0)
-    stat = _mmd2_from_kernel(K, m)
-    se = _jackknife_se(K, m)
-    r = K.sum(1)
-    T = float(r.sum())
-    rng = np.random.default_rng(seed)
-    null = np.empty(n_perm)
-    step = max(1, min(n_perm, (64 * 2**20) // (8 * N)))
-    for s in range(0, n_perm, step):
-        b = min(step, n_perm - s)
-        z = np.zeros((b, N))
-        for row in range(b):
-            z[row, rng.permutation(N)[:m]] = 1.0
-        zt = torch.as_tensor(z, device=dev)
-        q = ((zt @ K) * zt).sum(1)
-        zr = zt @ r
-        sxy, syy = zr - q, T - 2 * zr + q
-        null[s:s + b] = (q / (m * (m - 1)) + syy / (n * (n - 1)) - 2 * sxy / (m * n)).cpu().numpy()
+    stat, se, bandwidth, null = mmd_statistics(X, Y, n_perm=n_perm, bandwidth=bandwidth, seed=seed,
+                                               device=resolve_device(device))
     p = (1 + int((null >= stat - 1e-12 * abs(stat)).sum())) / (1 + n_perm) if n_perm else float("nan")
     lo, hi = normal_ci(stat, se, level) if np.isfinite(se) else (float("nan"), float("nan"))
     return MMDTest(mmd2=stat, p_value=p, ci_low=lo, ci_high=hi, std_error=se, bandwidth=float(bandwidth),

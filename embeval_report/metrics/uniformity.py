@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import torch
 from scipy import special
 
-from ..io.pairs import PositivePairs, read_positive_pairs
+from ..io.pairs import PositivePairs
 from ..kernels import (as_numpy, gaussian_potential_rows, pair_cosines, random_pairs, swept_potential_rows,
                        resolve_device, unit_rows)
 from ..kernels.moments import unit_row_sum
+from ..kernels.transforms import is_tensor, scalar_like, seed_normalizer
 from ..stats import normal_ci
 from .isotropy import all_but_the_top, best_apcs_removal, set_directions
 from .spec import MetricSpec, specs
@@ -110,13 +110,6 @@ def sphere_sq_distance_density(delta, d: int) -> np.ndarray:
     return np.where(np.abs(c) < 1, f, 0.0)
 
 
-def _normalizer(eps: float, style: str):
-    """Row normalisation as seed 004 does it: numpy ``z / (‖z‖ + eps)``, torch ``z / max(‖z‖, eps)``."""
-    if style == "numpy":
-        return lambda x: x / (x.norm(dim=1, keepdim=True) + eps)
-    return lambda x: x / x.norm(dim=1, keepdim=True).clamp_min(eps)
-
-
 def uniformity_score(z, normalize=True, t=2.0, eps=1e-12):
     r"""Uniformity :math:`\log \frac{1}{n(n-1)}\sum_{i\ne j} e^{-t\lVert z_i - z_j\rVert^2}` (lower is better).
 
@@ -133,20 +126,17 @@ def uniformity_score(z, normalize=True, t=2.0, eps=1e-12):
     >>> round(float(uniformity_score(np.eye(3))), 6)  # orthonormal vectors: every pair at distance² 2
     -4.0
     """
-    is_torch = isinstance(z, torch.Tensor)
+    is_torch = is_tensor(z)
     if not is_torch and not isinstance(z, np.ndarray):
         raise TypeError(f"`z` must be either a torch.Tensor or a numpy.ndarray, got {type(z)}")
     if z.ndim != 2 or z.shape[0] < 2:
         raise ValueError(f"`z` must have shape (n, d) with n >= 2, got {tuple(z.shape)}")
-    transform = _normalizer(eps, "torch" if is_torch else "numpy") if normalize else None
+    transform = seed_normalizer(eps, "torch" if is_torch else "numpy") if normalize else None
     device = z.device if is_torch else "auto"
     rows = gaussian_potential_rows(as_numpy(z), t, transform=transform, device=device, desc=None)
     n = z.shape[0]
     value = np.float64(special.logsumexp(rows) - math.log(n * (n - 1)))
-    if is_torch:
-        dtype = z.dtype if z.is_floating_point() else torch.float32
-        return torch.tensor(float(value), dtype=dtype, device=z.device)
-    return value
+    return scalar_like(value, z) if is_torch else value
 
 
 @dataclass(frozen=True)
@@ -301,18 +291,15 @@ def label_pairs(labels, *, max_pairs: int = MAX_LABEL_PAIRS, seed: int = 0) -> P
                          f"({n_classes} label{'s' if n_classes != 1 else ''} with at least 2 members)", total, True)
 
 
-def positive_pairs_for(es, side=None, *, max_pairs: int = MAX_LABEL_PAIRS, seed: int = 0) -> PositivePairs | None:
+def positive_pairs_for(es, side, *, max_pairs: int = MAX_LABEL_PAIRS, seed: int = 0) -> PositivePairs | None:
     """The positive pairs of an :class:`~embeval_report.io.EmbeddingSet`: its ``positive_pairs``,
     else same-label pairs from ``metadata["label"]``, else ``None``.
 
     ``side`` is the set's validated side data (:class:`~embeval_report.io.side_data.SideData`, as
-    chapters get it in ``ctx.side``); without it a ``positive_pairs`` file named by the set is read
-    here (the same reader and checks).
+    chapters get it in ``ctx.side``; :func:`~embeval_report.io.side_data.load_side_data` reads it).
     """
-    if side is not None and side.positive_pairs is not None:
+    if side.positive_pairs is not None:
         return side.positive_pairs
-    if side is None and es.has("positive_pairs"):
-        return read_positive_pairs(es.fields["positive_pairs"], es.ids)
     if es.has("metadata.label"):
         return label_pairs(es.metadata["label"].to_numpy(), max_pairs=max_pairs, seed=seed)
     return None
