@@ -610,7 +610,7 @@ MMD_SAMPLE = Option("mmd_sample", 1000, "rows per side of the MMD permutation te
 
 EFFECTS = (Effect("drift", ("mean_drift", "procrustes_distance", "pairwise_similarity_correlation", "anomalous_fraction"),
                   "Later snapshots drift from the baseline",
-                  "Schedule a retraining and check what moved (the chapter lists the entities and groups):"),)
+                  "Schedule a retraining and check what moved (the chapter lists the entities and groups):", cause="drift"),)
 #: a metadata group "moved" when its mean drift in the latest snapshot is at least this multiple of the whole set's
 MOVER_RATIO = 2.0
 

@@ -70,7 +70,7 @@ class Effect:
     action: str = ""
     category: str = "model"
     titles: tuple[tuple[str, str], ...] = ()   # (metric, title): the title when that metric leads the finding
-    cause: str = ""   # the underlying cause several effects share (findings of one cause merge into one); default name
+    cause: str = ""   # the underlying cause several chapters' effects share (their findings merge into one)
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Finding:
     rule: str = "threshold"     # threshold | baseline | event | worst group | data quality | comparison | run
     effect: str = ""
     kind: str = ""              # KINDS; default: "evaluation" for the evaluation categories, else "model"
-    cause: str = ""             # findings of one cause merge into one (default: the effect)
+    cause: str = ""             # findings of one cause merge into one (default: "<chapter>: <effect>")
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:
@@ -104,8 +104,8 @@ class Finding:
             object.__setattr__(self, "section", f"chapter-{self.chapter}")
         if not self.effect:
             object.__setattr__(self, "effect", self.metrics[0] if self.metrics else self.title)
-        if not self.cause:
-            object.__setattr__(self, "cause", self.effect)
+        if not self.cause:  # an effect of one chapter; causes that several chapters share are named explicitly
+            object.__setattr__(self, "cause", f"{self.chapter}: {self.effect}")
 
     def to_json(self) -> dict:
         """The ``findings`` entry of ``metrics.json`` (every number finite or null)."""

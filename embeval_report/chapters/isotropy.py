@@ -322,6 +322,6 @@ CHAPTER = ChapterSpec(
                     "A few directions carry most of the variance (anisotropy)",
                     "Centre the vectors or remove their top principal directions before cosine search or "
                     "clustering (the Anisotropy correction chapter compares the options):",
-                    titles=(("apcs", "The vectors crowd into a narrow cone (anisotropy)"),)),),
+                    titles=(("apcs", "The vectors crowd into a narrow cone (anisotropy)"),), cause="anisotropy"),),
     kind="diagnostic", remedies=("centring", "all-but-the-top", "whitening"),
 )

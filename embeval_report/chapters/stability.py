@@ -480,6 +480,13 @@ def show_coverage(rep: StabilityReport) -> None:  # coverage_text is in the narr
 # The chapter's declaration
 # ---------------------------------------------------------------------------------------------
 
+def _subset_words(grouping: str, subset: str) -> str:
+    """``in the vocabulary “niche items”``, ``in frequency quartile “Q1: 0 – 31”``, ``with kind “item”``."""
+    if grouping == "vocabulary":
+        return f"in the vocabulary “{subset}”"
+    return f"in {grouping} “{subset}”" if grouping.endswith(("quartile", "quantile bin")) else f"with {grouping} “{subset}”"
+
+
 def findings(r: ChapterResults) -> list[Finding]:
     """The worst group decides: in every grouping whose subsets differ (its test rejects after the report-wide
     adjustment), a subset whose own pairwise similarity correlation has a worse verdict than the whole set's
@@ -506,7 +513,7 @@ def findings(r: ChapterResults) -> list[Finding]:
                      for c, _, _ in others)
     return [Finding(
         max((u[0]["verdict"] for u in unstable), key=SEVERITY.get), "model", r.name,
-        f"Vectors in “{lead['subset']}” ({lead['grouping']}) are unstable across retrains",
+        f"Vectors {_subset_words(lead['grouping'], lead['subset'])} are unstable across retrains",
         f"Do not rely on the neighbourhoods of the vectors in “{lead['subset']}” until training is "
         f"made more stable for them: they keep {w.get('k-NN overlap', float('nan')):.0%} of their neighbours "
         f"between runs ({b.get('k-NN overlap', float('nan')):.0%} for {best['subset']}; {test_text(test)}), and "
