@@ -196,7 +196,11 @@ def test_fail_on_gates_and_chapter_selection(tmp_path):
     # the geometry alone (no task chapter selected) never makes the status problematic: the gate passes, and
     # metrics.json says what the status rests on
     assert rc == 0 and doc["status"] != "problematic" and doc["scope"] == "geometry only"
-    assert [n for n, ch in doc["chapters"].items() if ch["status"] == "ok"] == ["summary", "isotropy", "rigor"]
+    # without a task, the remedy check gives the what-if on the neighbour lists; the diagnostic is a note
+    assert [n for n, ch in doc["chapters"].items() if ch["status"] == "ok"] == ["summary", "isotropy", "remedies",
+                                                                                 "rigor"]
+    (f,) = [f for f in doc["findings"] if f["chapter"] == "isotropy"]
+    assert f["severity"] == "note" and "centring would change" in f["sentence"]
 
 
 def test_unknown_chapter_and_bad_input_exit_2_without_traceback(tmp_path, capsys):

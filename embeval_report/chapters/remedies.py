@@ -23,6 +23,7 @@ from ..metrics.isotropy import PrincipalDirections
 from ..metrics.remedies import REMEDIES, fit_remedy, remedied_rows
 from ..metrics.scoring import compare_units, plan_fingerprint
 from ..metrics.spec import Metric
+from ..metrics.swap import neighbour_swap
 from ..present.display import escape, show_figure, show_markdown, show_table
 from ..present.format import interval
 from ..present.plotting import PALETTE, WIDTH
@@ -55,6 +56,7 @@ class RemediesReport:
     skipped: dict                # task chapter -> why it was not re-scored
     effect: str
     which: str = "first"         # the remedies option: each diagnostic's standard remedy, or all it lists
+    neighbours: dict | None = None  # without tasks: remedy -> its what-if on the top-k neighbour lists
 
 
 def flagged_diagnostics(records: dict, chapters) -> dict[str, list[str]]:
@@ -80,9 +82,6 @@ def compute(ctx: ChapterContext) -> RemediesReport:
     diagnostics = flagged_diagnostics(records, chapters)
     tasks = [c for c in chapters if c.scorer is not None and c.name in records
              and records[c.name].get("info", {}).get("units")]
-    if not tasks:
-        raise ChapterSkipped("no task chapter ran (add labels, judgements, edges or interactions), so there is no "
-                             "task a remedy could change")
     if not diagnostics:
         raise ChapterSkipped("no geometry diagnostic is flagged, so there is no remedy to check")
     es = ctx.es
@@ -94,6 +93,8 @@ def compute(ctx: ChapterContext) -> RemediesReport:
     effects = Effects.parse(ctx.option("mde"))
     pcs = PrincipalDirections.fit(es.vectors, device=ctx.device)
     removed = records.get("correction", {}).get("info", {}).get("removed")
+    if not tasks:  # nothing says what the geometry costs: what each remedy would do to the neighbour lists
+        return _what_if(ctx, diagnostics, wanted, pcs, removed, effects)
     rows, skipped, labels, seconds = [], {}, {}, {}
     for name, answers in wanted.items():
         remedy = fit_remedy(es.vectors, name, removed=removed, pcs=pcs, device=ctx.device)
@@ -115,6 +116,37 @@ def compute(ctx: ChapterContext) -> RemediesReport:
     ctx.rec.note(seconds=seconds, which=ctx.option("remedies"))
     return RemediesReport(table, diagnostics, labels, [t.name for t in tasks], skipped, effects.canonical(),
                           ctx.option("remedies"))
+
+
+#: rows whose neighbour lists the what-if compares (sampled above it; their neighbours sought among every row)
+WHAT_IF_ROWS = 2_000
+#: the neighbour lists compared
+WHAT_IF_K = 10
+
+
+def _what_if(ctx, diagnostics: dict, wanted: dict, pcs, removed, effects) -> RemediesReport:
+    """Without a task: per remedy, the share of top-k cosine neighbour lists it changes by more than half
+    (:func:`~embeval_report.metrics.swap.neighbour_swap`, exact, on a seeded sample of rows above
+    :data:`WHAT_IF_ROWS`), recorded as ``info["neighbours"]`` for the diagnostics' notes."""
+    es, neighbours, labels, skipped = ctx.es, {}, {}, {}
+    rows = (np.sort(np.random.default_rng(ctx.seed).choice(es.n, WHAT_IF_ROWS, replace=False))
+            if es.n > WHAT_IF_ROWS else None)
+    for name, answers in wanted.items():
+        remedy = fit_remedy(es.vectors, name, removed=removed, pcs=pcs, device=ctx.device)
+        if remedy is None or remedy.detail == "D = 0":
+            skipped[name] = "it leaves no variance" if remedy is None else "D = 0: the same as centring"
+            continue
+        labels[name] = (remedy.label, answers)
+        swap = neighbour_swap(es.vectors, remedied_rows(es.vectors, remedy), es.ids, k=WHAT_IF_K, rows=rows,
+                              device=ctx.device)
+        neighbours[name] = {"label": remedy.label, "answers": answers, "k": swap.k, "rows": len(swap.ids),
+                            "changed_share": swap.changed_share,
+                            "mean_overlap": float(np.mean(swap.overlap)) if len(swap.overlap) else None}
+    ctx.rec.note(diagnostics=diagnostics, remedies={k: {"label": v[0], "answers": v[1]} for k, v in labels.items()},
+                 skipped=skipped, effect=effects.canonical(), table=[], neighbours=neighbours,
+                 which=ctx.option("remedies"))
+    return RemediesReport(pd.DataFrame(), diagnostics, labels, [], skipped, effects.canonical(),
+                          ctx.option("remedies"), neighbours)
 
 
 def _checked(diagnostics: dict, chapters, which: str) -> list[str]:
@@ -196,6 +228,8 @@ def narrative(rep: RemediesReport) -> str:
     names = {"isotropy": "anisotropy", "uniformity": "poor uniformity", "hubness": "hubness",
              "collapse": "dimensional collapse"}
     flagged = ", ".join(names.get(d, d) for d in rep.diagnostics)
+    if rep.neighbours is not None:
+        return _what_if_narrative(rep, flagged)
     parts = [f"The thresholds flag **{escape(flagged)}**. Whether that costs anything depends on the tasks: each "
              f"remedy below is applied to the vectors and every task that ran ({len(rep.tasks)}) is scored again "
              "on its own plan (the same folds, held-out edges, negatives and samples), paired unit by unit with "
@@ -219,6 +253,18 @@ def narrative(rep: RemediesReport) -> str:
     if rep.skipped:
         parts.append("Not checked: " + "; ".join(f"{escape(k)} ({escape(v)})" for k, v in rep.skipped.items()) + ".")
     return "\n\n".join(parts)
+
+
+def _what_if_narrative(rep: RemediesReport, flagged: str) -> str:
+    what = "; ".join(f"**{escape(w['label'])}** changes {w['changed_share']:.0%} of the top-{w['k']} lists by more "
+                     f"than half (mean overlap {w['mean_overlap']:.2f}, {w['rows']:,} rows)"
+                     for w in rep.neighbours.values())
+    return (f"The thresholds flag **{escape(flagged)}**, but no task chapter ran (add labels, judgements, edges or "
+            "interactions), so nothing in this report says whether that costs anything: the diagnostics are notes. "
+            "What each remedy would do to the cosine neighbour lists, the what-if a task would feel first: "
+            + (what or "no remedy could be applied") + ". A remedy that moves few lists is harmless to neighbour "
+            "search either way; one that moves most of them changes what any k-NN task sees, for better or worse: "
+            "measure it on a task before applying it.")
 
 
 def display_table(rep: RemediesReport) -> pd.DataFrame:
@@ -265,6 +311,12 @@ def show_summary(rep: RemediesReport) -> None:
 
 
 def show_costs(rep: RemediesReport) -> None:
+    if rep.neighbours:
+        show_table(pd.DataFrame([{"remedy": w["label"], "answers": ", ".join(w["answers"]), "rows": w["rows"],
+                                  f"top-{w['k']} lists changed by more than half": f"{w['changed_share']:.1%}",
+                                  "mean overlap": round(w["mean_overlap"], 3)} for w in rep.neighbours.values()]),
+                   caption="Without a task: each remedy's what-if on the cosine neighbour lists (exact top-k lists "
+                           "before and after, per row).", label="tbl-remedies-what-if")
     table = display_table(rep)
     if len(table):
         show_table(table, caption="Each task metric re-scored after each remedy, paired with the recorded one "
