@@ -387,3 +387,32 @@ def test_weighted_curves_are_those_of_the_bootstrap_samples():
         got, want = weighted(units, W), [fn(units.iloc[d]) for d in draws]
         np.testing.assert_allclose(got[:-1], want[:-1], rtol=0, atol=1e-12)
         assert np.isnan(got[-1]) and np.isnan(want[-1])
+
+
+def test_delong_paired_against_its_definition():
+    """DeLong et al. (1988) written out with the pairwise kernel psi (an O(P N) loop over every positive-negative
+    pair): the AUC difference, z and two-sided p of the midrank form (stats.delong_paired), with ties."""
+    from scipy.stats import norm
+
+    from embeval_report.stats import delong_paired
+
+    rng = np.random.default_rng(3)
+    y = (rng.random(120) < 0.3).astype(float)
+    a = np.round(y + rng.standard_normal(120), 1)           # rounded: ties within and across the classes
+    b = np.round(0.4 * y + rng.standard_normal(120) + 0.3 * a, 1)
+    pos, neg = y == 1, y == 0
+
+    def components(s):
+        psi = (s[pos][:, None] > s[neg][None, :]) + 0.5 * (s[pos][:, None] == s[neg][None, :])
+        return psi.mean(), psi.mean(1), psi.mean(0)
+
+    (A, v10a, v01a), (B, v10b, v01b) = components(a), components(b)
+    P, N = pos.sum(), neg.sum()
+    s10 = np.cov(np.vstack([v10a, v10b]))
+    s01 = np.cov(np.vstack([v01a, v01b]))
+    S = s10 / P + s01 / N
+    z = (A - B) / np.sqrt(S[0, 0] + S[1, 1] - 2 * S[0, 1])
+    diff, z_ours, p = delong_paired(a, b, y)
+    assert diff == pytest.approx(A - B, abs=1e-12) and z_ours == pytest.approx(z, rel=1e-10)
+    assert p == pytest.approx(2 * norm.sf(abs(z)), rel=1e-10)
+    assert delong_paired(a, a, y) == (0.0, 0.0, 1.0)  # the same ranking: no difference

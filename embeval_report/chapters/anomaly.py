@@ -22,7 +22,7 @@ from ..present.display import show_metrics as show_metric_table
 from ..present.escape import mathtext
 from ..present.format import percent, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
-from ..stats import HypothesisTest
+from ..stats import HypothesisTest, delong_paired
 from .declaration import INF, ChapterSpec, K, Option
 from .findings import ChapterResults, Finding, baseline_finding, metric_evidence, value_text
 
@@ -163,7 +163,20 @@ def compute(ctx: ChapterContext) -> AnomalyReport:
             p_value=p, statistic=auc, n=f"{result.protocol['n_anomalies']:,} anomalies + "
                                         f"{result.protocol['n_normal']:,} normal rows",
             null="anomalies and normal rows have the same score distribution (ROC-AUC = 0.5)"))
+    difference_tests = {}
+    by_name = {d.name: d for d in result.detectors}
+    for row in result.differences.itertuples(index=False):  # each of your detectors against each baseline
+        a, b = by_name[row.detector], by_name[row.baseline]
+        _, z, p = delong_paired(a.scores, b.scores, result.labels)
+        name = f"anomaly: {a.label} vs {b.label} (ROC-AUC)"
+        difference_tests[f"roc_auc_difference__{an.slug(a.name)}_vs_{an.slug(b.name)}"] = name
+        ctx.rec.test(HypothesisTest(
+            name=name, test="DeLong test of two correlated ROC-AUCs, two-sided", p_value=1.0 if p != p else p,
+            statistic=None if z != z else z, n=f"{result.protocol['n_anomalies']:,} anomalies + "
+                                              f"{result.protocol['n_normal']:,} normal rows",
+            null=f"{a.label} and {b.label} have the same ROC-AUC on these rows", family="anomaly: detector vs baseline"))
     ctx.rec.note(protocol=result.protocol, label_column=column, k=k, primary=primary, scores_file=scores_file,
+                 difference_tests=difference_tests,
                  operating_points={d.name: _json_points(d.points) for d in result.detectors},
                  **({"events": {d.name: d.ttd.events.to_dict("records") for d in result.detectors if d.ttd}}
                     if events is not None else {}))
@@ -479,19 +492,22 @@ COST_FN = Option("cost_fn", 10_000.0, "anomaly: cost of a missed anomaly (false 
 COST_FP = Option("cost_fp", 100.0, "anomaly: cost of a false alarm (false positive), e.g. the investigation", bounds=(0, INF))
 
 def findings(r: ChapterResults) -> list[Finding]:
-    """Your detector below a free embedding baseline (the paired bootstrap interval of the ROC-AUC difference
-    lies below 0), or any detector no better than chance (its Mann–Whitney test, report-wide adjusted)."""
+    """Your detector below a free embedding baseline (DeLong's paired test of the two ROC-AUCs rejects after the
+    report-wide adjustment and the difference's paired bootstrap interval lies below 0), or any detector no better
+    than chance (its Mann–Whitney test, report-wide adjusted)."""
     primary = r.info.get("primary")
+    tests = r.info.get("difference_tests") or {}
     out = []
-    diffs = {k.split("__", 1)[1].split("_vs_", 1)[1]: m for k, m in r.metrics.items()
-             if k.startswith("roc_auc_difference__")}
-    labels = {d: re.sub(r"^.*\[(.*)\]$", r"\1", (r.metrics.get(f"roc_auc__{d}") or {}).get("label", d)) for d in diffs}
-    comparisons = [{"baseline": f"the free {labels[d]} baseline",
+    diffs = {k: m for k, m in r.metrics.items() if k.startswith(f"roc_auc_difference__{an.slug(primary or '')}_vs_")}
+    labels = {k: re.sub(r"^.*\[(.*)\]$", r"\1", (r.metrics.get(f"roc_auc__{k.split('_vs_', 1)[1]}") or {}).get(
+        "label", k)) for k in diffs}
+    comparisons = [{"baseline": f"the free {labels[k]} baseline",
                     "metric": "ROC-AUC", "metric_name": "roc_auc", "model": r.value("roc_auc"),
-                    "baseline_value": r.value(f"roc_auc__{d}"), "difference": m.get("value"),
-                    "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high")}
-                   for d, m in diffs.items()]
-    losing = [c for c in comparisons if c["ci_high"] is not None and c["ci_high"] < 0]
+                    "baseline_value": r.value(f"roc_auc__{k.split('_vs_', 1)[1]}"), "difference": m.get("value"),
+                    "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"), "test": tests.get(k)}
+                   for k, m in diffs.items()]
+    losing = [c for c in comparisons if c["ci_high"] is not None and c["ci_high"] < 0 and c["test"]
+              and r.significant(c["test"])]
     if losing:
         found = baseline_finding(r, losing, subject=f"your detector ({primary})", plural=False,
                                  action="Replace or combine your detector with the embedding baseline:", effect="baselines")

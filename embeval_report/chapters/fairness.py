@@ -20,7 +20,7 @@ from ..present.format import interval, marked_value, metric_text, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import adjust_pvalues
 from .declaration import INF, PROBE_ENTITIES, ChapterSpec, K, Option
-from .findings import Effect
+from .findings import ChapterResults, Effect, Finding, metric_evidence, test_text, threshold_findings, value_text
 from .labelled import probe_budget
 
 if TYPE_CHECKING:
@@ -468,6 +468,89 @@ def show_protocol(rep: FairnessReport) -> None:
 # The chapter's declaration
 # ---------------------------------------------------------------------------------------------
 
+# ---------------------------------------------------------------------------------------------
+# Findings
+# ---------------------------------------------------------------------------------------------
+
+#: the group gap: the seed's bands on the probe's accuracy gap between the groups of an attribute
+GAP = Effect("group gap", ("probe_accuracy_difference",), "Quality differs between protected groups",
+             "Review the training data of the worst-served group before shipping:")
+#: WEAT |d| at or above which an association is large (Cohen's convention, as Caliskan et al. read it)
+LARGE_ASSOCIATION = 0.8
+
+
+def findings(r: ChapterResults) -> list[Finding]:
+    """The group gap, naming the worst-served group, and the association tests (WEAT) that reject after the
+    report-wide adjustment."""
+    return [*_gap_findings(r), *_association_findings(r)]
+
+
+def _gap_findings(r: ChapterResults) -> list[Finding]:
+    """The seed's bands on the accuracy gap, led by the attribute with the largest flagged gap and naming its
+    worst- and best-served groups; the chi-squared test of equal accuracy (report-wide adjusted) must reject,
+    else the gap is within chance (a note)."""
+    (found,) = threshold_findings(r, (GAP,)) or (None,)
+    if found is None:
+        return []
+    groups = (r.info.get("fairness") or {}).get("groups") or {}
+    gaps = [(r.value(f"probe_accuracy_difference__{fm.slug(a)}") or 0.0, a) for a in groups
+            if (r.metric(f"probe_accuracy_difference__{fm.slug(a)}") or {}).get("verdict") in ("concerning",
+                                                                                             "problematic")]
+    if not gaps:
+        return [found]
+    _, attr = max(gaps, key=lambda ga: (" × " not in ga[1], ga[0]))  # a single attribute before an intersection
+    rows = [t for t in groups[attr].get("table", []) if not t.get("note") and isinstance(t.get("probe_accuracy"), float)
+            and t["probe_accuracy"] == t["probe_accuracy"]]
+    if len(rows) < 2:
+        return [found]
+    worst, best = min(rows, key=lambda t: t["probe_accuracy"]), max(rows, key=lambda t: t["probe_accuracy"])
+    key = f"probe_accuracy_difference__{fm.slug(attr)}"
+    m = r.metric(key)
+    name = f"probe accuracy by {attr}"
+    t = r.test(name)
+    chance = t is not None and not r.significant(name)
+    group_ci = (f" (95 % CI {interval(worst.get('probe_accuracy ci_low'), worst.get('probe_accuracy ci_high'), '.3f')})"
+                if worst.get("probe_accuracy ci_low") is not None else "")
+    sentence = (f"{'The gap is within chance: ' if chance else GAP.action + ' '}{worst['group']} ({attr}) is served "
+                f"worst: the probe reads its label with held-out accuracy {worst['probe_accuracy']:.3f}{group_ci}, "
+                f"against {best['probe_accuracy']:.3f} for {best['group']}; the gap {value_text(m)} is "
+                f"{m['verdict']} by the seed's bands (5 and 10 points)" + (f"; {test_text(t)}" if t else "") + ".")
+    evidence = dict(metric_evidence(m, key), attribute=attr, group=worst["group"], group_value=worst["probe_accuracy"],
+                    best_group=best["group"], best_value=best["probe_accuracy"], test=name if t else None,
+                    p_adjusted=r.adjusted_p(name) if t else None)
+    return [Finding("note" if chance else m["verdict"], GAP.category, r.name,
+                    f"The vectors serve {worst['group']} ({attr}) less well than the other groups", sentence,
+                    metrics=(key, *[k for k in found.metrics if k != key]), evidence=evidence, rule="worst group",
+                    effect=GAP.name)]
+
+
+def _association_findings(r: ChapterResults) -> list[Finding]:
+    """One finding for the WEAT tests whose one-sided permutation test rejects after the report-wide adjustment,
+    led by the largest effect size."""
+    found = []
+    for w in (r.info.get("fairness") or {}).get("weat") or []:
+        name = f"WEAT: {w['name']}"
+        if w.get("reason") or r.test(name) is None or not r.significant(name):
+            continue
+        key = f"weat_effect_size__{fm.slug(w['name'])}"
+        found.append((abs(r.value(key) or 0.0), w, key, name))
+    if not found:
+        return []
+    found.sort(key=lambda f: -f[0])
+    _, w, key, name = found[0]
+    x, y, a, b = w["sets"]
+    parts = [f"{wx['sets'][0]} and {wx['sets'][1]} against {wx['sets'][2]} and {wx['sets'][3]}: d = "
+             f"{value_text(r.metric(k) or {})}, {test_text(r.test(n))}" for _, wx, k, n in found]
+    d = r.value(key) or 0.0
+    sentence = (f"Check what the training data teaches about {x} and {y} before shipping: the vectors place {x} "
+                f"nearer {a} and {y} nearer {b} ({'a large' if abs(d) >= LARGE_ASSOCIATION else 'an'} effect by "
+                f"Cohen's convention, |d| ≥ {LARGE_ASSOCIATION} large); WEAT " + "; ".join(parts) + ".")
+    evidence = dict(metric_evidence(r.metric(key) or {}, key), sets=list(w["sets"]), test=name,
+                    p_adjusted=r.adjusted_p(name), tests=[n for _, _, _, n in found])
+    return [Finding("concerning", "model", r.name, f"The vectors associate {x} with {a} and {y} with {b}", sentence,
+                    metrics=tuple(k for _, _, k, _ in found), evidence=evidence, rule="test", effect="association")]
+
+
 MIN_GROUP_SIZE = Option("min_group_size", 30, "fairness: groups with fewer members are reported as too small to compare", bounds=(1, INF))
 WEAT_PERMUTATIONS = Option("weat_permutations", 10_000, "fairness: sampled partitions of a WEAT permutation test (exact when the "
                            "partitions are fewer)", bounds=(99, INF))
@@ -477,6 +560,5 @@ CHAPTER = ChapterSpec(
     description="Quality per protected group (held-out probe accuracy, neighbourhood label agreement, k-occurrence, within-group APCS) with gaps, intersections and WEAT association tests (seed 000 §222).",
     requires=("fairness|association_tests",),
     options=(K, MIN_GROUP_SIZE, WEAT_PERMUTATIONS, PROBE_ENTITIES), precheck=precheck, demo="fairness", scorer=SCORER,
-    effects=(Effect("group gap", ("probe_accuracy_difference",), "Quality differs between protected groups",
-                    "Review the training data of the worst-served group before shipping:"),),
+    effects=(GAP,), findings=findings,
 )

@@ -5,8 +5,9 @@ Every chapter that ran turns its records into findings (its declaration's ``effe
 graded by what their remedies measurably cost the tasks (:func:`grade_diagnostics`). The list is sorted model
 findings first, then diagnostics, then the evaluation's, each worst first, then by category, then in report
 order. The report's ``status`` is the worst *model* finding's severity; ``"not evaluated"`` when no content
-chapter ran (every one skipped or failed); a report that measured only the geometry has the scope
-``"geometry only"`` and a status of at most ``concerning``.
+chapter ran (every one skipped or failed). Diagnostics never set it: a report that measured only the geometry has
+the scope ``"geometry only"`` (its diagnostics are notes, with what their remedies would do to the neighbour
+lists) and no model finding, so its status is ``healthy`` with that scope beside it.
 The Summary, the cover, ``metrics.json`` and ``--fail-on`` read this file.
 """
 from __future__ import annotations
@@ -75,15 +76,18 @@ GEOMETRY_ONLY_TEXT = ("geometry only: add labels, judgements, edges or interacti
                       "alone says nothing of what it costs")
 
 
-def grade_diagnostics(findings: list[Finding], remedies: dict | None) -> list[Finding]:
+def grade_diagnostics(findings: list[Finding], remedies: dict | None, *, tasks: bool = True) -> list[Finding]:
     """Diagnostics graded by what their remedies measurably cost the tasks (``remedies``: the record of the
-    What-the-geometry-costs chapter, ``None`` when it did not run):
+    What-the-geometry-costs chapter, ``None`` when it did not run; ``tasks``: whether any task chapter ran):
 
     * a remedy answering the diagnostic improves a task beyond the effect that matters → ``concerning``, and the
       sentence says which remedy, which task and by how much;
     * the remedies ran and improve no task → a ``note`` with what they changed;
-    * no task could be re-scored (the report has none, or the check could not run) → at most ``concerning``,
-      saying the cost is unknown.
+    * the report has no task (``tasks=False``) → a ``note``: no task says what it costs, and the sentence gives the
+      what-if on the neighbour lists where the check measured it (``info["neighbours"]``: per remedy, the share of
+      top-k lists it changes by more than half, :func:`~embeval_report.metrics.swap.neighbour_swap`);
+    * there are tasks, but none could be re-scored (the check could not run) → at most ``concerning``, saying the
+      cost is unknown.
     """
     info = (remedies or {}).get("info", {})
     rows = info.get("table") or []
@@ -112,6 +116,12 @@ def grade_diagnostics(findings: list[Finding], remedies: dict | None) -> list[Fi
             out.append(replace(f, severity="note", rule="remedy check",
                                sentence=f"It costs no task measurably: {'; '.join(_remedy_text(r) for r in shown)} "
                                         f"(none beyond the effect that matters). {f.sentence}"))
+        elif not tasks:
+            what_if = [dict(w, remedy=name) for name, w in (info.get("neighbours") or {}).items()
+                       if f.chapter in w.get("answers", [])]
+            out.append(replace(f, severity="note", rule="threshold (no task)",
+                               sentence=f"{f.sentence} {_no_task_text(what_if)}",
+                               evidence=dict(f.evidence, **({"what_if": what_if} if what_if else {}))))
         else:
             why = (info.get("skipped") or {})
             reason = "no task of this report could be re-scored" + (f" ({'; '.join(why.values())})" if why else "")
@@ -119,6 +129,23 @@ def grade_diagnostics(findings: list[Finding], remedies: dict | None) -> list[Fi
                                rule="threshold (cost unknown)",
                                sentence=f"{f.sentence} Whether it costs anything is unknown: {reason}."))
     return out
+
+
+def _no_task_text(what_if: list[dict]) -> str:
+    """What a diagnostic of a report without tasks says of its cost: nothing measured, and the remedies' what-if on
+    the neighbour lists where the check measured it."""
+    text = ("No task of this report says whether it costs anything (add labels, judgements, edges or interactions "
+            "to know)")
+    if not what_if:
+        return text + "."
+    parts = [f"{w.get('label') or w['remedy']} would change {_share(w.get('changed_share'))} of the top-"
+             f"{w.get('k', 10)} neighbour lists by more than half (mean overlap {_share(w.get('mean_overlap'))})"
+             for w in what_if]
+    return f"{text}; what its remedies would do to the neighbours: {'; '.join(parts)}."
+
+
+def _share(v) -> str:
+    return f"{100 * v:.0f} %" if isinstance(v, (int, float)) and v == v else "an unknown share"
 
 
 def _remedy_text(r: dict) -> str:
@@ -150,18 +177,16 @@ def derive_findings(results_dir: Path, chapters: list, outcomes: dict) -> list[F
                                                                                   records[spec.name], adjusted))]
     order = {spec.name: i for i, spec in enumerate(chapters)}
     found += [(order.get(f.chapter, len(order)), f) for f in regression_findings(read_baseline(results_dir))]
-    graded = grade_diagnostics([f for _, f in found], records.get("remedies"))
+    ran = {spec.name for spec in chapters if spec.stage == 0 and outcomes.get(spec.name, ("skipped",))[0] == "ok"}
+    tasks = any(spec.scorer is not None for spec in chapters if spec.name in ran)
+    graded = grade_diagnostics([f for _, f in found], records.get("remedies"), tasks=tasks)
     found = sorted(zip([o for o, _ in found], graded), key=lambda of: (*of[1].rank, of[0]))
     findings = merge_causes([f for _, f in found], {c.name: c.title for c in chapters})
-    ran = {spec.name for spec in chapters if spec.stage == 0 and outcomes.get(spec.name, ("skipped",))[0] == "ok"}
     model_ran = any(spec.kind == "model" for spec in chapters if spec.name in ran)
     if not ran:
         status, scope = NOT_EVALUATED, None
-    elif model_ran:
-        status, scope = worst([f for f in findings if f.kind == "model"]), None
-    else:  # only the geometry was measured: it cannot say the model fails at anything
-        capped = worst([f for f in findings if f.kind == "diagnostic"])
-        status, scope = ("concerning" if capped == "problematic" else capped), GEOMETRY_ONLY
+    else:  # diagnostics never set the status: a report of the geometry alone says so (its scope)
+        status, scope = worst([f for f in findings if f.kind == "model"]), (None if model_ran else GEOMETRY_ONLY)
     write_findings(results_dir, findings, status, scope)
     return findings
 
