@@ -81,17 +81,28 @@ def _signed(x) -> str:
     return format(x, "+.3g").replace("-", "−") if _finite(x) else "—"
 
 
+def _task_metric(spec, metric: str) -> bool:
+    """Whether a compared metric measures the task (a regression is the model's) rather than the geometry (a
+    silhouette, a diagnostic chapter's number: shown in the comparison, never a model finding)."""
+    if spec is None or spec.kind == "diagnostic":
+        return spec is None
+    aggregates = {a.metric: a for a in (spec.scorer.aggregates if spec.scorer else ())}
+    return aggregates[metric].task if metric in aggregates else True
+
+
 def regression_findings(doc: dict | None) -> list[Finding]:
-    """One problematic finding per chapter (task) in which metrics are significantly worse than in the previous
+    """One problematic finding per chapter (task) in which task metrics are significantly worse than in the previous
     model (verdict "A better" after the correction) by at least the effect that matters (``--mde``): how many of
     the chapter's compared metrics regressed, the worst (largest in units of its effect) with its change and
     interval, and the others' changes."""
     from ..chapters.registry import discover
 
-    titles = {c.name: c.title for c in discover()}
+    specs = {c.name: c for c in discover()}
+    titles = {name: c.title for name, c in specs.items()}
     compared: dict = {}
     for c in (doc or {}).get("comparisons", []):
-        compared.setdefault(c["chapter"], []).append(c)
+        if _task_metric(specs.get(c["chapter"]), c["metric"]):
+            compared.setdefault(c["chapter"], []).append(c)
     out = []
     for chapter, rows in compared.items():
         worse = sorted((c for c in rows if c["verdict"] == "A better" and _finite(c["difference"])
