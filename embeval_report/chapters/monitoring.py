@@ -3,6 +3,7 @@ profile, shown as the seed's monitoring dashboard (seed 000 §220.2; Figure 217.
 alert levels). The scoring is :mod:`embeval_report.monitoring.score`; this module only reads the history."""
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from ..present.format import marked_value
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import HypothesisTest
 from .declaration import ChapterSpec
-from .findings import Effect
+from .findings import ChapterResults, Effect, Finding, test_text, threshold_findings
 
 if TYPE_CHECKING:
     from .setup import ChapterContext
@@ -440,14 +441,42 @@ def show_metrics(rep: MonitoringReport) -> None:
 # The chapter's declaration
 # ---------------------------------------------------------------------------------------------
 
+SHIFT = Effect("batch shift", ("mean_shift_ratio", "mean_shift", "norm_shift", "isotropy_drift_apcs", "mmd",
+                                "ks_rejected_fraction", "domain_classifier_auc", "anomalous_fraction"),
+               "New batches have shifted from the reference profile",
+               "Check the data pipeline of the latest batches, then retrain if the shift is real:", cause="drift")
+
+
+def findings(r: ChapterResults) -> list[Finding]:
+    """The latest batch's alert (its signals' levels, Table 217.3 and §220.2), quoting the report-wide adjusted p
+    of its tests instead of the monitor's within-batch one: the lead signal's, else the smallest. When no test of
+    the batch survives the report-wide correction the alert rests on its bands alone: at most concerning."""
+    (found,) = threshold_findings(r, (SHIFT,)) or (None,)
+    if found is None:
+        return []
+    batch = r.info.get("latest_batch")
+    tests = [t for t in r.tests if str(t.get("name", "")).endswith(f": {batch}") and r.adjusted_p(t["name"]) is not None]
+    signal = {m: s for s, m in sc.SIGNAL_METRIC.items()} | {"mean_shift_ratio": "mean_shift"}
+    lead = r.test(f"{signal.get(found.metrics[0], '')}: {batch}")
+    if lead is None or r.adjusted_p(lead["name"]) is None:
+        lead = min(tests, key=lambda t: r.adjusted_p(t["name"]), default=None)
+    survives = any(r.significant(t["name"]) for t in tests)
+    sentence = re.sub(r"; adjusted p = [^;:)]*?(?=[;:)]|$)", "", found.sentence).rstrip(".")
+    sentence += (f"; report-wide: {test_text(lead)} ({lead['name'].split(':')[0].replace('_', ' ')})" if lead else "")
+    if tests and not survives:
+        sentence += ("; no test of the batch survives the report-wide correction, so the alert rests on its bands "
+                     "alone")
+    severity = found.severity if survives or not tests else "concerning"
+    evidence = dict(found.evidence, batch=batch, test=lead["name"] if lead else None,
+                    p_adjusted=r.adjusted_p(lead["name"]) if lead else None)
+    return [Finding(severity, found.category, r.name, found.title, sentence + ".", metrics=found.metrics,
+                    evidence=evidence, rule="threshold", effect=found.effect, cause=found.cause)]
+
+
 CHAPTER = ChapterSpec(
     name="monitoring", title="Monitoring new batches", order=82,
     description="The history of `embeval-report monitor`: each new batch scored against the reference profile (mean and norm shift, isotropy drift, MMD, per-dimension KS, domain classifier, k-NN anomalies) as the seed's monitoring dashboard with Table 217.3 and §220.2 alert levels (seed 000 §220).",
     requires=("monitor_history",),
     precheck=precheck, demo="monitoring",
-    effects=(Effect("batch shift", ("mean_shift_ratio", "mean_shift", "norm_shift", "isotropy_drift_apcs", "mmd",
-                                    "ks_rejected_fraction", "domain_classifier_auc", "anomalous_fraction"),
-                    "New batches have shifted from the reference profile",
-                    "Check the data pipeline of the latest batches, then retrain if the shift is real:",
-                    cause="drift"),),
+    effects=(SHIFT,), findings=findings,
 )
