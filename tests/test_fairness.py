@@ -391,3 +391,40 @@ def test_weighted_gaps_are_those_of_the_bootstrap_samples():
     for agg in fu.gap_aggregates():
         np.testing.assert_allclose(agg.boot(units, W), [agg.fn(units.iloc[d]) for d in draws], rtol=0, atol=1e-12,
                                    err_msg=agg.metric)
+
+
+def test_findings_name_the_worst_served_group_and_a_significant_association():
+    """The group gap names its worst- and best-served groups and quotes the chi-squared test's report-wide p (not
+    rejected: a note); a WEAT association is a finding only where its test rejects report-wide."""
+    from embeval_report.chapters import fairness as chapter
+    from embeval_report.chapters.findings import ChapterResults
+
+    def gap(v, verdict):
+        return {"value": v, "ci_low": v - 0.03, "ci_high": v + 0.03, "verdict": verdict, "label": "gap",
+                "reference": "seed; verdict: bands"}
+
+    table = [{"group": "north", "probe_accuracy": 0.91, "probe_accuracy ci_low": 0.88, "probe_accuracy ci_high": 0.93,
+              "note": ""},
+             {"group": "islands", "probe_accuracy": 0.72, "probe_accuracy ci_low": 0.66, "probe_accuracy ci_high": 0.78,
+              "note": ""},
+             {"group": "overseas", "n": 3, "note": "too small"}]
+    weat = [{"name": "a vs b ~ c vs d", "sets": ["a", "b", "c", "d"], "reason": ""}]
+    info = {"fairness": {"groups": {"region": {"table": table}}, "weat": weat}}
+    metrics = {"probe_accuracy_difference": gap(0.19, "problematic"),
+               "probe_accuracy_difference__region": gap(0.19, "problematic"),
+               "weat_effect_size__a_vs_b_c_vs_d": {"value": 1.5, "ci_low": 1.1, "ci_high": 1.9, "label": "d"}}
+
+    def results(p_gap, p_weat):
+        tests = [{"name": "probe accuracy by region", "test": "chi-squared", "p_value": p_gap, "p_holm": p_gap},
+                 {"name": "WEAT: a vs b ~ c vs d", "test": "WEAT permutation test", "p_value": p_weat, "p_holm": p_weat}]
+        return ChapterResults("fairness", "Fairness", metrics, info, tests)
+
+    found = {f.effect: f for f in chapter.findings(results(0.001, 0.004))}
+    g, a = found["group gap"], found["association"]
+    assert g.severity == "problematic" and "islands (region)" in g.title and g.evidence["group"] == "islands"
+    assert g.evidence["best_group"] == "north" and "0.720" in g.sentence and "Holm-adjusted p 0.001" in g.sentence
+    assert a.severity == "concerning" and a.title == "The vectors associate a with c and b with d"
+    assert a.evidence["p_adjusted"] == 0.004 and "a large effect" in a.sentence
+    found = {f.effect: f for f in chapter.findings(results(0.2, 0.2))}
+    assert found["group gap"].severity == "note" and "within chance" in found["group gap"].sentence
+    assert "association" not in found
