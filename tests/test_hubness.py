@@ -319,7 +319,7 @@ class _Set:
 
 def test_k_adapts_to_small_sets_and_tiny_sets_are_skipped():
     assert hb.usable_k(10, 5000) == 10 and hb.usable_k(10, 12) == 10 and hb.usable_k(10, 11) == 9
-    assert hb.usable_k(10, 3) == 1 and hb.usable_k(10, 2) is None
+    assert hb.usable_k(10, 3) == 1 and hb.usable_k(10, 2) == 0  # kernels.neighbours.usable_k: the one clip of k
     X = np.random.default_rng(0).standard_normal((3, 2))
     r = hb.measure_hubness(X, hb.usable_k(10, 3))
     assert r.k == 1 and r.k_occurrence.sum() == 3 and np.isfinite(r.values["robin_hood_index"])

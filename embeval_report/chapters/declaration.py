@@ -79,6 +79,12 @@ class Option:
 
 #: options read by several chapters (each chapter lists the ones it reads among its ``options``)
 K = Option("k", 10, "neighbours per point for neighbour-based metrics", bounds=(0, INF))
+
+
+def graph_neighbours(settings) -> int:
+    """The neighbours every shared k-NN graph of a run is stored with at least: the ``k`` option plus one (a
+    chapter's list of k neighbours, and a row's own place in a self search; 1 when no chapter declares ``k``)."""
+    return int(settings.options.get(K.name, 0)) + 1
 PROBE_ENTITIES = Option("probe_entities", MAX_PROBE_ENTITIES, "node classification, fairness: entities the linear "
                         "probes use at most (a stratified sample); --sample-size caps it too", bounds=(1, INF))
 #: options of both link-prediction chapters
@@ -114,6 +120,7 @@ class ChapterSpec:
     needs: str = ""                  # how a "not run" line names ``requires`` (default: from the manifest schema)
     options: tuple[Option, ...] = ()
     graph: bool = False              # reads the run's shared cosine k-NN graph (k + 1 neighbours for option ``k``)
+    graph_rescored: tuple[str, ...] = ()  # re-scored graphs of the same sweep it reads ("mutual_proximity")
     precheck: Callable[[Any, Any, Any], str | None] | None = None   # (es, side, settings) -> why it cannot run
     demo: str | None = None          # the module of :mod:`embeval_report.demo` that writes its demo side data
     effects: tuple = ()              # :class:`~.findings.Effect` groups of related thresholded metrics
@@ -122,6 +129,7 @@ class ChapterSpec:
     kind: str = "model"              # "model": what the vectors do; "diagnostic": their geometry (at most concerning)
     remedies: tuple[str, ...] = ()   # a diagnostic's remedies (:data:`~embeval_report.metrics.remedies.REMEDIES`)
     stage: int = 0                   # 0: content; 1, 2: after every content chapter, in stage order (read results)
+    decision: bool = False           # holds the report's decision: first in the report, its severity the status
     module: str = ""                 # set by the registry: the module declaring it
 
     @property
@@ -143,6 +151,8 @@ class ChapterSpec:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"chapter {self.name}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.graph_rescored and not self.graph:
+            raise ValueError(f"chapter {self.name}: graph_rescored needs graph=True (the graphs of the shared sweep)")
 
     def check(self, es, side, settings) -> str | None:
         """Why the chapter cannot run on this set: a missing input, or its precheck's reason; ``None`` when it can."""

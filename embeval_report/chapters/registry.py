@@ -73,6 +73,17 @@ def graph_chapters() -> tuple[str, ...]:
     return tuple(c.name for c in _declared() if c.graph)
 
 
+def graph_rescorings(names) -> tuple[str, ...]:
+    """The re-scored graphs (``"mutual_proximity"``, ...) that the chapters ``names`` read from the shared sweep."""
+    wanted = set(names)
+    return tuple(dict.fromkeys(m for c in _declared() if c.name in wanted for m in c.graph_rescored))
+
+
+def decision_chapter() -> str:
+    """The chapter that holds the report's decision (its status and findings): the report opens with it."""
+    return next(c.name for c in _declared() if c.decision)
+
+
 def demo_writers() -> list[str]:
     """The :mod:`embeval_report.demo` modules that write the chapters' demo side data, in chapter order."""
     out = []

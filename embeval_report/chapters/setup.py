@@ -27,7 +27,7 @@ from ..errors import ChapterSkipped, UndefinedMetricWarning
 from ..io import EmbeddingSet, load_prepared, load_source
 from ..io.side_data import SideData, load_side_data
 from ..settings import ChapterSettings
-from .declaration import ChapterSpec
+from .declaration import ChapterSpec, graph_neighbours
 from .recorder import Recorder
 from .registry import chapter as declared_chapter
 from .registry import resolve_settings
@@ -99,7 +99,7 @@ def open_chapter(chapter: str, source: str = "", prepared: str | None = None, re
     # k + 1 neighbours, so the tie check next to a k-NN list shares the same computation
     compute = s.compute(
         chapter=chapter,
-        graph_cache=CacheFolder(runner_cache and runner_cache / "neighbours", min_k=_graph_k(s) + 1,
+        graph_cache=CacheFolder(runner_cache and runner_cache / "neighbours", min_k=graph_neighbours(s),
                                 log=lambda event: rec.append("neighbour_graphs", event)),
         # the column mean, second moments and principal directions of the set: one pass per run
         moments_cache=CacheFolder(runner_cache and runner_cache / "moments",
@@ -108,11 +108,6 @@ def open_chapter(chapter: str, source: str = "", prepared: str | None = None, re
              **({"options": s.set_options} if s.set_options else {}))
     _show_undefined_warnings(rec)
     return ChapterContext(chapter, es, side, s, rec, compute, spec)
-
-
-def _graph_k(settings: ChapterSettings) -> int:
-    """The k every shared graph is stored with at least (the ``k`` option; 0 when no chapter declares it)."""
-    return int(settings.options.get("k", 0))
 
 
 def _show_undefined_warnings(rec: Recorder) -> None:

@@ -328,5 +328,5 @@ def show_chapters(run: dict) -> None:
 CHAPTER = ChapterSpec(
     name="summary", title="Summary", order=0,
     description="The decision: the report's status, its findings and the scorecard of every verdict, and what was not run.",
-    stage=2,
+    stage=2, decision=True,
 )

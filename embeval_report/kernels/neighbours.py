@@ -218,6 +218,16 @@ def self_sweep(X, graphs: dict, *, device, desc: str | None, potential: bool | N
     return {name: found[stored[name]] for name in graphs}
 
 
+def usable_k(k: int, n: int) -> int:
+    """The largest neighbourhood size up to ``k`` that ``n`` points support: each point's list of k neighbours needs
+    more than k others (k ≤ n − 2); 0 below 3 points. The one clip of k every chapter and the shared graph use.
+
+    >>> usable_k(10, 5000), usable_k(10, 11), usable_k(10, 2)
+    (10, 9, 0)
+    """
+    return max(0, min(int(k), n - 2))
+
+
 def fast_recall(X) -> tuple[float, int] | None:
     """``(recall, queries)`` of this set's fast cosine graph against exact lists, if one was computed in this
     run (``--precision fast``): the mean share of the exact k nearest neighbours of :data:`RECALL_QUERIES`

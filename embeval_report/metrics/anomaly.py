@@ -61,6 +61,7 @@ import pandas as pd
 
 from ..errors import InputError
 from ..kernels import as_numpy, knn
+from ..kernels.neighbours import usable_k
 from ..stats import DEFAULT_LEVEL, percentile_interval, weighted_bootstrap
 from .spec import MetricSpec, specs
 
@@ -182,7 +183,7 @@ def baseline_scores(X, k: int, *, seed: int = 0, device="auto", graph=None) -> d
     n = len(X)
     if n < 3:
         raise InputError(f"the embedding baselines need at least 3 vectors; the set has {n}")
-    k = max(1, min(int(k), n - 2))
+    k = max(1, usable_k(k, n))
     idx, dist = neighbour_graph(X, k, device=device) if graph is None else graph
     return {"knn_distance": knn_distance_scores(dist), "centroid_distance": centroid_distance_scores(X),
             "lof": lof_scores(idx, dist), "isolation_forest": isolation_forest_scores(X, seed=seed)}

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import UndefinedMetricWarning
 from ..kernels import as_numpy, column_mean, knn, resolve_device
+from ..kernels.neighbours import usable_k
 from ..kernels.pairs import neighbour_distances as exact_distances
 from ..kernels.moments import resampled_moments
 from ..stats import MIN_BLOCKS, PlannedIntervals, ResamplingPlan, bootstrap_ci
@@ -276,7 +277,7 @@ def _estimate(X, *, k: int, sample_size: int | None, discard_fraction: float, n_
     _, first = np.unique(S, axis=0, return_index=True)
     S = S[np.sort(first)]
     m = len(S)
-    k = min(k, m - 2)
+    k = usable_k(k, m)
     if k < MIN_K:
         among = f" among the {len(rows):,} sampled" if len(rows) < n else ""
         return None, (f"only {m} distinct vector{'s' if m != 1 else ''}{among}; the neighbour-based estimators need "

@@ -28,6 +28,7 @@ import pandas as pd
 
 from ..errors import InputError
 from ..kernels import as_numpy, knn
+from ..kernels.neighbours import usable_k
 from .classification import MAX_PROBE_ENTITIES, N_FOLDS, ProbePlan, probe_plan, probe_units
 from .hubness_measures import k_occurrence
 from .labels import as_labelset, label_problem
@@ -155,7 +156,7 @@ def fairness_plan(inputs: FairnessInputs, *, min_group_size: int, k: int, max_pr
         budget = MAX_PROBE_ENTITIES if max_probe_entities is None else max_probe_entities
         probe = probe_plan(as_labelset(inputs.labels, n, N_FOLDS, inputs.label_column), inputs.ids,
                            max_entities=budget, seed=seed)
-    return FairnessPlan(groups, probe, min(int(k), n - 2))
+    return FairnessPlan(groups, probe, usable_k(k, n))
 
 
 def entity_measures(X, inputs: FairnessInputs, plan: FairnessPlan) -> dict[str, np.ndarray]:

@@ -15,6 +15,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from ..kernels import neighbour_sets_overlap
+from ..kernels.neighbours import usable_k  # noqa: F401  (the one clip of k: hubness.usable_k)
 from .spec import MetricSpec, specs
 from .thresholds import THRESHOLDS
 
@@ -194,12 +195,6 @@ def check_k(k: int, n_candidates: int, what: str = "points") -> int:
     if k >= n_candidates:
         raise ValueError(f"k = {k} needs more than {k} other {what}; the set has {n_candidates}")
     return int(k)
-
-
-def usable_k(k: int, n: int) -> int | None:
-    """The largest neighbourhood size up to ``k`` that a set of ``n`` points supports (each point
-    has ``n - 1`` others and :func:`check_k` needs more than k of them), ``None`` below 3 points."""
-    return min(int(k), n - 2) if n >= 3 else None
 
 
 def top_slot_share(nk, fraction: float = 0.01) -> float:

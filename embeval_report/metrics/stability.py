@@ -42,6 +42,7 @@ from ..errors import InputError, UndefinedMetricWarning
 from ..io import EmbeddingSet
 from ..io.runs import MAIN_LABEL, RunFile
 from ..kernels import as_numpy, block_moments, knn, neighbour_sets_overlap, resolve_device
+from ..kernels.neighbours import usable_k
 from ..stats import DEFAULT_LEVEL, MIN_BLOCKS, ResamplingPlan
 from .pair_moments import PairMoments, pair_replicates, similarity_correlation
 from .procrustes import procrustes_align, row_cosines
@@ -113,11 +114,6 @@ def chance_overlap(n: int, k: int) -> float:
     intersection is hypergeometric with mean :math:`k \\cdot k/(n-1)`, i.e. a share of k/(n − 1).
     """
     return k / (n - 1)
-
-
-def usable_k(k: int, n: int) -> int:
-    """The largest neighbourhood size up to ``k`` that ``n`` shared entities allow (k ≤ n − 2; 0: none)."""
-    return max(0, min(int(k), n - 2))
 
 
 def _check_k(k: int, n: int, what: str) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..chapters.declaration import ChapterSpec
-from ..chapters.registry import graph_chapters
+from ..chapters.declaration import ChapterSpec, graph_neighbours
+from ..chapters.registry import graph_chapters, graph_rescorings
 from ..context import cache_folder
 from ..settings import ChapterSettings
 
@@ -15,9 +15,10 @@ from ..settings import ChapterSettings
 def shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[ChapterSpec], client=None,
                  on_lost=None) -> dict | None:
     """Compute the set's cosine k-NN graph into the prepared cache when a chapter that reads it will run
-    (exact mode; k + 1 neighbours for the k option), so chapters running side by side share one computation.
-    The same sweep sums the all-pairs potential (uniformity) and, when the hubness chapter runs, ranks
-    by mutual proximity too. Returns the cosine graph's cache event plus the products of the sweep.
+    (exact mode; :func:`~embeval_report.chapters.declaration.graph_neighbours`: k + 1 neighbours for the k option),
+    so chapters running side by side share one computation. The same sweep sums the all-pairs potential
+    (uniformity) and ranks by every re-scoring a chapter that will run declares (``ChapterSpec.graph_rescored``: the
+    hubness chapter's mutual proximity). Returns the cosine graph's cache event plus the products of the sweep.
 
     With a Dask ``client`` (``--dask``, ``--scheduler``; exact precision) the cosine graph is computed on the
     cluster (:func:`~embeval_report.kernels.dask_engine.knn_blockwise`, the same lists; the workers read the
@@ -28,15 +29,15 @@ def shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapter
     import numpy as np
 
     from ..kernels.neighbours import fast_recall
-    from ..metrics.hubness_measures import usable_k
+    from ..kernels.neighbours import usable_k
     from ..metrics.hubness_reduction import reduced_knn
 
     if settings.sample_size is not None or not set(graph_chapters()) & {ch.name for ch in ready} or es.n < 3:
         return None
     k = usable_k(int(settings.option("k")), es.n)
-    methods = ("mutual_proximity",) if any(ch.name == "hubness" for ch in ready) else ()
+    methods = graph_rescorings(ch.name for ch in ready)
     events, started = [], time.perf_counter()
-    compute = settings.compute(graph_cache=cache_folder(cache / "neighbours", min_k=int(settings.option("k")) + 1,
+    compute = settings.compute(graph_cache=cache_folder(cache / "neighbours", min_k=graph_neighbours(settings),
                                                         log=events.append),
                                moments_cache=cache_folder(cache / "moments"))
     try:

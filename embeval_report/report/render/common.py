@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ...chapters.findings import SEVERITIES, STATUSES
 from ...chapters.recorder import read_adjusted
+from ...chapters.registry import decision_chapter
 from ...present.display import APPENDIX_TAG
 from ...safe_files import replace_file
 from ..rigor import with_adjusted_tests
@@ -312,8 +313,9 @@ def _severities(chapters: list[ChapterDoc], findings: dict | None) -> None:
     if findings is None:
         return
     rank = {s: i for i, s in enumerate(SEVERITIES)}
+    decision = decision_chapter()
     for ch in chapters:
-        if ch.name == "summary":
+        if ch.name == decision:
             ch.severity = findings["status"]
         elif ch.status != "ok":
             ch.severity = ch.status
@@ -323,11 +325,12 @@ def _severities(chapters: list[ChapterDoc], findings: dict | None) -> None:
 
 
 def load_chapters(out_dir: Path) -> list[ChapterDoc]:
-    """The chapters of a report folder, in filename order (summary first), each split into its body and its
+    """The chapters of a report folder, in filename order (the decision first), each split into its body and its
     appendix (lettered in report order), with citations named and its worst severity."""
     chapters_dir = Path(out_dir) / "chapters"
     paths = sorted(p for p in chapters_dir.glob("*.ipynb") if not p.name.startswith("."))
-    paths.sort(key=lambda p: (re.sub(r"^\d+[_-]", "", p.stem) != "summary",))  # stable: summary first
+    decision = decision_chapter()
+    paths.sort(key=lambda p: (re.sub(r"^\d+[_-]", "", p.stem) != decision,))  # stable: the decision first
     statuses = {}
     try:
         statuses = json.loads((Path(out_dir) / "metrics.json").read_text()).get("chapters") or {}
