@@ -428,3 +428,26 @@ def test_findings_name_the_worst_served_group_and_a_significant_association():
     found = {f.effect: f for f in chapter.findings(results(0.2, 0.2))}
     assert found["group gap"].severity == "note" and "within chance" in found["group gap"].sentence
     assert "association" not in found
+
+
+def test_weat_attribute_test_against_brute_force():
+    """The attribute side of the WEAT: every equal-size re-partition of A ∪ B, the WEAT statistic recomputed from
+    association_scores of the re-drawn sets (the definition), against weat()'s exact attribute p-value."""
+    from itertools import combinations
+
+    from embeval_report.metrics import fairness as f
+
+    rng = np.random.default_rng(5)
+    X, Y, A, B = (rng.standard_normal((m, 6)) + shift for m, shift in ((4, 0.5), (5, -0.5), (4, 0.3), (4, -0.2)))
+    r = f.weat(X, Y, A, B, seed=0)
+    pool = np.vstack([A, B])
+
+    def statistic(a_rows):
+        b_rows = [i for i in range(len(pool)) if i not in a_rows]
+        return f.association_scores(X, pool[list(a_rows)], pool[b_rows]).sum() - \
+            f.association_scores(Y, pool[list(a_rows)], pool[b_rows]).sum()
+
+    assert statistic(range(4)) == pytest.approx(r.statistic, rel=1e-12)
+    every = np.array([statistic(c) for c in combinations(range(len(pool)), 4)])
+    expected = np.mean(every >= r.statistic - 1e-12)
+    assert r.p_attributes["method"] == "exact" and r.p_attributes["p_value"] == pytest.approx(expected, abs=1e-12)

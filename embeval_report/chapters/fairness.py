@@ -16,7 +16,7 @@ from ..metrics.scoring import TaskScorer
 from ..present.display import callout, escape, show_figure, show_markdown, show_table, with_mark_note
 from ..present.display import show_metrics as show_metric_table
 from ..present.escape import mathtext
-from ..present.format import interval, marked_value, metric_text, value_with_ci
+from ..present.format import interval, marked_value, metric_text, p_value, value_with_ci
 from ..present.plotting import PALETTE, WIDTH
 from ..stats import adjust_pvalues
 from .declaration import INF, PROBE_ENTITIES, ChapterSpec, K, Option
@@ -132,7 +132,8 @@ def _record(r: fm.FairnessResult) -> dict:
     groups = {a: {"sizes": c.groups.sizes, "too_small": list(c.groups.too_small), "missing": c.groups.n_missing,
                   "table": c.table.to_dict(orient="records")} for a, c in r.comparisons.items()}
     weat = [dict(name=w.name, sets=list(w.set_names), sizes=list(w.sizes), out_of_vocabulary=[list(o) for o in w.oov],
-                 statistic=w.statistic, effect=w.effect, p=w.p, reason=w.reason) for w in r.weat]
+                 statistic=w.statistic, effect=w.effect, p=w.p, p_attributes=w.p_attributes, reason=w.reason)
+            for w in r.weat]
     return dict(fairness=dict(r.info, groups=groups, weat=weat))
 
 
@@ -525,13 +526,16 @@ def _gap_findings(r: ChapterResults) -> list[Finding]:
 
 
 def _association_findings(r: ChapterResults) -> list[Finding]:
-    """One finding for the WEAT tests whose one-sided permutation test rejects after the report-wide adjustment,
-    led by the largest effect size."""
+    """One finding for the WEAT tests whose one-sided permutation tests reject after the report-wide adjustment,
+    the targets' and the attributes' (attribute sets drawn at random from one population differ by their draw, and
+    the target test alone holds them fixed), led by the largest effect size."""
     found = []
     for w in (r.info.get("fairness") or {}).get("weat") or []:
-        name = f"WEAT: {w['name']}"
+        name, attributes = f"WEAT: {w['name']}", f"WEAT attributes: {w['name']}"
         if w.get("reason") or r.test(name) is None or not r.significant(name):
             continue
+        if r.test(attributes) is not None and not r.significant(attributes):
+            continue  # attribute sets drawn as these were could give it by chance
         key = f"weat_effect_size__{fm.slug(w['name'])}"
         found.append((abs(r.value(key) or 0.0), w, key, name))
     if not found:
@@ -540,7 +544,9 @@ def _association_findings(r: ChapterResults) -> list[Finding]:
     _, w, key, name = found[0]
     x, y, a, b = w["sets"]
     parts = [f"{wx['sets'][0]} and {wx['sets'][1]} against {wx['sets'][2]} and {wx['sets'][3]}: d = "
-             f"{value_text(r.metric(k) or {})}, {test_text(r.test(n))}" for _, wx, k, n in found]
+             f"{value_text(r.metric(k) or {})}, {test_text(r.test(n))}"
+             + (f"; attributes re-drawn: report-wide Holm-adjusted p {p_value(r.adjusted_p('WEAT attributes: ' + wx['name']))}"
+                if r.test("WEAT attributes: " + wx["name"]) else "") for _, wx, k, n in found]
     d = r.value(key) or 0.0
     sentence = (f"Check what the training data teaches about {x} and {y} before shipping: the vectors place {x} "
                 f"nearer {a} and {y} nearer {b} ({'a large' if abs(d) >= LARGE_ASSOCIATION else 'an'} effect by "

@@ -318,6 +318,19 @@ def weat_p_value(sx, sy, *, n_perm: int = N_PERM, exact_limit: int = EXACT_LIMIT
                 mc_error=math.sqrt(p * (1 - p) / n_perm))
 
 
+def attribute_contrast(X, Y, A, B) -> tuple[np.ndarray, np.ndarray]:
+    r"""Per attribute word :math:`a`, :math:`t(a) = \sum_{x\in X}\cos(x, a) - \sum_{y\in Y}\cos(y, a)`, of A's words
+    and of B's: the WEAT statistic is :math:`S = \mathrm{mean}_A t - \mathrm{mean}_B t`, so re-partitioning
+    :math:`A \cup B` (:func:`weat_p_value` on these) asks whether the attribute sets, drawn as they were, could give
+    S by chance: the attribute side of the test, which the target permutation test holds fixed."""
+    def unit(M):
+        M = np.asarray(M, np.float64)
+        n = np.linalg.norm(M, axis=1, keepdims=True)
+        return np.divide(M, n, out=np.zeros_like(M), where=n > 0)
+    contrast = unit(X).sum(0) - unit(Y).sum(0)
+    return unit(A) @ contrast, unit(B) @ contrast
+
+
 def _take(it, n):
     for _, c in zip(range(n), it):
         yield c
@@ -338,6 +351,7 @@ class WeatResult:
     effect: dict = field(default_factory=dict)
     cis: dict = field(default_factory=dict)
     p: dict = field(default_factory=dict)
+    p_attributes: dict = field(default_factory=dict)   # the attribute-side permutation test (attribute_contrast)
     reason: str = ""
     scores_x: np.ndarray = field(default_factory=lambda: np.empty(0))  # s(x, A, B) of each target word of X
     scores_y: np.ndarray = field(default_factory=lambda: np.empty(0))
@@ -377,8 +391,9 @@ def weat(X, Y, A, B, *, name: str = "WEAT", set_names=("X", "Y", "A", "B"), oov=
         warnings.warn(f"WEAT {name}: every target word has the same association score, so the effect size is "
                       "undefined (0/0)", UndefinedMetricWarning, stacklevel=2)
     p = weat_p_value(sx, sy, n_perm=n_perm, exact_limit=exact_limit, seed=seed)
+    p_attributes = weat_p_value(*attribute_contrast(X, Y, A, B), n_perm=n_perm, exact_limit=exact_limit, seed=seed + 1)
     return WeatResult(**base, statistic=float(sx.sum() - sy.sum()), mean_x=float(sx.mean()), mean_y=float(sy.mean()),
-                      effect=effect, cis=cis, p=p, scores_x=sx, scores_y=sy)
+                      effect=effect, cis=cis, p=p, p_attributes=p_attributes, scores_x=sx, scores_y=sy)
 
 
 def weat_test_record(r: WeatResult) -> HypothesisTest:
@@ -389,6 +404,19 @@ def weat_test_record(r: WeatResult) -> HypothesisTest:
     return HypothesisTest(name=f"WEAT: {r.name}", test=f"WEAT permutation test, one-sided ({how})",
                           p_value=r.p_value, statistic=r.statistic, n=" + ".join(str(s) for s in r.sizes) + " words",
                           null=f"{x} and {y} are equally associated with {a} relative to {b}",
+                          family="fairness: WEAT association tests")
+
+
+def weat_attribute_record(r: WeatResult) -> HypothesisTest:
+    """The attribute-side test of a WEAT result: the attribute words re-partitioned, the targets held fixed."""
+    x, y, a, b = r.set_names
+    q = r.p_attributes
+    how = (f"exact over all {q['n_partitions']:,} partitions" if q.get("method") == "exact"
+           else f"{q.get('n_used', 0):,} random partitions of {q.get('n_partitions', 0):,}")
+    return HypothesisTest(name=f"WEAT attributes: {r.name}", test=f"WEAT attribute permutation test, one-sided ({how})",
+                          p_value=float(q.get("p_value", float("nan"))), statistic=r.statistic,
+                          n=" + ".join(str(s) for s in r.sizes) + " words",
+                          null=f"{a} and {b} are exchangeable samples of one attribute population (for {x} vs {y})",
                           family="fairness: WEAT association tests")
 
 
@@ -464,7 +492,7 @@ def evaluate_fairness(X, metadata: pd.DataFrame | None, attributes=(), *, ids=No
                     if association_tests else [])
     metrics = _metrics(comparisons, attributes, weat_results, level)
     tests = [c.test for c in comparisons.values() if c.test is not None]
-    tests += [weat_test_record(r) for r in weat_results if not r.reason]
+    tests += [t for r in weat_results if not r.reason for t in (weat_test_record(r), weat_attribute_record(r))]
     info.update(device=str(dev), n_boot=max((c.n_boot for c in comparisons.values()), default=0), n_perm=n_perm,
                 exact_limit=exact_limit)
     return FairnessResult(comparisons, weat_results, metrics, tests, probe, info)
