@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .version import __version__
-from .errors import ExitCode, InputError, Interrupted, OutputError
+from .errors import ExitCode, InputError, Interrupted, OutputError, terminal_line
 from .monitoring import cli as monitoring_cli
 
 EXIT_STATUS_HELP = """exit status:
@@ -420,7 +420,7 @@ def _render(args) -> int:
         except InputError:  # a link where the report file goes: one line, exit 2
             raise
         except Exception as exc:
-            print(f"embeval-report: warning: {fmt} rendering failed: {' '.join(str(exc).split())}", file=sys.stderr)
+            print(f"embeval-report: warning: {fmt} rendering failed: {terminal_line(exc)}", file=sys.stderr)
     for path in written:
         print(path)
     return ExitCode.OK if written else ExitCode.RENDER
@@ -527,21 +527,22 @@ def main(argv=None) -> int:
         with input_policy(**input_options(args)):  # --allow-outside, --trust-pickles: for the whole command
             return _dispatch(args)
     except InputError as exc:
-        print(f"embeval-report: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"embeval-report: error: {terminal_line(exc)}", file=sys.stderr)
         return int(ExitCode.INPUT)
     except OutputError as exc:
-        print(f"embeval-report: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"embeval-report: error: {terminal_line(exc)}", file=sys.stderr)
         return exc.status
     except OSError as exc:  # outside a report run's own checks (a profile, a batch's JSON, an input): one line too
         from .report.outdir import write_fault
 
         fault = write_fault(exc)
         if fault is not None:
-            print(f"embeval-report: error: {fault[0] or 'writing'}: {fault[1]}", file=sys.stderr)
+            print(f"embeval-report: error: {terminal_line((fault[0] or 'writing') + ': ' + fault[1])}", file=sys.stderr)
             return int(ExitCode.WRITE)
         if exc.filename is None or exc.errno not in INPUT_ERRNOS:
             raise
-        print(f"embeval-report: error: {os.fsdecode(exc.filename)}: {exc.strerror}", file=sys.stderr)
+        print(f"embeval-report: error: {terminal_line(os.fsdecode(exc.filename) + ': ' + str(exc.strerror))}",
+              file=sys.stderr)
         return int(ExitCode.INPUT)
     except KeyboardInterrupt:
         print("embeval-report: interrupted; no report was written", file=sys.stderr)

@@ -2,7 +2,15 @@
 from __future__ import annotations
 
 import enum
+import re
 import sys
+
+#: characters that reorder or hide text (bidi controls, zero-width spaces): shown as ``<U+202E>`` wherever a user
+#: string is shown (the report's escaping, :mod:`~embeval_report.present.escape`, and every line on stderr)
+HIDDEN_CHARACTERS = "\u061c\u200b\u200e\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff"
+#: what a line on a terminal shows as ``<U+001B>``: C0 and C1 controls (escape sequences, carriage returns,
+#: backspaces, DEL) but tab and newline, which are spacing, and :data:`HIDDEN_CHARACTERS`
+_NOT_SHOWN_AS_IS = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{HIDDEN_CHARACTERS}]")
 
 
 class ExitCode(enum.IntEnum):
@@ -40,10 +48,22 @@ class OutputError(Exception):
         self.status = int(status)
 
 
+def code_point(match: re.Match) -> str:
+    """A matched character as ``<U+XXXX>``."""
+    return f"<U+{ord(match.group(0)):04X}>"
+
+
+def terminal_line(text: object) -> str:
+    """``text`` as one line a terminal shows as it is: runs of whitespace (newlines too) as one space, and every
+    control character a file name can carry (an escape sequence, a carriage return) or that reorders text shown
+    as ``<U+001B>``, so an error line that quotes input cannot recolour, rewrite or reorder a CI log."""
+    return " ".join(_NOT_SHOWN_AS_IS.sub(code_point, str(text)).split())
+
+
 def notice(text: str) -> None:
     """One line on stderr for something the user should know that is not an error (a stale lock taken over,
     stale staging removed, a corrupt cache entry recomputed, a torn history line skipped)."""
-    print(f"embeval-report: note: {' '.join(str(text).split())}", file=sys.stderr, flush=True)
+    print(f"embeval-report: note: {terminal_line(text)}", file=sys.stderr, flush=True)
 
 
 class ChapterSkipped(Exception):

@@ -18,7 +18,7 @@ from .policy import ManifestPaths
 # --------------------------------------------------------------------------- schema
 
 FIELD_KINDS = ("str", "bool", "path", "vectors_path", "vectors_file", "vectors_list", "path_or_column", "path_list",
-               "mapping", "mapping_list", "timestamp", "model", "str_list", "path_or_folder", "folder")
+               "mapping", "mapping_list", "timestamp", "model", "str_list", "path_or_folder", "folder", "tracking_uri")
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,8 @@ class ManifestField:
         "timestamp" (a date, number or string; dates become ISO strings), "folder" (an existing
         folder, resolved to an absolute path), "model" (a
         sentence-transformers model folder or mapping, parsed to a
-        :class:`~embeval_report.io.model.ModelSpec`).
+        :class:`~embeval_report.io.model.ModelSpec`), "tracking_uri" (an MLflow tracking URI; a database or
+        store path in it is resolved and confined like a "path").
     description : str
         One line shown in error messages and documentation.
     required : bool
@@ -90,9 +91,10 @@ _QUERY_KEYS = {
 }
 
 _MLFLOW_KEYS = {
-    "tracking_uri": ManifestField("str", "where to log: a tracking server (http://host:5000), a database "
-                                  "(sqlite:///mlflow.db) or a file store (file:///path or a folder; relative to the "
-                                  "manifest); default: MLflow's own (MLFLOW_TRACKING_URI)"),
+    "tracking_uri": ManifestField("tracking_uri", "where to log: a tracking server (http://host:5000), a database "
+                                  "(sqlite:///mlflow.db) or a file store (file:///path or a folder); a database or "
+                                  "store path is relative to the manifest and must lie inside its folder; default: "
+                                  "MLflow's own (MLFLOW_TRACKING_URI)"),
     "experiment": ManifestField("str", "the MLflow experiment (default: embeval-report)"),
     "run_name": ManifestField("str", "the MLflow run's name (default: the report's name)"),
 }
@@ -395,6 +397,40 @@ def _check_model(value: Any, where: str, base: ManifestPaths, spec: ManifestFiel
     return parse_model_spec(value, base, where)
 
 
+def local_tracking_path(uri: str, where: str = "mlflow") -> tuple[str, str] | None:
+    """``("sqlite" | "file", the path as written)`` of a tracking URI that names a local database or store (a plain
+    path, ``file:``, ``sqlite:///path``); None for a server, another database or an in-memory SQLite."""
+    from urllib.parse import unquote, urlsplit
+
+    parsed = urlsplit(uri)
+    scheme = parsed.scheme.lower()
+    if scheme.split("+")[0] == "sqlite":
+        if parsed.netloc:
+            raise InputError(f"{where}: {uri!r} names a host; expected sqlite:///path/to/mlflow.db")
+        path = parsed.path[1:]
+        return None if path in ("", ":memory:") else ("sqlite", path)
+    if scheme == "file":
+        return "file", unquote(parsed.path)
+    if scheme == "" or len(scheme) == 1:  # a plain path (one letter: a Windows drive)
+        return "file", uri
+    return None
+
+
+def _check_tracking_uri(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> str:
+    """A tracking URI; a local database or store goes through the manifest's paths (confined to its folder) and
+    comes back absolute: ``sqlite:////abs/mlflow.db``, ``file:///abs/mlruns``."""
+    _require_text(value, where, "a tracking URI (string)")
+    local = local_tracking_path(value, where)
+    if local is None:
+        return value
+    kind, written = local
+    path = base.resolve(written, where)
+    if kind == "sqlite":
+        query = value.split("?", 1)[1] if "?" in value else ""
+        return f"sqlite:///{path}" + (f"?{query}" if query else "")
+    return path.as_uri()
+
+
 def _check_timestamp(value: Any, where: str, base: ManifestPaths, spec: ManifestField) -> str | int | float:
     if isinstance(value, date):  # also datetime
         return value.isoformat()
@@ -418,5 +454,6 @@ _CHECKERS: dict[str, Callable[[Any, str, ManifestPaths, ManifestField], Any]] = 
     "model": _check_model,
     "path_or_folder": _check_path_or_folder,
     "folder": _check_folder,
+    "tracking_uri": _check_tracking_uri,
     "str_list": _check_str_list,
 }

@@ -36,6 +36,8 @@ ZARR_MARKERS = ("zarr.json", ".zarray", ".zgroup")
 HDF5_SUFFIXES = (".h5", ".hdf5")
 STORE_SUFFIXES = (".zarr", *HDF5_SUFFIXES)
 STORE_KEYS = {"zarr": ("array", "ids"), "hdf5": ("dataset", "ids")}
+#: what a Zarr store must be, said when zarr cannot read it (an object array with a pickle codec, an unknown codec)
+ZARR_EXPECTED = "a Zarr store of numeric arrays (metadata zarr can parse, codecs it knows)"
 
 
 def block_data_bytes() -> int:
@@ -194,14 +196,15 @@ def _open_zarr(path: Path, array: str | None, ids: str | None, label: str) -> Ar
     if not is_zarr_store(path) or not path.is_dir():
         raise InputError(f"{label}: {path} is not a Zarr store (a folder with zarr.json, .zarray or .zgroup)")
     zarr = _zarr(label)
-    with library_errors(label, "a Zarr store"):
+    with library_errors(label, ZARR_EXPECTED):
         node = zarr.open(str(path), mode="r")
     if not hasattr(node, "array_keys"):  # an array at the root
         if array or ids:
             key = "array" if array else "ids"
             raise InputError(f"{label}: the store holds a single array at its root; remove key {key!r}")
         return ArraySource(node, label, "a Zarr array", chunk_rows=_chunk_rows(node))
-    target, ids_values, ids_label = _select(node, sorted(_zarr_arrays(node)), array, ids, label, "array")
+    with library_errors(label, ZARR_EXPECTED):  # a member's metadata is parsed here
+        target, ids_values, ids_label = _select(node, sorted(_zarr_arrays(node)), array, ids, label, "array")
     return ArraySource(target, label, "a Zarr array", ids=ids_values, ids_label=ids_label,
                        chunk_rows=_chunk_rows(target))
 

@@ -31,10 +31,12 @@ import html as _html
 import re
 from typing import Any
 
+from ..errors import HIDDEN_CHARACTERS, code_point
+
 __all__ = ["visible", "html_text", "html_attr", "markdown", "markdown_code", "typst_string", "mathtext"]
 
 #: characters that reorder or hide text: shown as <U+XXXX>
-_INVISIBLE = re.compile("[\u061c\u200b\u200e\u200f\u202a-\u202e\u2060\u2066-\u2069\ufeff]")
+_INVISIBLE = re.compile(f"[{HIDDEN_CHARACTERS}]")
 #: control characters other than tab, newline and carriage return: dropped
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -51,7 +53,7 @@ def visible(text: Any) -> str:
     if text is None:
         return ""
     s = _CONTROL.sub("", str(text))
-    return _INVISIBLE.sub(lambda m: f"<U+{ord(m.group(0)):04X}>", s)
+    return _INVISIBLE.sub(code_point, s)
 
 
 def html_text(text: Any) -> str:

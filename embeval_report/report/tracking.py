@@ -17,6 +17,12 @@ experiment, run_name}``; a path ending in ``.db``/``.sqlite`` is an SQLite datab
 (``http://user:pass@host``) are taken off it and given to MLflow's client as ``MLFLOW_TRACKING_USERNAME`` /
 ``MLFLOW_TRACKING_PASSWORD`` (never printed); :meth:`Tracking.check` tells an unreachable server (or mlflow not
 installed) in one line before any chapter runs. mlflow is imported only here, when a report is tracked.
+
+A manifest is input, so its ``tracking_uri`` is trusted less than ``--mlflow``: a database or store path there is
+confined to the manifest's folder like its other paths (:func:`~embeval_report.io.manifest.read_manifest`), and
+a server it names gets the environment's credentials (:data:`ENV_CREDENTIALS`, ``~/.mlflow/credentials``) only
+when it is the server of ``MLFLOW_TRACKING_URI`` (same scheme, host and port); else the run stops in one line
+(:meth:`Tracking.check_credentials`) before anything is sent.
 """
 from __future__ import annotations
 
@@ -54,6 +60,9 @@ _CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^/@:\s]*)(
 ARTIFACTS = ("report.html", "report.pdf", "metrics.json", "run.json")
 #: files of a comparison folder logged as artifacts (when present)
 COMPARISON_ARTIFACTS = ("report.html", "report.pdf", "metrics.json", "comparison.json", "comparison.csv")
+#: environment variables MLflow's client sends to a tracking server as credentials (besides ~/.mlflow/credentials)
+ENV_CREDENTIALS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN",
+                   "MLFLOW_TRACKING_AUTH")
 #: the longest param value MLflow stores (longer ones are cut, with "…")
 PARAM_LENGTH = 6000
 #: entities per log_batch request (MLflow's limits: 1000 metrics, 100 params or tags)
@@ -70,6 +79,8 @@ class Tracking:
     run_name: str | None = None
     username: str | None = field(default=None, repr=False)   # from an http(s) URI's user:password@
     password: str | None = field(default=None, repr=False)
+    #: where the URI came from when a manifest named it ("m.yaml, field 'mlflow', key 'tracking_uri'"), else None
+    manifest_field: str | None = None
 
     @classmethod
     def resolve(cls, uri: str | None = None, source=None, setting=None) -> "Tracking | None":
@@ -92,8 +103,28 @@ class Tracking:
         if given is None and uri is None:
             return None
         given = given or cls()
-        given = replace(given, tracking_uri=_normalise_uri(uri)) if uri is not None else given
-        return given.without_credentials()
+        if uri is not None:
+            given = replace(given, tracking_uri=_normalise_uri(uri), manifest_field=None)
+        given = given.without_credentials()
+        given.check_credentials()
+        return given
+
+    def check_credentials(self) -> None:
+        """Raise :class:`InputError` (one line naming the manifest's field) when a server the manifest names would
+        be sent the environment's MLflow credentials: they go only to a URI given with ``--mlflow`` (or the API's
+        ``mlflow=``) or to the server of ``MLFLOW_TRACKING_URI`` (same scheme, host and port)."""
+        if self.manifest_field is None or urllib.parse.urlsplit(self.tracking_uri or "").scheme not in ("http",
+                                                                                                        "https"):
+            return
+        ambient = environment_credentials()
+        trusted = os.environ.get("MLFLOW_TRACKING_URI")
+        if not ambient or (trusted and _origin(trusted) == _origin(self.tracking_uri)):
+            return
+        raise InputError(f"{self.manifest_field}: the manifest names the tracking server {redact(self.tracking_uri)}, "
+                         f"which is not the server of MLFLOW_TRACKING_URI ({redact(trusted) if trusted else 'not set'})"
+                         f", and the MLflow credentials of the environment ({', '.join(ambient)}) are sent only to a "
+                         "server you choose: pass --mlflow URI (Python: mlflow=URI) to choose it, or set "
+                         "MLFLOW_TRACKING_URI to this server")
 
     def without_credentials(self) -> "Tracking":
         """The tracking with ``user:password@`` taken off an http(s) URI and kept for the client's Basic auth."""
@@ -161,6 +192,36 @@ class Tracking:
             return found.experiment_id if found is not None else client.create_experiment(self.experiment)
 
 
+def environment_credentials() -> list[str]:
+    """The MLflow credentials this process would send a tracking server: the names of :data:`ENV_CREDENTIALS` that
+    are set, and ``~/.mlflow/credentials`` when it holds a user or password."""
+    import configparser
+
+    names = [name for name in ENV_CREDENTIALS if os.environ.get(name)]
+    stored = configparser.ConfigParser()
+    try:
+        stored.read(os.path.expanduser("~/.mlflow/credentials"))
+    except (configparser.Error, OSError, UnicodeError):  # unreadable: MLflow cannot send it either
+        return names
+    if stored.has_section("mlflow") and any(stored.get("mlflow", key, fallback=None)
+                                            for key in ("mlflow_tracking_username", "mlflow_tracking_password")):
+        names.append("~/.mlflow/credentials")
+    return names
+
+
+def _origin(uri: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port) of an http(s) URI, the port filled in (80, 443); None for anything else."""
+    parsed = urllib.parse.urlsplit(uri)
+    scheme = parsed.scheme.lower()
+    if scheme not in ("http", "https") or not parsed.hostname:
+        return None
+    try:
+        port = parsed.port
+    except ValueError:
+        return None
+    return scheme, parsed.hostname.lower(), port or (443 if scheme == "https" else 80)
+
+
 def _manifest_tracking(path: Path) -> Tracking | None:
     """The manifest's ``mlflow`` field (read and validated with the rest of the manifest), or None."""
     from ..io.manifest import MANIFEST_SUFFIXES, read_manifest
@@ -172,18 +233,21 @@ def _manifest_tracking(path: Path) -> Tracking | None:
         return None
     uri = field.get("tracking_uri")
     return Tracking(_normalise_uri(uri, path.parent) if uri else None, field.get("experiment") or DEFAULT_EXPERIMENT,
-                    field.get("run_name"))
+                    field.get("run_name"), manifest_field=f"{path.name}, field 'mlflow', key 'tracking_uri'" if uri
+                    else None)
 
 
 def _normalise_uri(uri: str | None, base: Path | None = None) -> str | None:
     """A plain folder path (or a relative ``file:`` one) as an absolute ``file:`` URI, a plain path ending in
     ``.db``/``.sqlite``/``.sqlite3`` as an ``sqlite:///`` URI; other URIs unchanged."""
+    from ..io.manifest import local_tracking_path
+
     if uri is None:
         return None
     uri = str(uri)
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.scheme in ("", "file") and len(parsed.scheme) != 1:  # one letter: a Windows drive
-        path = Path(urllib.parse.unquote(parsed.path if parsed.scheme else uri)).expanduser()
+    local = local_tracking_path(uri, f"--mlflow {uri}")
+    if local is not None and local[0] == "file" and len(urllib.parse.urlsplit(uri).scheme) != 1:  # a Windows drive
+        path = Path(local[1]).expanduser()
         if not path.is_absolute():
             path = (base or Path.cwd()) / path
         if path.suffix.lower() in SQLITE_SUFFIXES and not path.is_dir():  # a database file, not a store folder
