@@ -414,9 +414,12 @@ def test_findings_name_the_worst_served_group_and_a_significant_association():
                "probe_accuracy_difference__region": gap(0.19, "problematic"),
                "weat_effect_size__a_vs_b_c_vs_d": {"value": 1.5, "ci_low": 1.1, "ci_high": 1.9, "label": "d"}}
 
-    def results(p_gap, p_weat):
+    def results(p_gap, p_weat, p_attributes=None):
         tests = [{"name": "probe accuracy by region", "test": "chi-squared", "p_value": p_gap, "p_holm": p_gap},
                  {"name": "WEAT: a vs b ~ c vs d", "test": "WEAT permutation test", "p_value": p_weat, "p_holm": p_weat}]
+        if p_attributes is not None:
+            tests.append({"name": "WEAT attributes: a vs b ~ c vs d", "test": "WEAT attribute permutation test",
+                          "p_value": p_attributes, "p_holm": p_attributes})
         return ChapterResults("fairness", "Fairness", metrics, info, tests)
 
     found = {f.effect: f for f in chapter.findings(results(0.001, 0.004))}
@@ -428,6 +431,11 @@ def test_findings_name_the_worst_served_group_and_a_significant_association():
     found = {f.effect: f for f in chapter.findings(results(0.2, 0.2))}
     assert found["group gap"].severity == "note" and "within chance" in found["group gap"].sentence
     assert "association" not in found
+    # random attribute sets could give it (the attribute-side test does not reject): a note that says so
+    (a,) = [f for f in chapter.findings(results(0.001, 0.004, 0.3)) if f.effect == "association"]
+    assert a.severity == "note" and "re-drawn at random" in a.sentence
+    (a,) = [f for f in chapter.findings(results(0.001, 0.004, 0.01)) if f.effect == "association"]
+    assert a.severity == "concerning"
 
 
 def test_weat_attribute_test_against_brute_force():

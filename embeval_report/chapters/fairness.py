@@ -526,21 +526,23 @@ def _gap_findings(r: ChapterResults) -> list[Finding]:
 
 
 def _association_findings(r: ChapterResults) -> list[Finding]:
-    """One finding for the WEAT tests whose one-sided permutation tests reject after the report-wide adjustment,
-    the targets' and the attributes' (attribute sets drawn at random from one population differ by their draw, and
-    the target test alone holds them fixed), led by the largest effect size."""
+    """One finding for the WEAT tests whose one-sided target permutation test rejects after the report-wide
+    adjustment, led by the largest effect size: ``concerning`` where the attribute-side test rejects too, else a
+    ``note`` (attribute sets drawn at random from one population differ by their draw, and the target test alone
+    holds them fixed: on clustered vectors two random attribute sets give d above 1 and a rejecting target test)."""
     found = []
     for w in (r.info.get("fairness") or {}).get("weat") or []:
         name, attributes = f"WEAT: {w['name']}", f"WEAT attributes: {w['name']}"
         if w.get("reason") or r.test(name) is None or not r.significant(name):
             continue
-        if r.test(attributes) is not None and not r.significant(attributes):
-            continue  # attribute sets drawn as these were could give it by chance
         key = f"weat_effect_size__{fm.slug(w['name'])}"
-        found.append((abs(r.value(key) or 0.0), w, key, name))
+        held = r.test(attributes) is None or r.significant(attributes)  # else random attribute sets could give it
+        found.append((held, abs(r.value(key) or 0.0), w, key, name))
     if not found:
         return []
-    found.sort(key=lambda f: -f[0])
+    found.sort(key=lambda f: (not f[0], -f[1]))
+    held = found[0][0]
+    found = [f[1:] for f in found]
     _, w, key, name = found[0]
     x, y, a, b = w["sets"]
     parts = [f"{wx['sets'][0]} and {wx['sets'][1]} against {wx['sets'][2]} and {wx['sets'][3]}: d = "
@@ -551,10 +553,15 @@ def _association_findings(r: ChapterResults) -> list[Finding]:
     sentence = (f"Check what the training data teaches about {x} and {y} before shipping: the vectors place {x} "
                 f"nearer {a} and {y} nearer {b} ({'a large' if abs(d) >= LARGE_ASSOCIATION else 'an'} effect by "
                 f"Cohen's convention, |d| ≥ {LARGE_ASSOCIATION} large); WEAT " + "; ".join(parts) + ".")
+    if not held:
+        sentence += (f" The attribute words carry it weakly: {a} and {b} re-drawn at random from their union give as "
+                     "large an association too often to pass the report-wide correction, so it may rest on these "
+                     "particular words: a note until larger attribute sets confirm it.")
     evidence = dict(metric_evidence(r.metric(key) or {}, key), sets=list(w["sets"]), test=name,
-                    p_adjusted=r.adjusted_p(name), tests=[n for _, _, _, n in found])
-    return [Finding("concerning", "model", r.name, f"The vectors associate {x} with {a} and {y} with {b}", sentence,
-                    metrics=tuple(k for _, _, k, _ in found), evidence=evidence, rule="test", effect="association")]
+                    p_adjusted=r.adjusted_p(name), tests=[n for _, _, _, n in found],
+                    p_attributes_adjusted=r.adjusted_p(f"WEAT attributes: {w['name']}"))
+    return [Finding("concerning" if held else "note", "model", r.name,
+                    f"The vectors associate {x} with {a} and {y} with {b}", sentence, metrics=tuple(k for _, _, k, _ in found), evidence=evidence, rule="test", effect="association")]
 
 
 MIN_GROUP_SIZE = Option("min_group_size", 30, "fairness: groups with fewer members are reported as too small to compare", bounds=(1, INF))
