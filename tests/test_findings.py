@@ -96,16 +96,21 @@ def test_recommendation_loses_to_most_popular_and_is_silent_when_it_beats_both()
     assert _rec(0.2, 0.25, 1e-20, 1e-30) == []
 
 
-def _anomaly(lo, hi, chance_p=1e-9, user=True):
+def _anomaly(lo, hi, chance_p=1e-9, user=True, delong_p=1e-6):
     m = {"roc_auc": metric(0.72, label="ROC-AUC [mine]"), "roc_auc__knn": metric(0.91, label="ROC-AUC [k-NN distance]"),
          "roc_auc_difference__mine_vs_knn": metric((lo + hi) / 2, lo=lo, hi=hi)}
-    info = {"primary": "mine", "scores_file": "s.csv" if user else None}
-    return anomaly.findings(results("anomaly", m, info, [recorded_test("anomaly: mine vs chance", chance_p)]))
+    test = "anomaly: mine vs k-NN distance (ROC-AUC)"
+    info = {"primary": "mine", "scores_file": "s.csv" if user else None,
+            "difference_tests": {"roc_auc_difference__mine_vs_knn": test}}
+    return anomaly.findings(results("anomaly", m, info, [recorded_test("anomaly: mine vs chance", chance_p),
+                                                         recorded_test(test, delong_p, test="DeLong")]))
 
 
 def test_anomaly_detector_below_a_free_baseline_and_no_better_than_chance():
     (f,) = _anomaly(-0.24, -0.13)
     assert f.severity == "problematic" and "k-NN distance" in f.title
+    assert "DeLong, report-wide Holm-adjusted p" in f.sentence and f.evidence["p_adjusted"] == 1e-6
+    assert _anomaly(-0.24, -0.13, delong_p=0.2) == []  # the paired test does not reject report-wide: no loss
     assert _anomaly(-0.05, 0.08) == [] and _anomaly(0.02, 0.1) == []
     (g,) = _anomaly(0.02, 0.1, chance_p=0.6)
     assert g.title == "Your detector does no better than chance"
