@@ -273,7 +273,9 @@ def test_anomaly_chapter_in_a_report(tmp_path):
         assert v["ci_low"] <= v["value"] <= v["ci_high"], name
     assert chapter["metrics"]["roc_auc__knn_distance"]["value"] > 0.9  # the off-cluster rows are found
     results = json.loads((out / "results" / "anomaly.json").read_text())
-    assert len(results["tests"]) == 1 + len(an.BASELINES)
+    # each detector against chance, and your detector against each baseline (DeLong), adjusted report-wide
+    assert len(results["tests"]) == 1 + len(an.BASELINES) + len(an.BASELINES)
+    assert sum(t["test"].startswith("DeLong") for t in results["tests"]) == len(an.BASELINES)
     assert results["info"]["protocol"]["cost_fn"] == 50
     html = (out / "report.html").read_text()
     for words in ("Detectors compared", "Operating points", "Time to detection", "ROC-AUC difference",
