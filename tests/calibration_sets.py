@@ -851,13 +851,13 @@ CHAPTER_SETS = [
                                   sign=lower, why="the embeddings must be below the most-popular list"),)),
     CalibrationSet("a good detector", good_detector, ("anomaly",)),
     CalibrationSet("planted: a detector the k-NN distance beats", weak_detector, ("anomaly",),
-                   expect=(Expect("anomaly", "baselines", subset="k-NN", sign=lower,
+                   expect=(Expect("anomaly", "baselines", kind="evaluation", subset="k-NN", sign=lower,
                                   why="your detector must be below the embedding baseline"),)),
     # seed 0 draws 30 anomalies that the isolation forest ranks at ROC-AUC 0.67 (its own test against chance: p
     # 0.0007, rejected report-wide): the premise (every baseline at chance) fails in that draw, and the finding that
     # your detector loses to it is then right; seeds 1-9 keep the premise (benchmarks/calibration.py)
     CalibrationSet("planted: a detector at chance", chance_detector, ("anomaly",),
-                   expect=(Expect("anomaly", "chance", severity="problematic"),), test_seed=1),
+                   expect=(Expect("anomaly", "chance", kind="evaluation", severity="problematic"),), test_seed=1),
     CalibrationSet("vectors that separate the edges", separating_vectors, ("link_prediction",)),
     CalibrationSet("planted: blurred vectors", blurred_vectors, ("link_prediction",),
                    expect=(Expect("link_prediction", "edge separation"),

@@ -124,7 +124,8 @@ def pytest_configure(config):
 # ---------------------------------------------------------------------------------------------
 LONGEST_FIRST = ("test_demo.py", "test_dask_out_of_core.py", "test_end_to_end.py", "test_model_run.py",
                  "test_dask_engine.py", "test_faults.py", "test_compare.py", "test_findings.py",
-                 "test_explore.py", "test_drift.py", "test_stability.py", "test_security_output.py")
+                 "test_explore.py", "test_drift.py", "test_stability.py", "test_security_output.py",
+                 "test_calibration.py")
 DEMO_FIXTURES = {"demo_report", "demo_data"}
 
 

@@ -21,13 +21,7 @@ import pytest
 from calibration_sets import REAL_SETS, SETS, problems, run_set
 
 #: misfires at the test's seed whose cause lies in a file other engineers own (issue 42), with the cause
-KNOWN = {
-    "planted: a direction that costs clustering":
-        "chapters/remedies.py: the default remedies=first checks anisotropy's standard remedy only (centring), which "
-        "keeps the planted direction's variance, so the check finds no cost ('It costs no task measurably'); "
-        "all-but-the-top removes it and improves clustering beyond the effect that matters (the same set with "
-        "--set remedies=all passes)",
-}
+KNOWN: dict[str, str] = {}
 
 
 def _id(name: str) -> str:

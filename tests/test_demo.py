@@ -36,7 +36,7 @@ PLANTED = [("isotropy", "anisotropy", "diagnostic", {"concerning"}, "cone"),  # 
            ("training_diagnostics", "divergence (other runs)", "evaluation", {"problematic"}, "diverged"),
            ("training_diagnostics", "overfitting (other runs)", "evaluation", {"concerning", "problematic"}, "overfit"),
            ("recommendation", "baselines", "model", {"problematic"}, "most-popular"),
-           ("anomaly", "baselines", None, {"problematic", "concerning"}, "baseline"),  # its own, not recommendation's
+           ("anomaly", "baselines", "evaluation", {"problematic", "concerning"}, "baseline"),  # the user's detector
            ("human_evaluation", "rater agreement", "evaluation", {"problematic", "concerning"}, "raters"),
            ("fairness", "group gap", "model", {"problematic", "concerning"}, "group")]
 

@@ -32,7 +32,10 @@ def test_centring_abtt_and_whitening_against_their_closed_forms(cone):
 def test_each_flagged_diagnostic_gets_its_standard_remedy_unless_all_are_asked_for():
     chapters = discover()
     flagged = {"isotropy": ["apcs"], "hubness": ["k_skewness"]}
-    assert chapter._checked(flagged, chapters, "first") == ["centring"]
-    assert chapter._checked({**flagged, "collapse": ["x"]}, chapters, "first") == ["centring", "whitening"]
+    # anisotropy: centring and all-but-the-top (a dominant direction centring keeps); hubness: centring
+    assert chapter._checked(flagged, chapters, "standard") == ["centring", "all-but-the-top"]
+    assert chapter._checked({"hubness": ["k_skewness"]}, chapters, "standard") == ["centring"]
+    assert chapter._checked({**flagged, "collapse": ["x"]}, chapters, "standard") == ["centring", "all-but-the-top",
+                                                                                       "whitening"]
     assert chapter._checked(flagged, chapters, "all") == ["centring", "all-but-the-top", "whitening"]
     assert [o.name for o in chapter.CHAPTER.options] == ["mde", "remedies"]

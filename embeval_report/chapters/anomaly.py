@@ -3,6 +3,8 @@ read off the embeddings — separate the labelled anomalies from normal rows, wh
 cost, and how soon incidents would be caught (computed in :mod:`embeval_report.metrics.anomaly`)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from typing import TYPE_CHECKING
 
 import math
@@ -493,8 +495,9 @@ COST_FP = Option("cost_fp", 100.0, "anomaly: cost of a false alarm (false positi
 
 def findings(r: ChapterResults) -> list[Finding]:
     """Your detector below a free embedding baseline (DeLong's paired test of the two ROC-AUCs rejects after the
-    report-wide adjustment and the difference's paired bootstrap interval lies below 0), or any detector no better
-    than chance (its Mann–Whitney test, report-wide adjusted)."""
+    report-wide adjustment and the difference's paired bootstrap interval lies below 0), or no better than chance
+    (its Mann–Whitney test, report-wide adjusted). Evaluation findings: they judge the user's own detector, not the
+    vectors (issue 42)."""
     primary = r.info.get("primary")
     tests = r.info.get("difference_tests") or {}
     out = []
@@ -511,14 +514,14 @@ def findings(r: ChapterResults) -> list[Finding]:
     if losing:
         found = baseline_finding(r, losing, subject=f"your detector ({primary})", plural=False,
                                  action="Replace or combine your detector with the embedding baseline:", effect="baselines")
-        out += [found] if found else []
+        out += [replace(found, kind="evaluation")] if found else []  # the user's detector, not the vectors
     if r.info.get("scores_file") and not any(r.significant(t["name"]) for t in r.tests
                                              if t["name"] == f"anomaly: {primary} vs chance"):
         out.append(Finding("problematic", "model", r.name, "Your detector does no better than chance",
                            f"Do not use it: its scores do not separate anomalies from normal rows (ROC-AUC "
                            f"{value_text(r.metric('roc_auc') or {})}).", metrics=("roc_auc",),
                            evidence=metric_evidence(r.metric("roc_auc") or {}, "roc_auc"), rule="baseline",
-                           effect="chance"))
+                           effect="chance", kind="evaluation"))
     return out
 
 

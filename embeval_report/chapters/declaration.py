@@ -128,6 +128,7 @@ class ChapterSpec:
     scorer: Any = None               # a task chapter's :class:`~embeval_report.metrics.scoring.TaskScorer`
     kind: str = "model"              # "model": what the vectors do; "diagnostic": their geometry (at most concerning)
     remedies: tuple[str, ...] = ()   # a diagnostic's remedies (:data:`~embeval_report.metrics.remedies.REMEDIES`)
+    standard_remedies: int = 1       # how many of ``remedies`` (the first) the remedy check tries by default
     stage: int = 0                   # 0: content; 1, 2: after every content chapter, in stage order (read results)
     decision: bool = False           # holds the report's decision: first in the report, its severity the status
     module: str = ""                 # set by the registry: the module declaring it

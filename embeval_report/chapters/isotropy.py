@@ -323,5 +323,5 @@ CHAPTER = ChapterSpec(
                     "Centre the vectors or remove their top principal directions before cosine search or "
                     "clustering (the Anisotropy correction chapter compares the options):",
                     titles=(("apcs", "The vectors crowd into a narrow cone (anisotropy)"),), cause="anisotropy"),),
-    kind="diagnostic", remedies=("centring", "all-but-the-top", "whitening"),
+    kind="diagnostic", remedies=("centring", "all-but-the-top", "whitening"), standard_remedies=2,
 )

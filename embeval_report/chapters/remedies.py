@@ -55,7 +55,7 @@ class RemediesReport:
     tasks: list                  # the task chapters re-scored
     skipped: dict                # task chapter -> why it was not re-scored
     effect: str
-    which: str = "first"         # the remedies option: each diagnostic's standard remedy, or all it lists
+    which: str = "standard"      # the remedies option: each diagnostic's standard remedies, or all it lists
     neighbours: dict | None = None  # without tasks: remedy -> its what-if on the top-k neighbour lists
 
 
@@ -150,10 +150,11 @@ def _what_if(ctx, diagnostics: dict, wanted: dict, pcs, removed, effects) -> Rem
 
 
 def _checked(diagnostics: dict, chapters, which: str) -> list[str]:
-    """The remedies to check, in :data:`REMEDIES` order: each flagged diagnostic's first (its standard remedy) or,
-    with ``which="all"``, every one it lists. Each re-scores every task, so each costs about the tasks' own time."""
-    listed = {r for d in diagnostics for r in (_spec(chapters, d).remedies[:1] if which == "first"
-                                                 else _spec(chapters, d).remedies)}
+    """The remedies to check, in :data:`REMEDIES` order: each flagged diagnostic's standard ones (the first
+    ``standard_remedies`` it lists) or, with ``which="all"``, every one. Each re-scores every task, so each costs
+    about the tasks' own time."""
+    listed = {r for d in diagnostics for r in (_spec(chapters, d).remedies if which == "all" else
+                                                 _spec(chapters, d).remedies[:_spec(chapters, d).standard_remedies])}
     return [r for r in REMEDIES if r in listed]
 
 
@@ -247,9 +248,9 @@ def narrative(rep: RemediesReport) -> str:
             parts.append(f"**{escape(label)}** improves no task metric beyond E ({len(rows)} compared"
                          + (f"; it worsens {len(worse)}" if len(worse) else "") + "): here the geometry it corrects "
                          "costs no task measurably.")
-    if rep.which == "first":
-        parts.append("Each flagged diagnostic's standard remedy is checked; `--set remedies=all` checks every "
-                     "remedy it lists (all-but-the-top and whitening too), each re-scoring every task again.")
+    if rep.which == "standard":
+        parts.append("Each flagged diagnostic's standard remedies are checked; `--set remedies=all` checks every "
+                     "remedy it lists (whitening too), each re-scoring every task again.")
     if rep.skipped:
         parts.append("Not checked: " + "; ".join(f"{escape(k)} ({escape(v)})" for k, v in rep.skipped.items()) + ".")
     return "\n\n".join(parts)
@@ -338,13 +339,14 @@ def show_costs(rep: RemediesReport) -> None:
 
 
 #: which remedies are checked (each re-scores every task of the run on the remedied vectors)
-WHICH = Option("remedies", "first", choices=("first", "all"),
-               help="the remedies checked: 'first' each flagged diagnostic's standard one (centring for anisotropy, "
-                    "poor uniformity and hubness; whitening for dimensional collapse), 'all' every one it lists "
-                    "(all-but-the-top and whitening too); each remedy re-scores every task of the run")
+WHICH = Option("remedies", "standard", choices=("standard", "all"),
+               help="the remedies checked: 'standard' each flagged diagnostic's standard ones (centring and "
+                    "all-but-the-top for anisotropy; centring for poor uniformity and hubness; whitening for "
+                    "dimensional collapse), 'all' every one it lists (whitening too); each remedy re-scores every "
+                    "task of the run")
 
 CHAPTER = ChapterSpec(
     name="remedies", title="What the geometry costs", order=51,
-    description="Does a flagged geometry diagnostic cost any task? Its standard remedy (centring; whitening for collapse; all-but-the-top too with --set remedies=all) applied and every task of the run re-scored on the same plan, paired with its own numbers.",
+    description="Does a flagged geometry diagnostic cost any task? Its standard remedies (centring and all-but-the-top for anisotropy, centring for hubness and uniformity, whitening for collapse; every one with --set remedies=all) applied and every task of the run re-scored on the same plan, paired with its own numbers.",
     requires=("vectors",), options=(MDE, WHICH), stage=1, kind="diagnostic",
 )

@@ -3,8 +3,9 @@
 Every chapter that ran turns its records into findings (its declaration's ``effects`` and ``findings`` rule,
 :mod:`embeval_report.chapters.findings`); a chapter that failed is a protocol finding of its own. Diagnostics are
 graded by what their remedies measurably cost the tasks (:func:`grade_diagnostics`). The list is sorted model
-findings first, then diagnostics, then the evaluation's, each worst first, then by category, then in report
-order. The report's ``status`` is the worst *model* finding's severity; ``"not evaluated"`` when no content
+findings first, then diagnostics, then the evaluation's, each worst first, then by category, then the task
+chapters' (what users do with the vectors: retrieval, recommendation, link prediction, …) before the others
+(stability, drift, training), then in report order. The report's ``status`` is the worst *model* finding's severity; ``"not evaluated"`` when no content
 chapter ran (every one skipped or failed). Diagnostics never set it: a report that measured only the geometry has
 the scope ``"geometry only"`` (its diagnostics are notes, with what their remedies would do to the neighbour
 lists) and no model finding, so its status is ``healthy`` with that scope beside it.
@@ -180,7 +181,9 @@ def derive_findings(results_dir: Path, chapters: list, outcomes: dict) -> list[F
     ran = {spec.name for spec in chapters if spec.stage == 0 and outcomes.get(spec.name, ("skipped",))[0] == "ok"}
     tasks = any(spec.scorer is not None for spec in chapters if spec.name in ran)
     graded = grade_diagnostics([f for _, f in found], records.get("remedies"), tasks=tasks)
-    found = sorted(zip([o for o, _ in found], graded), key=lambda of: (*of[1].rank, of[0]))
+    tasks_first = {spec.name for spec in chapters if spec.scorer is not None}  # what users do with the vectors
+    found = sorted(zip([o for o, _ in found], graded),
+                   key=lambda of: (*of[1].rank, of[1].chapter not in tasks_first, of[0]))
     findings = merge_causes([f for _, f in found], {c.name: c.title for c in chapters})
     model_ran = any(spec.kind == "model" for spec in chapters if spec.name in ran)
     if not ran:
