@@ -158,9 +158,10 @@ def test_findings_evidence_and_decision_block(small_report, tmp_path):
 def test_explore_command_serves_the_notebook_and_stops(small_report, tmp_path):
     import psutil
 
+    # started as a CI runner or nohup would start it, with SIGINT ignored (inherited): Ctrl-C must still stop it
     proc = subprocess.Popen([sys.executable, "-m", "embeval_report.cli", "explore", str(small_report),
                              "--no-browser"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         url = proc.stdout.readline().strip()
         assert re.fullmatch(r"http://127\.0\.0\.1:\d+/lab/tree/explore\.ipynb\?token=[0-9a-f]+", url), \

@@ -460,9 +460,11 @@ def serve(folder, *, browser: bool = True, port: int | None = None, ip: str = LO
     this machine only); say its URL once it answers (``browser``: JupyterLab also opens it) and, on a loopback
     address, how to reach it from another machine; stop it on Ctrl-C or SIGTERM. Returns the exit status."""
     import secrets
+    import signal
     import subprocess
     import sys
     import tempfile
+    import threading
     import time
     import urllib.request
 
@@ -483,6 +485,8 @@ def serve(folder, *, browser: bool = True, port: int | None = None, ip: str = LO
     shown = socket_host() if ip in ANY_ADDRESS else ip
     url = f"http://{_url_host(shown)}:{port}/lab/tree/{NOTEBOOK}?token={token}"
     log = tempfile.TemporaryFile(mode="w+")  # JupyterLab's own lines, read back only when it fails to start
+    if threading.current_thread() is threading.main_thread():  # Ctrl-C stops it even where the caller ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # SIGINT (a CI runner, nohup): it is inherited
     server = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=log, text=True)
     try:
         started = time.monotonic()
