@@ -31,26 +31,35 @@ class DemoReport:
     stderr: str
 
 
-@pytest.fixture(scope="session")
-def demo_report(tmp_path_factory) -> DemoReport:
-    """The full demo report (every chapter, HTML and PDF), written once per test session for the tests that read
-    it: under pytest-xdist the first worker to need it writes it while holding a file lock, the others wait for it
-    (they rarely do: the demo's own test, which writes it, is collected first and its readers last). Read it; copy
-    it before changing anything in it."""
-    from embeval_report.cli import main
-
+def built_once(tmp_path_factory, name: str, build) -> tuple[Path, dict]:
+    """``build(folder) -> record`` (JSON) run once per test session, whichever pytest-xdist worker needs it first
+    (holding a file lock; the others wait for it and read its record): a report several test modules or both
+    workers read is written once. Returns the folder and the record."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the folder of this session's workers' own folders
-    folder, record = root / "demo-report", root / "demo-report.json"
-    with open(root / "demo-report.lock", "w") as lock:
+    folder, record = root / name, root / f"{name}.json"
+    with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not record.exists():
-            err = io.StringIO()
-            with contextlib.redirect_stderr(err):
-                rc = main(["demo", "--out", str(folder), "--fail-on", "problematic"])
-            record.write_text(json.dumps({"returncode": rc, "stderr": err.getvalue()}))
-    done = json.loads(record.read_text())
+            record.write_text(json.dumps(build(folder)))
+    return folder, json.loads(record.read_text())
+
+
+@pytest.fixture(scope="session")
+def demo_report(tmp_path_factory) -> DemoReport:
+    """The full demo report (every chapter, HTML and PDF), written once per test session for the tests that read
+    it (:func:`built_once`: the demo's own test, which writes it, is collected first and its readers last). Read
+    it; copy it before changing anything in it."""
+    from embeval_report.cli import main
+
+    def build(folder):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = main(["demo", "--out", str(folder), "--fail-on", "problematic"])
+        return {"returncode": rc, "stderr": err.getvalue()}
+
+    folder, done = built_once(tmp_path_factory, "demo-report", build)
     return DemoReport(folder, done["returncode"], done["stderr"])
 
 
