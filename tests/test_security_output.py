@@ -306,11 +306,6 @@ def test_quarto_page_title_is_escaped():
 # ------------------------------------------------------------------------------------------------ the hostile set
 
 
-#: the tests that read the hostile report run on one worker (pyproject: --dist loadgroup), so it is written once
-#: while the other worker goes on with other tests
-HOSTILE = pytest.mark.xdist_group("hostile-report")
-
-
 @pytest.fixture(scope="session")
 def hostile_report(tmp_path_factory):
     """One report of the hostile set (every chapter, HTML and PDF, with a hostile --title), written once for both
@@ -330,7 +325,6 @@ def hostile_report(tmp_path_factory):
     return tmp / "out", done["rc"], done["err"]
 
 
-@HOSTILE
 def test_every_chapter_runs_on_the_hostile_set(hostile_report):
     out, rc, err = hostile_report
     chapters = json.loads((out / "metrics.json").read_text())["chapters"]
@@ -342,7 +336,6 @@ def test_every_chapter_runs_on_the_hostile_set(hostile_report):
     assert "rendering failed" not in err
 
 
-@HOSTILE
 def test_no_live_markup_in_the_hostile_report(hostile_report):
     out = hostile_report[0]
     page = (out / "report.html").read_text()
@@ -378,7 +371,6 @@ def raw_payloads(out) -> list:
     return bad
 
 
-@HOSTILE
 def test_no_raw_payload_in_the_hostile_notebooks(hostile_report):
     """Each chapter escaped its user strings itself (the sanitizer is the second line): no markdown output or
     cell holds a payload unescaped, no HTML output a raw tag."""
@@ -386,7 +378,6 @@ def test_no_raw_payload_in_the_hostile_notebooks(hostile_report):
     assert not bad, bad[:5]
 
 
-@HOSTILE
 def test_no_injected_typst_in_the_hostile_pdf(hostile_report):
     out = hostile_report[0]
     text, uris = _pdf_text_and_uris(out / "report.pdf")
