@@ -97,12 +97,8 @@ def compute(ctx: ChapterContext) -> RemediesReport:
         return _what_if(ctx, diagnostics, wanted, pcs, removed, effects)
     rows, skipped, labels, seconds = [], {}, {}, {}
     for name, answers in wanted.items():
-        remedy = fit_remedy(es.vectors, name, removed=removed, pcs=pcs, device=ctx.device)
+        remedy = _fitted(ctx, name, removed, pcs, skipped)
         if remedy is None:
-            skipped[name] = "it leaves no variance (every remedied vector is the same)"
-            continue
-        if remedy.detail == "D = 0":  # all-but-the-top removing nothing is centring
-            skipped[name] = "D = 0 (no top direction to remove): the same as centring"
             continue
         labels[name] = (remedy.label, answers)
         Y = remedied_rows(es.vectors, remedy)
@@ -116,6 +112,19 @@ def compute(ctx: ChapterContext) -> RemediesReport:
     ctx.rec.note(seconds=seconds, which=ctx.option("remedies"))
     return RemediesReport(table, diagnostics, labels, [t.name for t in tasks], skipped, effects.canonical(),
                           ctx.option("remedies"))
+
+
+def _fitted(ctx, name: str, removed, pcs, skipped: dict):
+    """The remedy ``name`` fitted on the set, or None with why in ``skipped`` (it leaves no variance, or it is
+    all-but-the-top removing nothing: centring again)."""
+    remedy = fit_remedy(ctx.es.vectors, name, removed=removed, pcs=pcs, device=ctx.device)
+    if remedy is None:
+        skipped[name] = "it leaves no variance (every remedied vector is the same)"
+    elif remedy.detail == "D = 0":
+        skipped[name] = "D = 0 (no top direction to remove): the same as centring"
+    else:
+        return remedy
+    return None
 
 
 #: rows whose neighbour lists the what-if compares (sampled above it; their neighbours sought among every row)
@@ -132,9 +141,8 @@ def _what_if(ctx, diagnostics: dict, wanted: dict, pcs, removed, effects) -> Rem
     rows = (np.sort(np.random.default_rng(ctx.seed).choice(es.n, WHAT_IF_ROWS, replace=False))
             if es.n > WHAT_IF_ROWS else None)
     for name, answers in wanted.items():
-        remedy = fit_remedy(es.vectors, name, removed=removed, pcs=pcs, device=ctx.device)
-        if remedy is None or remedy.detail == "D = 0":
-            skipped[name] = "it leaves no variance" if remedy is None else "D = 0: the same as centring"
+        remedy = _fitted(ctx, name, removed, pcs, skipped)
+        if remedy is None:
             continue
         labels[name] = (remedy.label, answers)
         swap = neighbour_swap(es.vectors, remedied_rows(es.vectors, remedy), es.ids, k=WHAT_IF_K, rows=rows,
