@@ -15,7 +15,7 @@ import torch
 
 from ..context import current
 from ..progress import progress
-from .device import Product, cache_rows, chunk_rows, mask_indices, round_down, true_indices
+from .device import Product, cache_rows, candidate_mm, chunk_rows, mask_indices, round_down, true_indices
 from .heap import trim
 from .prefetch import prefetch_rows
 
@@ -328,7 +328,7 @@ def _complete_rows(k: int, rows: torch.Tensor, threshold: torch.Tensor, blk: _Bl
         with product.matmul():
             for j in range(0, n, tile_cols):
                 w = min(tile_cols, n - j)
-                p = q @ corpus_t[:, j:j + w]
+                p = candidate_mm(q, corpus_t[:, j:j + w])
                 if own is not None:
                     inside = true_indices((own >= j) & (own < j + w))
                     p[inside, own[inside] - j] = -torch.inf
@@ -390,7 +390,7 @@ def _collect(k: int, blk: _Block, corpus_t, tile_cols: int, buffer: torch.Tensor
     for j in range(0, n, W):
         w = min(W, n - j)
         tile = buffer[:m * w].view(m, w)
-        torch.matmul(q, corpus_t[:, j:j + w], out=tile)
+        candidate_mm(q, corpus_t[:, j:j + w], out=tile)
         if blk.drop_self and blk.start < j + w and j < blk.start + m:  # the tile holds own columns
             own = rows + blk.start - j
             inside = (own >= 0) & (own < w)

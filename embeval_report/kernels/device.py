@@ -59,6 +59,10 @@ class Product:
     unit: float
     products_exact: bool
     out_bits: int = 24
+    #: TF32 split (``tf32x3``): the inputs are rounded to 22 bits, :math:`\tilde x = h + l` with
+    #: :math:`h = \mathrm{TF32}(\tilde x)` and :math:`l = \tilde x - h` (exactly TF32), and the product is
+    #: :math:`h\cdot l' + l\cdot h' + h\cdot h'` in three TF32 passes (:meth:`mm`; :meth:`accumulation`)
+    split: bool = False
 
     @property
     def dtype(self) -> torch.dtype:
@@ -69,22 +73,67 @@ class Product:
         """``x`` (float32 or float64) rounded to nearest (ties to even) to ``bits`` significand bits, as
         float32; subnormal results are flushed to zero (as DAZ/FTZ hardware reads them)."""
         x = x.float()
+        if self.split:  # 22 bits, then h + l with both halves normal (a subnormal half is flushed, as FTZ reads it)
+            hi, lo = _split(_flushed(_round_bits(x, 22)))
+            return hi + lo
         if self.bits == 8:
             x = x.to(torch.bfloat16).float()
         elif self.bits == 11:  # TF32: 10 stored fraction bits of float32's 23
-            i = x.view(torch.int32)
-            x = ((i + 0x0FFF + ((i >> 13) & 1)) & ~0x1FFF).view(torch.float32)
+            x = _round_bits(x, 11)
         elif self.bits != 24:
             raise ValueError(f"no rounding to {self.bits} significand bits")
-        if self.bits != 24:
-            x = torch.where(x.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(x), x)
-        return x
+        return x if self.bits == 24 else _flushed(x)
+
+    def accumulation(self, d: int) -> float:
+        r"""The coefficient :math:`A_d` of :math:`\lVert\tilde x\rVert\lVert\tilde y\rVert` in
+        :func:`product_bound`: how far the computed product of two rounded inputs of d elements can be from their
+        exact dot product :math:`\tilde x\cdot\tilde y`.
+
+        One pass: :math:`\gamma_{d+1}` (the float32 accumulation, Higham 2002 §3.1; each product exact or
+        rounded once). The split (:attr:`split`, :meth:`mm`): with :math:`\tilde x = h + l`,
+        :math:`|l_i| \le 2^{-11}|h_i|` (half an ulp of :math:`h_i`), so :math:`|h_i| \le \kappa|\tilde x_i|`,
+        :math:`\kappa = 1/(1 - 2^{-11})`, and :math:`T_{hh} = \sum|h_i h'_i| \le \kappa^2\lVert\tilde x\rVert
+        \lVert\tilde y\rVert`, :math:`T_{hl} + T_{lh} \le 2^{-10}\kappa^2\lVert\tilde x\rVert\lVert\tilde y\rVert`.
+        The passes :math:`S_1 = fl(h\cdot l')`, :math:`S_2 = fl(S_1 + l\cdot h')`, :math:`S_3 = fl(S_2 + h\cdot h')`
+        are sums of at most d + 1 exact terms each, so with :math:`g = \gamma_{d+1}`:
+        :math:`|S_3 - (h\cdot h' + h\cdot l' + l\cdot h')| \le g\,T_{hh} + 3g(1 + g)^2 (T_{hl} + T_{lh})`;
+        the omitted :math:`l\cdot l'` adds :math:`\le 2^{-22}\kappa^2\lVert\tilde x\rVert\lVert\tilde y\rVert`.
+        So :math:`A_d = \kappa^2 (g + 3g(1 + g)^2 2^{-10} + 2^{-22})`: about :math:`\gamma_{d+1}`, while the inputs'
+        rounding residuals shrink from :math:`2^{-11}` to :math:`2^{-22}` of their norms."""
+        m = d + 1
+        g = m * self.unit / (1 - m * self.unit)
+        if not self.split:
+            return g
+        kappa2 = 1 / (1 - 2.0**-11) ** 2
+        return kappa2 * (g + 3 * g * (1 + g) ** 2 * 2.0**-10 + 2.0**-22)
+
+    def mm(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The candidate products ``a @ b`` of rounded inputs (:meth:`rounded`), inside :meth:`matmul`: one product,
+        or for the split three TF32 passes, the small cross terms first (:meth:`accumulation`)."""
+        if not self.split:
+            return torch.matmul(a, b, out=out)
+        a_hi, a_lo = _split(a)
+        b_hi, b_lo = _split(b)
+        with _tf32():
+            out = torch.matmul(a_hi, b_lo, out=out)
+            out.addmm_(a_lo, b_hi)
+            return out.addmm_(a_hi, b_hi)
 
     @contextmanager
     def matmul(self) -> Iterator[None]:
         """Products of float32 tensors inside the block computed with this product's inputs: IEEE float32
         for ``fp32``; bfloat16 (oneDNN) or TF32 (cuBLAS) arithmetic with float32 accumulation and output
-        for the others, whose inputs :meth:`rounded` already holds exactly."""
+        for the others, whose inputs :meth:`rounded` already holds exactly. :func:`candidate_mm` inside the block
+        computes this product's candidates (:meth:`mm`)."""
+        _ACTIVE.append(self)
+        try:
+            with self._precision():
+                yield
+        finally:
+            _ACTIVE.pop()
+
+    @contextmanager
+    def _precision(self) -> Iterator[None]:
         with exact_matmul():
             if self.dtype == torch.bfloat16:  # bfloat16 tensors: float32 accumulation, also across split-K parts
                 reduced = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
@@ -94,8 +143,8 @@ class Product:
                 finally:
                     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = reduced
                 return
-            if self.bits == 24:
-                yield
+            if self.bits == 24 or self.split:  # the split's passes set TF32 themselves (:meth:`mm`); a plain
+                yield  # product of its 22-bit inputs stays IEEE float32, well within its bound
                 return
             backend = torch.backends.mkldnn.matmul if self.bits == 8 else torch.backends.cuda.matmul
             if not hasattr(backend, "fp32_precision"):  # torch < 2.9: the legacy switches
@@ -112,13 +161,64 @@ class Product:
             yield  # exact_matmul restores the caller's setting
 
 
+#: the products whose :meth:`Product.matmul` blocks are open (the innermost last; worker threads see them too)
+_ACTIVE: list[Product] = []
+
+
+def candidate_mm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``a @ b`` of candidate inputs as the innermost open :meth:`Product.matmul` block computes them
+    (:meth:`Product.mm`: the split's three TF32 passes), a plain product outside one."""
+    return _ACTIVE[-1].mm(a, b, out=out) if _ACTIVE else torch.matmul(a, b, out=out)
+
+
+def _round_bits(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Float32 ``x`` rounded to nearest, ties to even, to ``bits`` significand bits (by its bit pattern)."""
+    drop = 24 - bits
+    i = x.view(torch.int32)
+    return ((i + ((1 << (drop - 1)) - 1) + ((i >> drop) & 1)) & ~((1 << drop) - 1)).view(torch.float32)
+
+
+def _flushed(x: torch.Tensor) -> torch.Tensor:
+    """Subnormal values of float32 ``x`` flushed to zero (as DAZ/FTZ hardware reads them)."""
+    return torch.where(x.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(x), x)
+
+
+def _split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(h, l)`` of float32 values of at most 22 significand bits: :math:`h` = TF32 of x, :math:`l = x - h`, both
+    exactly TF32 (l is a multiple of x's 22nd bit at most half an ulp of h: 11 bits), a subnormal l flushed."""
+    hi = _round_bits(x, 11)
+    return hi, _flushed(x - hi)
+
+
+@contextmanager
+def _tf32() -> Iterator[None]:
+    """TF32 products of float32 tensors on a GPU inside the block (the CPU multiplies them in IEEE float32)."""
+    backend = torch.backends.cuda.matmul
+    if not hasattr(backend, "fp32_precision"):  # torch < 2.9
+        saved = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = saved
+        return
+    saved = backend.fp32_precision
+    backend.fp32_precision = "tf32"
+    try:
+        yield
+    finally:
+        backend.fp32_precision = saved
+
+
 #: candidate products of exact searches: float32; bfloat16 inputs (CPUs with AVX-512 BF16 or AMX);
-#: TF32 inputs (GPUs of compute capability 8.0 and later)
+#: TF32 inputs (GPUs of compute capability 8.0 and later); 22-bit inputs in three TF32 passes (the split)
 FP32 = Product("fp32", 24, 2.0**-24, False)
 BF16 = Product("bf16", 8, 2.0**-24, True, out_bits=8)
 TF32 = Product("tf32", 11, 2.0**-21, True)
+TF32X3 = Product("tf32x3", 22, 2.0**-21, True, split=True)
+PRODUCTS = {p.name: p for p in (FP32, BF16, TF32, TF32X3)}
 #: the candidate product of exact searches: None (the fastest this device has: :func:`exact_product`) or
-#: one of ``"fp32"``, ``"bf16"``, ``"tf32"`` (tests and benchmarks force a path with it)
+#: one of ``"fp32"``, ``"bf16"``, ``"tf32"``, ``"tf32x3"`` (tests and benchmarks force a path with it)
 CANDIDATES: str | None = None
 
 
@@ -139,8 +239,8 @@ def product_bound(q_norm: torch.Tensor, q_err: torch.Tensor, c_norm: float, c_er
       summation order :math:`|fl(\sum a_l) - \sum a_l| \le \gamma_m \sum |a_l|` with
       :math:`\gamma_m = m u/(1 - m u)`, m = d + 1 and u = ``product.unit`` (Higham 2002, *Accuracy and
       Stability of Numerical Algorithms*, §3.1), and :math:`\sum|\tilde x_l \tilde y_l| \le
-      \lVert\tilde x\rVert\lVert\tilde y\rVert`;
-    * flushed subnormal products and partial sums: at most :math:`2(d + 1)\,2^{-126}`;
+      \lVert\tilde x\rVert\lVert\tilde y\rVert`; the split's three passes: :meth:`Product.accumulation`;
+    * flushed subnormal products and partial sums: at most :math:`2(d + 1)\,2^{-126}` a pass;
     * the float64 score itself (unit roundoff :math:`2^{-53}`, at most d + 3 operations, whose operands are at
       most :math:`\lVert x\rVert\lVert y\rVert` plus the row's ``offset``, :math:`\lVert q\rVert^2` for
       euclidean): :math:`4\gamma^{(64)}_{d+3}(\lVert x\rVert\lVert y\rVert + \text{offset})`, with
@@ -153,11 +253,11 @@ def product_bound(q_norm: torch.Tensor, q_err: torch.Tensor, c_norm: float, c_er
     :math:`3\cdot10^{-3}`; float32 inputs about :math:`(d + 3)\,2^{-24}`.
     """
     m = d + 1
-    gamma = m * product.unit / (1 - m * product.unit)
+    gamma = product.accumulation(d)
     gamma64 = (d + 3) * 2.0**-53 / (1 - (d + 3) * 2.0**-53)
     q_norm64 = q_norm.double()
     return (q_norm64 * c_err + q_err.double() * c_norm + gamma * q_norm64 * c_rounded_norm
-            + 2 * m * 2.0**-126 + 4 * gamma64 * ((q_norm64 + q_err.double()) * c_norm + offset))
+            + 2 * m * 2.0**-126 * (3 if product.split else 1) + 4 * gamma64 * ((q_norm64 + q_err.double()) * c_norm + offset))
 
 
 def round_down(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -201,7 +301,7 @@ def exact_product(device: torch.device, metric: str = "cosine") -> Product:
     coarser than the gaps between neighbours, so nearly every row would be re-scored (20,000 x 384, k = 50:
     14.6 s in bfloat16 against 2.1 s in float32)."""
     if CANDIDATES is not None:
-        return {"fp32": FP32, "bf16": BF16, "tf32": TF32}[CANDIDATES]
+        return PRODUCTS[CANDIDATES]
     if device.type == "cuda":
         return TF32 if torch.cuda.get_device_capability(device)[0] >= 8 else FP32
     return BF16 if cpu_has_bf16() and metric != "euclidean" else FP32
