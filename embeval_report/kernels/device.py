@@ -438,16 +438,37 @@ def _resident_copy(X, device: torch.device) -> torch.Tensor | None:
     return held[1] if device.index is None or held[1].device.index == device.index else None
 
 
+def _resident_rows(a, device: torch.device) -> torch.Tensor | None:
+    """The rows of the device copy (:func:`resident`) that ``a`` is: the held array itself, or whole consecutive
+    rows of it (``X[s:e]``, what a search's query blocks and a pass's chunks are, found by their address); else
+    None."""
+    if not _RESIDENT or not isinstance(a, np.ndarray) or a.ndim != 2:
+        return None
+    for base, _ in list(_RESIDENT.values()):
+        if a is base:
+            return _resident_copy(base, device)
+        step = base.strides[0]
+        offset = a.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+        if (a.shape[1:] != base.shape[1:] or a.dtype != base.dtype or step <= 0 or offset % step
+                or (len(a) > 1 and a.strides[0] != step) or a.strides[1:] != base.strides[1:]
+                or not 0 <= offset // step <= len(base) - len(a)):
+            continue
+        held = _resident_copy(base, device)
+        return None if held is None else held[offset // step:offset // step + len(a)]
+    return None
+
+
 @contextmanager
 def resident(X, device) -> Iterator[None]:
     """Inside the block, every :func:`iter_chunks` pass over ``X`` on a GPU reads one device copy of it, uploaded
     once (in its own dtype, :func:`upload`), instead of uploading the rows again for each pass (isotropy of
-    1M x 768 makes three passes). Nothing changes on the CPU, for a set that is not a numpy array, or when the
-    copy would take more than :data:`RESIDENT_SHARE` of the free device memory."""
+    1M x 768 makes three passes); so does every :func:`to_tensor` of ``X`` or of a slice of its rows (a search's
+    corpus and query blocks: one upload for the whole search). Nothing changes on the CPU, for a set that is not
+    a numpy array, or when the copy would take more than :data:`RESIDENT_SHARE` of the free device memory."""
     device = torch.device(device)
     X = as_numpy(X)
     if (device.type != "cuda" or not isinstance(X, np.ndarray) or id(X) in _RESIDENT
-            or X.nbytes > RESIDENT_SHARE * torch.cuda.mem_get_info(device)[0]):
+            or X.nbytes > RESIDENT_SHARE * free_memory(device)):
         yield
         return
     _RESIDENT[id(X)] = (X, to_tensor(X, dtype=None, device=device))
@@ -464,6 +485,9 @@ def to_tensor(a, *, dtype: torch.dtype | None = torch.float32, device="cpu") -> 
     To a GPU the rows travel in the narrower of their own and the target dtype (a float32 set asked
     for as float64 is uploaded as float32 and widened on the device, exactly; :func:`upload`).
     """
+    held = _resident_rows(a, torch.device(device))
+    if held is not None:  # rows of a set held on the device (:func:`resident`): no upload
+        return held if dtype is None else held.to(dtype)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         if torch.device(device).type != "cuda":
