@@ -21,9 +21,24 @@ On a machine where torch sees no CUDA device it prints one line saying so and ex
    computes it), since papermill and nbconvert need not be installed here; it gets the rest of the budget and
    says so when it does not finish.
 
-6. **Profiles** (only with ``--profile-dir``): ``torch.profiler`` tables and a ``cProfile`` of the exact search
+6. **Split products and one upload** (``split``): the exact search on one TF32 pass and on the split product
+   (``tf32x3``: three TF32 passes, :data:`~embeval_report.kernels.device.TF32X3`), the same lists, and the TF32
+   search inside :func:`~embeval_report.kernels.device.resident` (the set uploaded once for the corpus and every
+   query block).
+7. **Entries within the bound** (``entries``, also without a device: float64 products of the rounded inputs, which is
+   what a GPU's candidates are up to the bound): per query row, how many corpus rows lie within B and 2B of its k-th
+   score for each candidate product (TF32, the split, bfloat16, float32) on clustered rows; the count is what the
+   kept-entry pass re-scores, so it decides whether the split's two extra passes pay.
+
+8. **Profiles** (only with ``--profile-dir``): ``torch.profiler`` tables and a ``cProfile`` of the exact search
    (``--profile-n`` rows) and of the shared graph's sweep (half as many), one text file each, for the next step
    when a target is missed.
+
+Isotropy's bootstrap is also timed with its eigendecompositions spread over 4 and 8 CUDA streams
+(:data:`~embeval_report.kernels.spectra.EIG_STREAMS`), the same intervals required.
+
+Without a CUDA device it prints the GPU figures as "no device lent" and measures the entries within the bound by
+emulation on the CPU (``--emulate-n`` rows, 20,000 by default; a few seconds).
 
 Prints one line per figure as it is measured and a summary table at the end. Each section runs in its own
 process (a fresh CUDA context; a timeout). ``--n``/``--d``/``--report-n`` shrink the sizes;
@@ -43,12 +58,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 #: seconds each section may take at most (the intrinsic report: whatever is left of the budget)
-CAPS = {"tests": 100, "knn": 140, "isotropy": 45, "roundtrips": 45, "profile": 90}
+CAPS = {"tests": 100, "knn": 140, "isotropy": 60, "roundtrips": 45, "split": 120, "entries": 40, "profile": 90}
 TARGETS = {"knn": 10.0, "isotropy": 1.0, "report": 300.0}
 
 
-def _data(n: int, d: int, dev, seed: int = 0):
-    """Clustered float32 rows, generated on ``dev`` (64 centres + noise, as bench_knn's data)."""
+def _data(n: int, d: int, dev, seed: int = 0, spread: float = 0.8):
+    """Clustered float32 rows, generated on ``dev`` (64 centres + noise of sd ``spread``, as bench_knn's data)."""
     import torch
 
     g = torch.Generator(device=dev).manual_seed(seed)
@@ -57,7 +72,7 @@ def _data(n: int, d: int, dev, seed: int = 0):
     for s in range(0, n, 262_144):
         m = min(262_144, n - s)
         pick = torch.randint(0, 64, (m,), generator=g, device=dev)
-        X[s:s + m] = centres[pick] + 0.8 * torch.randn(m, d, generator=g, device=dev)
+        X[s:s + m] = centres[pick] + spread * torch.randn(m, d, generator=g, device=dev)
     return X
 
 
@@ -147,8 +162,76 @@ def section_isotropy(a, dev) -> dict:
     t_plain, _ = _timed(plain, dev)
     measure_isotropy(host[:10_000], n_boot=0, device=dev)  # warm-up
     t0, _ = _timed(lambda: measure_isotropy(host, n_boot=0, device=dev), dev)
-    t200, _ = _timed(lambda: measure_isotropy(host, device=dev), dev)
-    return dict(n=a.n, d=a.d, plain_s=t_plain, iso_s=t0, iso_boot_s=t200)
+    t200, ref = _timed(lambda: measure_isotropy(host, device=dev), dev)
+    streams = {}
+    from embeval_report.kernels import spectra
+
+    for count in (4, 8):  # the bootstrap's eigendecompositions spread over CUDA streams: the same intervals?
+        spectra.EIG_STREAMS = count
+        t, res = _timed(lambda: measure_isotropy(host, device=dev), dev)
+        same = all((res.metrics[k].ci_low, res.metrics[k].ci_high) == (m.ci_low, m.ci_high)
+                   for k, m in ref.metrics.items())
+        streams[str(count)] = dict(seconds=t, same=same)
+    spectra.EIG_STREAMS = 1
+    return dict(n=a.n, d=a.d, plain_s=t_plain, iso_s=t0, iso_boot_s=t200, streams=streams)
+
+
+def section_split(a, dev) -> dict:
+    """The exact search on one TF32 pass and on the split product, and the TF32 search on a set held on the device
+    (:func:`~embeval_report.kernels.device.resident`: one upload for the corpus and every query block)."""
+    import numpy as np
+    import torch
+
+    from embeval_report.kernels import neighbours as nb
+    from embeval_report.kernels.device import TF32, TF32X3, resident
+
+    k = 10
+    host = _data(a.n, a.d, dev).cpu().numpy()
+    out, lists = {}, {}
+    for product in (TF32, TF32X3):
+        stats = {}
+        out[f"{product.name}_s"], ((lists[product.name], _),) = _timed(
+            lambda: nb._search(host, host, [(k, None)], "cosine", True, dev, None, product=product, stats=stats)[0],
+            dev)
+        out[f"{product.name}_searched_again"] = stats.get("searched_again")
+        torch.cuda.empty_cache() if dev.type == "cuda" else None
+    with resident(host, dev):
+        out["resident_s"], ((held, _),) = _timed(
+            lambda: nb._search(host, host, [(k, None)], "cosine", True, dev, None, product=TF32)[0], dev)
+    return dict(n=a.n, d=a.d, same=bool(np.array_equal(lists["tf32"], lists["tf32x3"])),
+                resident_same=bool(np.array_equal(lists["tf32"], held)), **out)
+
+
+def entries_within_bound(n: int, d: int, dev, *, queries: int = 300, k: int = 10, spread: float = 0.8) -> dict:
+    """Per query row, the mean number of corpus rows whose float64 cosine lies within B and within 2B of the row's
+    k-th (self excluded), for each candidate product's bound B (:func:`~embeval_report.kernels.device.product_bound`
+    with the rows' measured rounding residuals), on :func:`_data`'s clustered rows: what the kept-entry pass keeps
+    (2B) and re-scores (B). Float64 products, so it runs the same on a CPU (an emulation of the GPU's candidates:
+    they are within B of these products)."""
+    import torch
+
+    from embeval_report.kernels import device as dv
+
+    X = _data(n, d, dev, seed=4, spread=spread)
+    U = torch.nn.functional.normalize(X.double(), dim=1)
+    Q = U[:queries]
+    S = Q @ U.T
+    S[torch.arange(len(Q), device=dev), torch.arange(len(Q), device=dev)] = -torch.inf
+    t_k = torch.topk(S, k, dim=1).values[:, -1]
+    out = {}
+    for p in (dv.TF32, dv.TF32X3, dv.BF16, dv.FP32):
+        r = p.rounded(U).double()
+        q = r[:queries]
+        B = dv.product_bound(q.norm(dim=1), (q - Q).norm(dim=1), float(U.norm(dim=1).max()),
+                             float((r - U).norm(dim=1).max()), float(r.norm(dim=1).max()), d, p)
+        out[p.name] = dict(bound=float(B.mean()), within_b=float((S >= (t_k - B)[:, None]).sum(1).double().mean()),
+                           within_2b=float((S >= (t_k - 2 * B)[:, None]).sum(1).double().mean()))
+    return dict(n=n, d=d, k=k, queries=queries, spread=spread, products=out)
+
+
+def section_entries(a, dev) -> dict:
+    n = a.emulate_n if dev.type == "cpu" else min(a.n, 200_000)
+    return dict(clustered=entries_within_bound(n, a.d, dev), tight=entries_within_bound(n, a.d, dev, spread=0.3))
 
 
 def section_roundtrips(a, dev) -> dict:
@@ -310,7 +393,8 @@ def _run_tests(timeout: float) -> dict:
 
 def _section(name: str, a, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--section", name, "--n", str(a.n), "--d", str(a.d), "--report-n",
-           str(a.report_n), "--device", a.device, "--profile-n", str(a.profile_n), "--profile-dir", a.profile_dir]
+           str(a.report_n), "--device", a.device, "--profile-n", str(a.profile_n), "--profile-dir", a.profile_dir,
+           "--emulate-n", str(a.emulate_n)]
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, timeout), env=env)
@@ -334,7 +418,11 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--profile-dir", default="", help="write profiles of the search and the shared graph here")
     ap.add_argument("--profile-n", type=int, default=200_000, help="rows of the profiled search (the graph: half)")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip (tests, knn, isotropy, roundtrips, profile, report)")
+    ap.add_argument("--emulate-n", type=int, default=20_000,
+                    help="rows of the entries-within-the-bound emulation without a device")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated sections to skip (tests, knn, isotropy, roundtrips, split, entries, profile, "
+                         "report)")
     ap.add_argument("--section", help=argparse.SUPPRESS)
     a = ap.parse_args()
     import torch
@@ -342,11 +430,17 @@ def main() -> int:
     dev = torch.device(a.device)
     if a.section:
         fn = {"knn": section_knn, "isotropy": section_isotropy, "roundtrips": section_roundtrips,
-              "profile": section_profile, "report": section_report}[a.section]
+              "split": section_split, "entries": section_entries, "profile": section_profile,
+              "report": section_report}[a.section]
         print(json.dumps(fn(a, dev)), flush=True)
         return 0
     if dev.type == "cuda" and not torch.cuda.is_available():
-        print(f"bench-gpu: torch {torch.__version__} sees no CUDA device on this machine; nothing to run.")
+        print(f"bench-gpu: torch {torch.__version__} sees no CUDA device on this machine: no device lent; the GPU "
+              f"figures are not measured. The entries within each product's bound, emulated on the CPU "
+              f"({a.emulate_n:,} x {a.d} clustered rows):", flush=True)
+        a.device, started = "cpu", time.perf_counter()
+        res = {"entries": _section("entries", a, 600)}
+        _summary(res, time.perf_counter() - started, lent=False)
         return 0
     started = time.perf_counter()
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU (dry run)"
@@ -359,7 +453,7 @@ def main() -> int:
         print(f"GPU tests (pytest -k cuda): {t['summary']} in {t['seconds']:.0f} s"
               + (f"; failed: {', '.join(t['failed'])}" if t["failed"] else "")
               + (f"; not importable here: {', '.join(t['uncollected'])}" if t["uncollected"] else ""), flush=True)
-    for sec in ("knn", "isotropy", "roundtrips", "profile", "report"):
+    for sec in ("knn", "isotropy", "roundtrips", "split", "entries", "profile", "report"):
         if sec in skip or (sec == "profile" and not a.profile_dir):
             continue
         left = a.budget - (time.perf_counter() - started)
@@ -374,8 +468,14 @@ def main() -> int:
     return 1 if failed else 0
 
 
-def _summary(res: dict, seconds: float) -> None:
+def _summary(res: dict, seconds: float, lent: bool = True) -> None:
     rows = []
+    if not lent:
+        rows += [(figure, "no device lent", "", target, "")
+                 for figure, target in (("exact k-NN 1,000,000 x 768 vs plain torch TF32 + topk", ">= 1.0x, <= 10 s"),
+                                        ("isotropy 1,000,000 x 768 and its 200-replicate bootstrap", "<= 1 s"),
+                                        ("intrinsic report 1,000,000 x 768", "<= 5 min"),
+                                        ("search on split products (tf32x3) vs one TF32 pass", "same lists"))]
     if "tests" in res:
         t = res["tests"]
         rows.append(("GPU tests (pytest -k cuda)", t["summary"], "", "all pass", "yes" if not t["failed"] else "NO"))
@@ -403,6 +503,9 @@ def _summary(res: dict, seconds: float) -> None:
                      f"{i['plain_s'] / i['iso_boot_s']:.2f} x torch", f"<= {TARGETS['isotropy']:.0f} s",
                      "yes" if i["iso_boot_s"] <= TARGETS["isotropy"] else "no"))
         rows.append(("  plain torch covariance + eigvalsh", f"{i['plain_s']:.2f} s", "1.00", "", ""))
+        for count, v in i.get("streams", {}).items():
+            rows.append((f"  bootstrap on {count} CUDA streams", f"{v['seconds']:.2f} s",
+                         f"{i['plain_s'] / v['seconds']:.2f} x torch", "same intervals", "yes" if v["same"] else "NO"))
     elif "isotropy" in res:
         rows.append(("isotropy", res["isotropy"].get("error", "?"), "", "", ""))
     r = res.get("roundtrips", {})
@@ -417,6 +520,22 @@ def _summary(res: dict, seconds: float) -> None:
                      "no" if r["procrustes"][1] == 0 else "yes"))
     elif "roundtrips" in res:
         rows.append(("host round trips", res["roundtrips"].get("error", "?"), "", "", ""))
+    x = res.get("split", {})
+    if "tf32_s" in x:
+        rows.append((f"search {x['n']:,} x {x['d']}: one TF32 pass / split (tf32x3)",
+                     f"{x['tf32_s']:.1f} s / {x['tf32x3_s']:.1f} s", f"{x['tf32_s'] / x['tf32x3_s']:.2f} x",
+                     "same lists", "yes" if x["same"] else "NO"))
+        rows.append(("  the TF32 search on a held set (one upload)", f"{x['resident_s']:.1f} s",
+                     f"{x['tf32_s'] / x['resident_s']:.2f} x", "same lists", "yes" if x["resident_same"] else "NO"))
+    elif "split" in res:
+        rows.append(("split products", res["split"].get("error", "?"), "", "", ""))
+    e = res.get("entries", {})
+    for name, v in ((k_, e[k_]) for k_ in ("clustered", "tight") if k_ in e):
+        for prod, c in v["products"].items():
+            rows.append((f"entries within B / 2B of the k-th, {name} {v['n']:,} x {v['d']}, {prod}",
+                         f"{c['within_b']:.2f} / {c['within_2b']:.2f}", f"B = {c['bound']:.2e}", f"k = {v['k']}", ""))
+    if "error" in e:
+        rows.append(("entries within the bound", e["error"], "", "", ""))
     f = res.get("profile", {})
     for name, v in f.items():
         if name == "sweep_cols":
