@@ -34,7 +34,8 @@ class DemoReport:
 def built_once(tmp_path_factory, name: str, build) -> tuple[Path, dict]:
     """``build(folder) -> record`` (JSON) run once per test session, whichever pytest-xdist worker needs it first
     (holding a file lock; the others wait for it and read its record): a report several test modules or both
-    workers read is written once. Returns the folder and the record."""
+    workers read is written once. ``folder`` exists (empty) when ``build`` starts. Returns the folder and the
+    record."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # the folder of this session's workers' own folders
@@ -42,6 +43,7 @@ def built_once(tmp_path_factory, name: str, build) -> tuple[Path, dict]:
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not record.exists():
+            folder.mkdir(exist_ok=True)
             record.write_text(json.dumps(build(folder)))
     return folder, json.loads(record.read_text())
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from api_sets import CHAPTERS, metric_values, write_small_set
+from conftest import built_once
 
 from embeval_report import Comparison, InputError, Report, compare, evaluate, load_source
 from embeval_report.cli import main
@@ -24,13 +25,16 @@ def _metrics(folder):
 def made(tmp_path_factory):
     """The small set, and the command line's reports on its manifest (isotropy, retrieval) and on its bare vectors
     file (isotropy)."""
-    tmp = tmp_path_factory.mktemp("api")
-    manifest = write_small_set(tmp / "set")
-    assert main(["run", str(manifest), "--out", str(tmp / "cli"), "--chapters", ",".join(CHAPTERS), "--formats",
-                 "html", "--seed", "3", "--set", "k=7"]) == 0
-    assert main(["run", str(tmp / "set" / "vectors.npy"), "--out", str(tmp / "cli-file"), "--chapters", "isotropy",
-                 "--formats", "html", "--seed", "3"]) == 0
-    return tmp, manifest
+    def build(tmp):
+        manifest = write_small_set(tmp / "set")
+        return {"rc": [main(["run", str(manifest), "--out", str(tmp / "cli"), "--chapters", ",".join(CHAPTERS),
+                             "--formats", "html", "--seed", "3", "--set", "k=7"]),
+                       main(["run", str(tmp / "set" / "vectors.npy"), "--out", str(tmp / "cli-file"), "--chapters",
+                             "isotropy", "--formats", "html", "--seed", "3"])]}
+
+    tmp, done = built_once(tmp_path_factory, "api-reports", build)  # once per session, not once per worker
+    assert done["rc"] == [0, 0]
+    return tmp, tmp / "set" / "manifest.yaml"
 
 
 def test_evaluate_on_a_manifest_gives_the_command_lines_metrics(made):

@@ -6,6 +6,7 @@ import nbformat
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import built_once
 from pypdf import PdfReader
 
 from embeval_report import chapters as chapters_mod
@@ -49,12 +50,15 @@ def check_metrics_schema(doc):
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("e2e")
-    manifest = write_set(tmp)
-    out = tmp / "out"
-    assert main(["run", str(manifest), "--out", str(out), "--seed", "3", "--title", "Tiny <b>report</b>",
-                 "--jobs", "2"]) == 0
-    return out
+    """Every chapter whose inputs exist, HTML and PDF, --jobs 2: written once per session (conftest.built_once),
+    whichever worker needs it first; read it, copy it before changing it."""
+    def build(tmp):
+        return {"rc": main(["run", str(write_set(tmp)), "--out", str(tmp / "out"), "--seed", "3", "--title",
+                            "Tiny <b>report</b>", "--jobs", "2"])}
+
+    tmp, done = built_once(tmp_path_factory, "e2e-report", build)
+    assert done["rc"] == 0
+    return tmp / "out"
 
 
 def test_numbers_do_not_depend_on_jobs(report, tmp_path, monkeypatch):

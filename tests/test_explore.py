@@ -28,10 +28,14 @@ FINDING = {"severity": "problematic", "category": "model", "chapter": "isotropy"
 
 @pytest.fixture(scope="module")
 def small_report(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("explore")
-    manifest = write_small_set(tmp / "set")
-    assert main(["run", str(manifest), "--out", str(tmp / "report"), "--chapters", ",".join(CHAPTERS),
-                 "--formats", "html"]) == 0
+    from conftest import built_once
+
+    def build(tmp):
+        return {"rc": main(["run", str(write_small_set(tmp / "set")), "--out", str(tmp / "report"), "--chapters",
+                            ",".join(CHAPTERS), "--formats", "html"])}
+
+    tmp, done = built_once(tmp_path_factory, "explore-report", build)  # once per session, not per worker
+    assert done["rc"] == 0
     return tmp / "report"
 
 

@@ -31,17 +31,21 @@ def _label_set(folder, seed: int, name: str, n: int = 90, classes: int = 3):
 @pytest.fixture(scope="module")
 def label_only(tmp_path_factory):
     """``embeval-report compare`` of two label-only models (isotropy): its exit status, stderr and folder."""
-    tmp = tmp_path_factory.mktemp("label-only")
-    a, b = _label_set(tmp / "a", 0, "a"), _label_set(tmp / "b", 1, "b")
-    out = tmp / "cmp"
     import contextlib
     import io
 
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        rc = main(["compare", str(a), str(b), "--out", str(out), "--chapters", "isotropy", "--formats", "html",
-                   "--device", "cpu"])
-    return rc, err.getvalue(), out
+    from conftest import built_once
+
+    def build(tmp):
+        a, b = _label_set(tmp / "a", 0, "a"), _label_set(tmp / "b", 1, "b")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = main(["compare", str(a), str(b), "--out", str(tmp / "cmp"), "--chapters", "isotropy", "--formats",
+                       "html", "--device", "cpu"])
+        return {"rc": rc, "err": err.getvalue()}
+
+    tmp, done = built_once(tmp_path_factory, "label-only-compare", build)  # once per session, not per worker
+    return done["rc"], done["err"], tmp / "cmp"
 
 
 # ------------------------------------------------------------------------------------------ 1. compare

@@ -420,10 +420,14 @@ def lee_report(minilm_dir, tmp_path_factory):
     """The text demo (Lee corpus, packaged MiniLM), retrieval chapter only, through the command line."""
     from embeval_report.cli import main
 
-    root = tmp_path_factory.mktemp("lee")
-    code = main(["demo", "--text", "--out", str(root / "report"), "--chapters", "retrieval", "--renderer", "builtin",
-                 "--formats", "html", "--embedding-cache", str(root / "cache")])
-    assert code == 0
+    from conftest import built_once
+
+    def build(root):
+        return {"rc": main(["demo", "--text", "--out", str(root / "report"), "--chapters", "retrieval", "--renderer",
+                            "builtin", "--formats", "html", "--embedding-cache", str(root / "cache")])}
+
+    root, done = built_once(tmp_path_factory, "lee-report", build)  # once per session, not per worker
+    assert done["rc"] == 0
     return root
 
 

@@ -217,16 +217,21 @@ def leaks(folder, strings, host=socket.gethostname()) -> list[str]:
 @pytest.fixture(scope="module")
 def published(tmp_path_factory):
     """A report (HTML and PDF) of a manifest with metadata, written next to its input."""
-    root = tmp_path_factory.mktemp("published")
-    data = root / "in"
-    small_set(data, n=80, d=8)
-    ids = [f"u{i}" for i in range(80)]
-    (data / "ids.txt").write_text("".join(f"{i}\n" for i in ids))
-    (data / "meta.csv").write_text("id,label\n" + "".join(f"{i},{'ab'[k % 2]}\n" for k, i in enumerate(ids)))
-    (data / "m.yaml").write_text("name: tiny\nvectors: v.npy\nids: ids.txt\nmetadata: meta.csv\n")
-    out = root / "reports" / "r"
-    assert main(["run", str(data / "m.yaml"), "--out", str(out), "--chapters", "isotropy"]) == 0
-    return root, data / "m.yaml", out
+    from conftest import built_once
+
+    def build(root):
+        data = root / "in"
+        small_set(data, n=80, d=8)
+        ids = [f"u{i}" for i in range(80)]
+        (data / "ids.txt").write_text("".join(f"{i}\n" for i in ids))
+        (data / "meta.csv").write_text("id,label\n" + "".join(f"{i},{'ab'[k % 2]}\n" for k, i in enumerate(ids)))
+        (data / "m.yaml").write_text("name: tiny\nvectors: v.npy\nids: ids.txt\nmetadata: meta.csv\n")
+        return {"rc": main(["run", str(data / "m.yaml"), "--out", str(root / "reports" / "r"), "--chapters",
+                            "isotropy"])}
+
+    root, done = built_once(tmp_path_factory, "published", build)  # once per session, not per worker
+    assert done["rc"] == 0
+    return root, root / "in" / "m.yaml", root / "reports" / "r"
 
 
 def test_published_files_hold_no_private_path(published):
