@@ -34,6 +34,26 @@ class BlockMoments:
         w = np.ones(len(self.count)) if weights is None else np.asarray(weights, float)
         return float(w @ self.count), np.tensordot(w, self.s, 1), np.tensordot(w, self.G, 1)
 
+    def totals(self, W: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`total` for each row of the block weights ``W`` (replicates × blocks) at once, by one product
+        with the blocks' moments (not one pass over them per replicate): ``(N (r,), s (r, d), G (r, d, d))``, the
+        same sums as :meth:`total` row by row to rounding (another summation order)."""
+        W = np.asarray(W, float)
+        d = self.s.shape[1]
+        return W @ self.count, W @ self.s, (W @ self.G.reshape(len(self.count), -1)).reshape(len(W), d, d)
+
+    def replicate_totals(self, W: np.ndarray, d_total: int | None = None):
+        """:meth:`totals` of the rows of ``W`` a chunk of replicates at a time, the chunk's moments within
+        :data:`REPLICATE_BYTES`: yields ``(rows, (N, s, G))``."""
+        d = d_total or self.s.shape[1]
+        step = max(1, REPLICATE_BYTES // (8 * d * d))
+        for r in range(0, len(W), step):
+            yield slice(r, r + step), self.totals(W[r:r + step])
+
+
+#: bytes of replicates' moment matrices :meth:`BlockMoments.replicate_totals` forms at once
+REPLICATE_BYTES = 64 * 2**20
+
 
 #: rows of one block wanted from each chunk: with fewer the per-block d x d products are small and slow (a set
 #: of 10^6 x 768 in 56 blocks took three times its single-product time in the default chunks of 10,900 rows)

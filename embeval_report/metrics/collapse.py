@@ -40,8 +40,8 @@ from ..kernels import as_numpy, column_mean, knn, resolve_device
 from ..kernels.neighbours import usable_k
 from ..kernels.pairs import neighbour_distances as exact_distances
 from ..kernels.moments import resampled_moments
-from ..stats import MIN_BLOCKS, PlannedIntervals, ResamplingPlan, bootstrap_ci
-from .isotropy import covariance_from_moments, no_variance, spectral_metrics
+from ..stats import MIN_BLOCKS, PlannedIntervals, ResamplingPlan, bootstrap_ci, bootstrap_weights
+from .isotropy import covariance_from_moments, covariance_replicate_spectra, no_variance, spectral_metrics
 from .spec import MetricSpec, specs
 from .thresholds import THRESHOLDS
 
@@ -374,12 +374,34 @@ def _spectra(N: float, s: np.ndarray, G: np.ndarray, shift: np.ndarray, n: int
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Covariance eigenvalues, centred and raw singular values, per-coordinate variances."""
     C = covariance_from_moments(N, s, G)
-    lam = np.sort(np.linalg.eigvalsh(C))[::-1]
-    lam[lam <= lam[0] * len(lam) * np.finfo(float).eps] = 0.0  # numerical zeros of a rank-deficient set
     raw = G + np.outer(s, shift) + np.outer(shift, s) + N * np.outer(shift, shift)  # sum_i x_i x_i^T
-    mu2 = np.sort(np.linalg.eigvalsh(raw))[::-1][:min(n, len(lam))]
+    return _from_spectra(N, np.linalg.eigvalsh(C), np.linalg.eigvalsh(raw), np.diag(C).copy(), n)
+
+
+def _from_spectra(N: float, eig: np.ndarray, raw_eig: np.ndarray, var: np.ndarray, n: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_spectra` from the ascending spectra of the covariance and of the raw second moment."""
+    lam = np.sort(eig)[::-1]
+    lam[lam <= lam[0] * len(lam) * np.finfo(float).eps] = 0.0  # numerical zeros of a rank-deficient set
+    mu2 = np.sort(raw_eig)[::-1][:min(n, len(lam))]
     mu2[mu2 <= mu2[0] * len(lam) * np.finfo(float).eps] = 0.0
-    return lam, np.sqrt(N * lam), np.sqrt(mu2), np.diag(C).copy()
+    return lam, np.sqrt(N * lam), np.sqrt(mu2), var
+
+
+def _replicate_spectra(X, plan: ResamplingPlan, mom, shift: np.ndarray, n: int, seed: int):
+    """:func:`_spectra` of each bootstrap replicate of ``plan``, all at once: the covariance spectra shared with
+    the isotropy chapter (:func:`~.isotropy.covariance_replicate_spectra`), the raw second moments' by a stacked
+    ``eigvalsh``, the replicates' moments by one product a chunk at a time. Equal to one replicate at a time to
+    rounding (another order of summation)."""
+    W = bootstrap_weights(plan.units, plan.n_boot, seed)
+    eig = covariance_replicate_spectra(X, plan, mom, seed)
+    outer = np.outer(shift, shift)
+    for rows, (N, s, G) in mom.replicate_totals(W):
+        m = s / N[:, None]
+        var = np.diagonal(G, axis1=1, axis2=2) / N[:, None] - m * m
+        raw = G + s[:, :, None] * shift[None, None, :] + shift[None, :, None] * s[:, None, :] + N[:, None, None] * outer
+        for N_r, e, r, v in zip(N, eig[rows], np.linalg.eigvalsh(raw), var):
+            yield N_r, _from_spectra(N_r, e, r, v.copy(), n)
 
 
 def resampling_plan(n: int, d: int, n_boot: int) -> ResamplingPlan:
@@ -444,9 +466,8 @@ def measure_collapse(X, *, dead_threshold: float = DEAD_THRESHOLD, dead_referenc
     scale = float(mean @ mean)
     centred = ("effective_rank", "stable_rank") + (("dead_dimensions",) if dead_reference != "absolute" else ())
 
-    def compute(w=None):
-        N, s, G = mom.total(w)
-        lam, sv, raw_sv, var = _spectra(N, s, G, mean, n)
+    def compute(w=None, spectra=None):
+        lam, sv, raw_sv, var = _spectra(*mom.total(w), mean, n) if spectra is None else spectra
         dead, cut = dead_dimensions(var, dead_threshold, dead_reference)
         vals = dict(effective_rank=effective_rank(sv), stable_rank=stable_rank(sv), rankme=rankme(raw_sv),
                     dead_dimensions=dead)
@@ -466,7 +487,11 @@ def measure_collapse(X, *, dead_threshold: float = DEAD_THRESHOLD, dead_referenc
     bounds = (1.0, float(d))
     cis, corrected, pr_ci = {}, {}, (None, None)
     if plan.active:
-        reps = plan.replicates(lambda w: (lambda v: [v[0][k_] for k_ in names] + [v[1]])(compute(w)), seed=seed)
+        def replicate(v):
+            return [v[0][k_] for k_ in names] + [v[1]]
+
+        reps = (np.array([replicate(compute(spectra=sp)) for _, sp in _replicate_spectra(X, plan, mom, mean, n, seed)])
+                if plan.method == "bootstrap" else plan.replicates(lambda w: replicate(compute(w)), seed=seed))
         for i, name in enumerate(names):
             if name == "dead_dimensions":  # a count: percentile interval of the resampled counts
                 cis[name] = plan.interval(values[name], reps[:, i], level, (0.0, float(d)), kind="percentile")

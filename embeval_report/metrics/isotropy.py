@@ -240,6 +240,8 @@ def measure_isotropy(X, *, n_boot: int = 200, sample_size: int | None = None, le
         if plan.method == "bootstrap" and dev.type in BATCHED_REPLICATES:
             reps = np.array([[v[k] for k in names] for v in _batched_replicates(plan, cov_m, cos_m, d, scale, seed,
                                                                                 dev)])
+        elif plan.method == "bootstrap":
+            reps = np.array([[v[k] for k in names] for v in _host_replicates(X, plan, cov_m, cos_m, d, scale, seed)])
         else:
             reps = plan.replicates(lambda w: (lambda v: [v[k] for k in names])(compute(w)[0]), seed=seed)
         for i, k in enumerate(names):
@@ -276,6 +278,39 @@ def _batched_replicates(plan, cov_m, cos_m, d: int, scale: float, seed: int, dev
     Equal to the one-replicate-at-a-time values to rounding."""
     host = replicate_spectra(bootstrap_weights(plan.units, plan.n_boot, seed), cov_m, cos_m, d, dev)
     return [_moment_values(e, d, scale, float(ss), float(g2), float(n_r), float(sm)) for e, n_r, ss, g2, sm in zip(*host)]
+
+
+def covariance_replicate_spectra(X, plan: ResamplingPlan, mom, seed: int) -> np.ndarray:
+    """The covariance spectra (ascending, one row per replicate) of the block bootstrap ``plan`` over the block
+    moments ``mom`` (:func:`covariance_moments`), the replicates' moments a chunk at a time by one product
+    (:meth:`~embeval_report.kernels.blocks.BlockMoments.replicate_totals`) and their spectra by a stacked
+    ``eigvalsh``. The isotropy and collapse chapters resample the same moments with the same draws: the run's
+    moments cache (:func:`~embeval_report.kernels.moments_cache.remembered`) gives the second chapter the first
+    one's spectra (200 eigendecompositions of d x d, about 4 s at d = 384 on two cores)."""
+    W = bootstrap_weights(plan.units, plan.n_boot, seed)
+
+    def compute():
+        out = np.empty((len(W), mom.s.shape[1]))
+        for rows, (N, s, G) in mom.replicate_totals(W):
+            m = s / N[:, None]
+            out[rows] = np.linalg.eigvalsh(G / N[:, None, None] - m[:, :, None] * m[:, None, :])
+        return (out,)
+
+    what = f"covariance_replicate_spectra|{plan.units}|{plan.n_boot}|{seed}|{digest(mom.count, mom.s, mom.shift)}"
+    return remembered(X, what, compute)[0]
+
+
+def _host_replicates(X, plan, cov_m, cos_m, d: int, scale: float, seed: int) -> list[dict]:
+    """:func:`measure_isotropy`'s bootstrap replicates on the host, all at once: the covariance spectra from
+    :func:`covariance_replicate_spectra`, the cosine sums from the replicates' moments by one product a chunk at
+    a time. Equal to the one-replicate-at-a-time values to rounding (another order of summation)."""
+    W = bootstrap_weights(plan.units, plan.n_boot, seed)
+    eig = covariance_replicate_spectra(X, plan, cov_m, seed)
+    N, same = W @ cov_m.count, (W * W) @ cos_m.count
+    ss, gg = np.empty(len(W)), np.empty(len(W))
+    for rows, (_, su, Gu) in cos_m.replicate_totals(W):
+        ss[rows], gg[rows] = (su * su).sum(1), (Gu * Gu).sum((1, 2))
+    return [_moment_values(*args) for args in zip(eig, [d] * len(W), [scale] * len(W), ss, gg, N, same)]
 
 
 def _moment_values(eig: np.ndarray, d: int, scale: float, ss: float, gg: float, n: float, same: float) -> dict:
