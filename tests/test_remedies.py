@@ -39,3 +39,41 @@ def test_each_flagged_diagnostic_gets_its_standard_remedy_unless_all_are_asked_f
                                                                                        "whitening"]
     assert chapter._checked(flagged, chapters, "all") == ["centring", "all-but-the-top", "whitening"]
     assert [o.name for o in chapter.CHAPTER.options] == ["mde", "remedies"]
+
+
+def test_a_probe_that_standardises_its_features_is_not_refitted_after_centring(monkeypatch):
+    """Centring cannot change the node-classification probe (it standardises on the training folds): the scorer
+    says so, the units on the centred set equal the original ones, and the remedy check pairs the recorded units
+    with themselves without scoring again."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from embeval_report.chapters import node_classification
+    from embeval_report.metrics import classification as nc
+    from embeval_report.metrics.scoring import Aggregate, TaskScorer
+
+    rng = np.random.default_rng(3)
+    y = np.repeat(["a", "b", "c"], 60)
+    X = (rng.standard_normal((180, 6)) + 1.5 * (y == "a")[:, None] + 5.0).astype(np.float32)
+    plan = nc.probe_plan(nc.as_labelset(y, len(X), 5, "label"), seed=0)
+    centred = remedied_rows(X, fit_remedy(X, "centring"))
+    assert "centring" in node_classification.SCORER.invariant
+    pd.testing.assert_frame_equal(nc.probe_units(X, plan), nc.probe_units(centred, plan))
+
+    units = pd.DataFrame({"u": ["x", "y", "z"], "v": [1.0, 0.0, 1.0]})
+
+    def no_scoring(*_):
+        raise AssertionError("scored again")
+
+    scorer = TaskScorer(unit="units", key="u", columns=("v",), aggregates=(Aggregate("v", mean_of="v"),),
+                        inputs=lambda *_: None, plan=lambda *_: {}, score=no_scoring,
+                        invariant={"centring": "undone by the protocol"})
+    monkeypatch.setattr(chapter, "read_units", lambda *_: units)
+    ctx = SimpleNamespace(es=None, side=None, settings=None, rec=SimpleNamespace(results_dir="."), level=0.95, seed=0)
+    spec = SimpleNamespace(name="task", title="Task", scorer=scorer)
+    record = {"info": {"units": {}}, "metrics": {"v": {"label": "V"}}}
+    rows = chapter._task_rows(ctx, spec, record, SimpleNamespace(name="centring"), None, {})
+    assert [(r["metric"], r["result"].diff, r["result"].n) for r in rows] == [("v", 0.0, 3)]
+    with pytest.raises(AssertionError, match="scored again"):
+        chapter._task_rows(ctx, spec, record, SimpleNamespace(name="whitening", apply=None), None, {})

@@ -75,9 +75,9 @@ def _weighted(metric: str):
 #: k-means against the labels, scored per entity: its cluster and its silhouettes
 SCORER = TaskScorer(
     unit="entities", key="entity", columns=("label", "y", "cluster", "silhouette", "label_silhouette"),
-    aggregates=(Aggregate("ari", fn=cl.partition_ari, boot=_weighted("ari")),
-                Aggregate("nmi", fn=cl.partition_nmi, boot=_weighted("nmi")),
-                Aggregate("ami", fn=cl.partition_ami, boot=_weighted("ami")),
+    aggregates=(Aggregate("ari", fn=cl.partition_ari, boot=_weighted("ari"), boot_exact=True),
+                Aggregate("nmi", fn=cl.partition_nmi, boot=_weighted("nmi"), boot_exact=True),
+                Aggregate("ami", fn=cl.partition_ami, boot=_weighted("ami"), boot_exact=True),
                 Aggregate("silhouette", mean_of="silhouette", task=False),
                 Aggregate("label_silhouette", mean_of="label_silhouette", task=False)),
     inputs=label_inputs, plan=clustering_plan,

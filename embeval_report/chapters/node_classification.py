@@ -47,9 +47,12 @@ def probe_plan(inputs: LabelInputs, settings) -> nc.ProbePlan:
 #: the probe, scored per entity: its out-of-fold prediction on the plan's folds
 SCORER = TaskScorer(
     unit="entities", key="entity", columns=("fold", "label", "predicted", "y", "y_pred", "correct"),
-    aggregates=(Aggregate("accuracy", fn=nc.fold_accuracy, unit_column="correct", boot=nc.fold_accuracy_weighted),
-                Aggregate("macro_f1", fn=nc.fold_macro_f1, unit_column="correct", boot=nc.fold_macro_f1_weighted)),
-    inputs=label_inputs, plan=probe_plan, score=lambda X, inputs, plan: nc.probe_units(X, plan))
+    aggregates=(Aggregate("accuracy", fn=nc.fold_accuracy, unit_column="correct", boot=nc.fold_accuracy_weighted,
+                          boot_exact=True),
+                Aggregate("macro_f1", fn=nc.fold_macro_f1, unit_column="correct", boot=nc.fold_macro_f1_weighted,
+                          boot_exact=True)),
+    inputs=label_inputs, plan=probe_plan, score=lambda X, inputs, plan: nc.probe_units(X, plan),
+    invariant={"centring": nc.CENTRING_INVARIANT})
 
 
 def compute(ctx: ChapterContext) -> NodeClassificationReport:

@@ -57,6 +57,7 @@ class RemediesReport:
     effect: str
     which: str = "standard"      # the remedies option: each diagnostic's standard remedies, or all it lists
     neighbours: dict | None = None  # without tasks: remedy -> its what-if on the top-k neighbour lists
+    unchanged: dict | None = None   # "remedy · task" -> why the remedy cannot change that task (not scored again)
 
 
 def flagged_diagnostics(records: dict, chapters) -> dict[str, list[str]]:
@@ -95,7 +96,7 @@ def compute(ctx: ChapterContext) -> RemediesReport:
     removed = records.get("correction", {}).get("info", {}).get("removed")
     if not tasks:  # nothing says what the geometry costs: what each remedy would do to the neighbour lists
         return _what_if(ctx, diagnostics, wanted, pcs, removed, effects)
-    rows, skipped, labels, seconds = [], {}, {}, {}
+    rows, skipped, labels, seconds, unchanged = [], {}, {}, {}, {}
     for name, answers in wanted.items():
         remedy = _fitted(ctx, name, removed, pcs, skipped)
         if remedy is None:
@@ -104,14 +105,17 @@ def compute(ctx: ChapterContext) -> RemediesReport:
         Y = remedied_rows(es.vectors, remedy)
         for spec in tasks:
             started = time.perf_counter()
-            rows += _task_rows(ctx, spec, records[spec.name], remedy, Y, skipped)
+            scored = _task_rows(ctx, spec, records[spec.name], remedy, Y, skipped)
+            rows += scored
             seconds[f"{name} · {spec.name}"] = round(time.perf_counter() - started, 2)
+            if scored and name in spec.scorer.invariant:
+                unchanged[f"{name} · {spec.name}"] = spec.scorer.invariant[name]
         del Y
     table = paired.compare_table(rows, correction="holm", effects=effects) if rows else pd.DataFrame()
     _record(ctx, table, diagnostics, labels, skipped, effects)
-    ctx.rec.note(seconds=seconds, which=ctx.option("remedies"))
+    ctx.rec.note(seconds=seconds, which=ctx.option("remedies"), unchanged=unchanged)
     return RemediesReport(table, diagnostics, labels, [t.name for t in tasks], skipped, effects.canonical(),
-                          ctx.option("remedies"))
+                          ctx.option("remedies"), unchanged=unchanged)
 
 
 def _fitted(ctx, name: str, removed, pcs, skipped: dict):
@@ -182,11 +186,14 @@ def _task_rows(ctx, spec, record: dict, remedy, Y, skipped: dict) -> list[dict]:
     if info.get("plan") and plan_fingerprint(plan) != info["plan"]:
         skipped[spec.name] = "its plan could not be made again as the chapter made it"
         return []
-    if scorer.map_inputs is not None:
-        inputs = scorer.map_inputs(inputs, remedy.apply)
     original = read_units(ctx.rec.results_dir, spec.name, info)
-    remedied = scorer.units(Y, inputs, plan)
-    remedied[scorer.key] = remedied[scorer.key].astype(str)
+    if remedy.name in scorer.invariant:  # the protocol undoes the remedy: the recorded units are the remedied ones
+        remedied = original.copy()
+    else:
+        if scorer.map_inputs is not None:
+            inputs = scorer.map_inputs(inputs, remedy.apply)
+        remedied = scorer.units(Y, inputs, plan)
+        remedied[scorer.key] = remedied[scorer.key].astype(str)
     rows = []
     for agg in scorer.aggregates:
         m = record["metrics"].get(agg.metric)
@@ -259,6 +266,9 @@ def narrative(rep: RemediesReport) -> str:
     if rep.which == "standard":
         parts.append("Each flagged diagnostic's standard remedies are checked; `--set remedies=all` checks every "
                      "remedy it lists (whitening too), each re-scoring every task again.")
+    if rep.unchanged:
+        parts.append("Not scored again, unchanged by construction: " + "; ".join(
+            f"{escape(k)} ({escape(v)})" for k, v in rep.unchanged.items()) + ".")
     if rep.skipped:
         parts.append("Not checked: " + "; ".join(f"{escape(k)} ({escape(v)})" for k, v in rep.skipped.items()) + ".")
     return "\n\n".join(parts)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from scipy import sparse
 from sklearn.dummy import DummyClassifier
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
@@ -54,6 +55,9 @@ MAX_PROBE_ENTITIES = 20_000
 MAX_CONFUSION_CLASSES = 15
 
 SEED_NC = "seed 000 §218.3"
+#: why centring every vector cannot change the probe's predictions (the remedy checks pair its units with themselves)
+CENTRING_INVARIANT = ("the probe standardises every feature on its training folds, which subtracts any common shift "
+                      "of the vectors: centring leaves its predictions as recorded")
 
 SPECS = specs(
     MetricSpec("accuracy", "Probe accuracy", "higher", r"\mathrm{acc} = \tfrac1n \sum_i [\hat y_i = y_i]",
@@ -200,10 +204,11 @@ def fold_macro_f1(units: pd.DataFrame) -> float:
 def _fold_counts(units: pd.DataFrame, W: np.ndarray, codes: np.ndarray, size: int,
                  weights: np.ndarray | None = None) -> np.ndarray:
     """Per bootstrap draw (rows of the unit counts ``W``) the weighted count of each code: ``W @ one-hot(codes)``
-    (times ``weights``), (draws × ``size``); integer-valued, so exact as the bincount of the drawn rows."""
-    onehot = np.zeros((len(units), size))
-    onehot[np.arange(len(units)), codes] = 1.0 if weights is None else weights
-    return W @ onehot
+    (times ``weights``), (draws × ``size``), through a sparse one-hot (a dense one is units × size, and its product
+    the bulk of a paired bootstrap); integer-valued, so exact as the bincount of the drawn rows."""
+    onehot = sparse.csr_matrix((np.ones(len(units)) if weights is None else np.asarray(weights, float),
+                                (np.arange(len(units)), codes)), shape=(len(units), size))
+    return np.asarray(onehot.T @ np.asarray(W, float).T).T
 
 
 def fold_accuracy_weighted(units: pd.DataFrame, W: np.ndarray) -> np.ndarray:

@@ -55,6 +55,9 @@ from ..stats import DEFAULT_LEVEL, adjust_pvalues, mean_ci, minimum_detectable_e
 RANDOMISATION_RESAMPLES = 4999
 #: values per batch of sign flips (bounds the memory of the randomisation test on many units)
 BATCH_VALUES = 500_000
+#: unit counts per call of an exact ``boot`` (:func:`resampled_values`, ``boot_exact``): 16 MiB of float64, 200
+#: draws of 10,000 units; the draws do not depend on it, and an exact boot's values do not either
+BOOT_BATCH_VALUES = 2_000_000
 #: fewest units for which a sampled p-value at its floor is replaced by the sign-flip null's normal limit
 ASYMPTOTIC_UNITS = 30
 #: bootstrap resamples of the rank intervals
@@ -148,7 +151,7 @@ def paired_comparison(a, b, *, direction: str = "higher", level: float = DEFAULT
 def paired_aggregate(fn, a: pd.DataFrame, b: pd.DataFrame, *, direction: str = "higher",
                      level: float = DEFAULT_LEVEL, seed: int = 0, n_resamples: int = AGGREGATE_RESAMPLES,
                      units: str = "units", unit_column: str | None = None,
-                     boot=None) -> tuple[PairedComparison, np.ndarray]:
+                     boot=None, boot_exact: bool = False) -> tuple[PairedComparison, np.ndarray]:
     r"""Compare a whole-table metric ``fn`` (macro-F1, ARI, Spearman's ρ, ROC-AUC: not a mean over units) of
     model A's and model B's unit tables ``a`` and ``b`` (the same units, row for row) by the paired bootstrap:
     the units are resampled with replacement, the same draw for both models, and
@@ -163,6 +166,8 @@ def paired_aggregate(fn, a: pd.DataFrame, b: pd.DataFrame, *, direction: str = "
     ``unit_column``: a per-unit column whose paired differences give the wins, ties and losses. ``boot(table,
     W)``: ``fn`` of ``table`` under the unit weights of each row of ``W`` (the counts of each draw), for many
     draws at once (:class:`~embeval_report.metrics.scoring.Aggregate`); the same draws as without it.
+    ``boot_exact``: ``boot``'s value for a draw is the same whichever draws share its call (see
+    :func:`resampled_values`).
     """
     if direction not in ("higher", "lower"):
         raise ValueError(f"direction must be 'higher' or 'lower', not {direction!r}")
@@ -172,7 +177,8 @@ def paired_aggregate(fn, a: pd.DataFrame, b: pd.DataFrame, *, direction: str = "
     va, vb = float(fn(a)), float(fn(b))
     diff = vb - va
     if n >= 2:
-        both = resampled_values([a, b], fn, boot=boot, n_resamples=n_resamples, rng=np.random.default_rng([seed, 41]))
+        both = resampled_values([a, b], fn, boot=boot, boot_exact=boot_exact, n_resamples=n_resamples,
+                                rng=np.random.default_rng([seed, 41]))
         reps = both[:, 1] - both[:, 0]
     else:
         reps = np.full(n_resamples, math.nan)
@@ -203,13 +209,18 @@ def paired_aggregate(fn, a: pd.DataFrame, b: pd.DataFrame, *, direction: str = "
                             losses=losses, p_t=math.nan, p_wilcoxon=math.nan, p_randomisation=p, mde=mde), reps
 
 
-def resampled_values(tables: list[pd.DataFrame], fn, *, boot=None, n_resamples: int, rng) -> np.ndarray:
+def resampled_values(tables: list[pd.DataFrame], fn, *, boot=None, boot_exact: bool = False, n_resamples: int,
+                     rng) -> np.ndarray:
     """``fn`` of each table (the same units, row for row) on ``n_resamples`` bootstrap draws of the units, the same
     draw for every table: an array (resamples × tables). ``boot(table, W)`` computes ``fn`` for many draws at once
-    from their unit counts ``W``; the draws are the same with it or without."""
+    from their unit counts ``W``; the draws are the same with it or without. ``boot_exact``: ``boot``'s value for a
+    draw does not depend on which draws share its call (integer counts, row-wise arithmetic), so it is called on
+    :data:`BOOT_BATCH_VALUES` unit counts at a time rather than a few draws (a product ``W @ x`` of floats rounds
+    by the shape of ``W``: such a boot keeps the few draws its values were first computed with)."""
     n = len(tables[0])
     out = np.full((n_resamples, len(tables)), math.nan)
-    step = max(1, min(n_resamples, BATCH_VALUES // (8 * n)))
+    step = max(1, min(n_resamples, BOOT_BATCH_VALUES // n if boot is not None and boot_exact else
+                      BATCH_VALUES // (8 * n)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for s in range(0, n_resamples, step):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -52,7 +52,9 @@ class Aggregate:
     chapter with two kinds of units: its word pairs, not its analogy questions); a paired comparison then runs
     over the units where it is finite in both tables, as a mean metric's does. ``task``: whether the metric is an
     outcome of the task; one that describes the geometry instead (a silhouette) is compared between models but not
-    counted as a task a remedy improves.
+    counted as a task a remedy improves. ``boot_exact``: ``boot`` computes each draw from integer counts with
+    row-wise arithmetic, so its value for a draw does not depend on the other draws of its call; the paired
+    bootstrap then calls it on hundreds of draws at once (:func:`~embeval_report.metrics.paired.resampled_values`).
 
     >>> t = pd.DataFrame({"query": ["a", "b"], "rr": [1.0, 0.5]})
     >>> Aggregate("mrr", mean_of="rr").value(t)
@@ -67,6 +69,7 @@ class Aggregate:
     boot: Callable[[pd.DataFrame, np.ndarray], np.ndarray] | None = None  # fn under unit weights, vectorised
     over: str | None = None           # the column finite on the units fn reads (None: every unit)
     task: bool = True   # an outcome of the task (a silhouette is geometry: compared, but no remedy "costs" it)
+    boot_exact: bool = False  # boot's value for a draw is the same whichever draws share its call (integer counts)
 
     def __post_init__(self):
         if (self.mean_of is None) == (self.fn is None):
@@ -100,6 +103,9 @@ class TaskScorer:
     ``columns``: the unit table's value columns (besides ``key``) that the aggregates read;
     ``map_inputs(inputs, f)``: the inputs with any vectors of their own (a retrieval chapter's query vectors)
     mapped by ``f``, so that a remedy applied to the set applies to them too (``None``: the inputs hold none).
+    ``invariant``: remedy name (:data:`~embeval_report.metrics.remedies.REMEDIES`) -> why that remedy cannot change
+    the units (the protocol undoes it: a probe that standardises its features on the training folds subtracts any
+    shift of every vector); the remedy checks then pair the recorded units with themselves instead of scoring again.
     """
 
     unit: str
@@ -110,6 +116,7 @@ class TaskScorer:
     plan: Callable[..., Any]
     score: Callable[..., pd.DataFrame]
     map_inputs: Callable[[Any, Callable], Any] | None = None
+    invariant: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
         missing = [c for a in self.aggregates for c in (a.mean_of, a.over) if c and c not in self.columns]
@@ -229,7 +236,8 @@ def compare_units(a: pd.DataFrame, b: pd.DataFrame, *, key: str, metric: str, di
                                     for t in (ta, tb)))
             ta, tb = ta[keep].reset_index(drop=True), tb[keep].reset_index(drop=True)
         result, _ = paired.paired_aggregate(aggregate.fn, ta, tb, direction=direction, level=level, seed=seed,
-                                            units=units, unit_column=aggregate.unit_column, boot=aggregate.boot)
+                                            units=units, unit_column=aggregate.unit_column, boot=aggregate.boot,
+                                            boot_exact=aggregate.boot_exact)
         return result, None
     column = aggregate.mean_of if aggregate is not None else metric
     joined = a[[key, column]].merge(b[[key, column]], on=key, suffixes=("_a", "_b"))
