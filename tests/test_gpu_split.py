@@ -8,6 +8,7 @@ import torch
 from embeval_report.kernels import device as dv
 from embeval_report.kernels import graph_cache, knn
 from embeval_report.kernels import neighbours as nb
+from tests.test_neighbours import _reference
 
 P = dv.TF32X3
 
@@ -155,13 +156,8 @@ def test_gpus_take_one_tf32_pass_and_the_split_only_when_asked(monkeypatch):
 
 
 def _float64_lists(X, Q, metric, drop_self, k):
-    X, Q = X.astype(np.float64), Q.astype(np.float64)
-    if metric == "cosine":
-        X = X / np.linalg.norm(X, axis=1, keepdims=True)
-        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
-    S = -((Q[:, None, :] - X[None]) ** 2).sum(-1) if metric == "euclidean" else Q @ X.T
-    if drop_self:
-        np.fill_diagonal(S, -np.inf)
+    """The float64 scores (the reference of tests/test_neighbours.py) and numpy's stable top-k of them."""
+    S = _reference(X, Q, metric, drop_self)
     return S, np.argsort(-S, axis=1, kind="stable")[:, :k]
 
 

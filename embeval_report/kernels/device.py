@@ -136,12 +136,8 @@ class Product:
     def _precision(self) -> Iterator[None]:
         with exact_matmul():
             if self.dtype == torch.bfloat16:  # bfloat16 tensors: float32 accumulation, also across split-K parts
-                reduced = torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
-                torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-                try:
+                with _setting(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", False):
                     yield
-                finally:
-                    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = reduced
                 return
             if self.bits == 24 or self.split:  # the split's passes set TF32 themselves (:meth:`mm`); a plain
                 yield  # product of its 22-bit inputs stays IEEE float32, well within its bound
@@ -191,23 +187,22 @@ def _split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @contextmanager
-def _tf32() -> Iterator[None]:
-    """TF32 products of float32 tensors on a GPU inside the block (the CPU multiplies them in IEEE float32)."""
-    backend = torch.backends.cuda.matmul
-    if not hasattr(backend, "fp32_precision"):  # torch < 2.9
-        saved = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = saved
-        return
-    saved = backend.fp32_precision
-    backend.fp32_precision = "tf32"
+def _setting(owner, name: str, value) -> Iterator[None]:
+    """``owner.name = value`` inside the block, the previous value restored after it (also after an error)."""
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
     try:
         yield
     finally:
-        backend.fp32_precision = saved
+        setattr(owner, name, saved)
+
+
+def _tf32():
+    """TF32 products of float32 tensors on a GPU inside the block (the CPU multiplies them in IEEE float32)."""
+    backend = torch.backends.cuda.matmul
+    if not hasattr(backend, "fp32_precision"):  # torch < 2.9: the legacy switch
+        return _setting(backend, "allow_tf32", True)
+    return _setting(backend, "fp32_precision", "tf32")
 
 
 #: candidate products of exact searches: float32; bfloat16 inputs (CPUs with AVX-512 BF16 or AMX);
