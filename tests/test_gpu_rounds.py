@@ -108,3 +108,26 @@ def test_gpu_steps_are_sized_from_the_free_memory(monkeypatch):
     big = cd._rescore_lists(5, cand, counts, q64, rows, None, "cosine")
     assert calls == [300]
     assert torch.equal(small[0], big[0]) and torch.equal(small[1], big[1])
+
+
+def test_rescoring_on_the_device_takes_at_most_three_calls_a_block(device, monkeypatch):
+    """On each device (a GPU with its own DEVICE_ROUNDS; the CPU given the GPU's) a block's rows are re-scored in at
+    most three calls and the lists equal the CPU's own rounds' (run on the CPU)."""
+    monkeypatch.setattr(nb, "CPU_COLLECT_TILE", (500, 400))
+    monkeypatch.setattr(nb, "CPU_TILE", (500, 400))
+    X = _dense_ties(52)
+
+    def search(dev, stats=None):
+        found, _ = nb._search(X, X, [(10, None)], "cosine", True, torch.device(dev), None, product=dv.TF32, stats=stats)
+        return found[0]
+
+    want = search("cpu")
+    monkeypatch.setattr(cd, "DEVICE_ROUNDS", {"cpu": 2, "cuda": 2})
+    calls = []
+    real = cd._rescore_lists
+    monkeypatch.setattr(cd, "_rescore_lists", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    stats = {}
+    got = search(device, stats)
+    assert np.array_equal(want[0], got[0]) and np.allclose(want[1], got[1], rtol=1e-6)
+    blocks = -(-len(X) // (500 if device == "cpu" else nb._tile_shape(len(X), len(X), torch.device(device))[0]))
+    assert stats["sweep"] == "collect" and len(calls) <= 3 * blocks
