@@ -63,10 +63,13 @@ def rank_candidates(X: np.ndarray, src: np.ndarray, cand: np.ndarray, *, score: 
     if score == "cosine":
         Xt = unit_rows(Xt)
     Xn = Xt.numpy() if engine == "numpy" else None
-    keys = torch.as_tensor(keys, device=dev) if keys is not None else None
     out = {k: np.empty(B, np.int64) for k in ("ro", "rp", "rn", "fo", "fp", "fn")}
     S = np.empty((B, c), np.float32) if keep_scores else None
     removed = np.zeros((B, c - 1), bool) if keys is not None else None
+    cpu_filter = keys is not None and dev.type == "cpu"
+    if cpu_filter:  # the filter reads no vector: one search per block of rows, not one per small scoring chunk
+        removed[:] = known_candidates(np.asarray(keys), src, cand, rel, n)
+    keys = torch.as_tensor(keys, device=dev) if keys is not None and not cpu_filter else None
     # on the CPU, chunks small enough for the gathered block to stay in cache are 2-3x faster
     rows = chunk_rows(B, c * d * 4 * (3 if score == "neg_l2" else 2) + c * 64,
                       CPU_CHUNK_BYTES if dev.type == "cpu" else None)
@@ -79,7 +82,9 @@ def rank_candidates(X: np.ndarray, src: np.ndarray, cand: np.ndarray, *, score: 
             sc = _chunk_scores_torch(Xt, torch.as_tensor(src[s:s + rows], device=dev), ct, score)
         o, p, m = rank_columns(sc, valid)
         out["ro"][s:s + rows], out["rp"][s:s + rows], out["rn"][s:s + rows] = o.cpu(), p.cpu(), m.cpu()
-        if keys is not None:
+        if cpu_filter:
+            o, p, m = rank_columns(sc, valid & ~torch.from_numpy(removed[s:s + rows]))
+        elif keys is not None:
             u = torch.as_tensor(src[s:s + rows], device=dev)[:, None]
             v = ct[:, 1:].clamp_min(0)
             k = (torch.as_tensor(rel[s:s + rows], device=dev)[:, None] * n * n
@@ -94,6 +99,25 @@ def rank_candidates(X: np.ndarray, src: np.ndarray, cand: np.ndarray, *, score: 
             if not bool(valid.all()):
                 S[s:s + rows, 1:][~valid.cpu().numpy()] = np.nan
     return out, S, removed
+
+
+#: candidate keys per block of the CPU filter (:func:`known_candidates`; 8 MiB of int64)
+FILTER_BLOCK = 2**20
+
+
+def known_candidates(keys: np.ndarray, src: np.ndarray, cand: np.ndarray, rel: np.ndarray, n: int) -> np.ndarray:
+    """Which negatives (columns 1: of ``cand``, padding excluded) are known edges: their key
+    ``rel·n² + min(u, v)·n + max(u, v)`` found in the sorted ``keys`` (a numpy search, a block of rows at a time;
+    the same mask as the device search of :func:`rank_candidates`)."""
+    B, c = cand.shape
+    out = np.zeros((B, c - 1), bool)
+    step = max(1, FILTER_BLOCK // max(c - 1, 1))
+    for s in range(0, B, step):
+        u, v = src[s:s + step, None], cand[s:s + step, 1:]
+        k = rel[s:s + step, None] * n * n + np.minimum(u, np.maximum(v, 0)) * n + np.maximum(u, np.maximum(v, 0))
+        i = np.searchsorted(keys, k).clip(max=len(keys) - 1)
+        out[s:s + step] = (keys[i] == k) & (v >= 0)
+    return out
 
 
 def placements(a: np.ndarray, b: np.ndarray, device) -> np.ndarray:
