@@ -19,6 +19,30 @@ def test_sign_flip_p_is_scipys(n, kind, resamples):
         assert paired._sign_flip_p(d, resamples, seed) == paired._permutation_p(d, resamples, seed)
 
 
+def test_sign_flips_drawn_once_serve_the_next_metric_of_the_same_units():
+    """The metrics of one comparison share units and seed: the second test reads the first one's flips (kept packed)
+    and still equals scipy's, ties at the threshold included (an integer-valued difference: hits@k)."""
+    rng = np.random.default_rng(3)
+    n = 700
+    first, second = rng.normal(0.02, 1, n), rng.integers(-1, 2, n).astype(float)
+    paired._FLIP_CACHE.clear()
+    assert paired._sign_flip_p(first, 999, 5) == paired._permutation_p(first, 999, 5)
+    assert (5, n, 999) in paired._FLIP_CACHE
+    assert paired._sign_flip_p(second, 999, 5) == paired._permutation_p(second, 999, 5)
+
+
+def test_an_exact_boot_gives_the_same_draws_in_large_batches():
+    """``boot_exact``: the paired bootstrap calls the boot on hundreds of draws at once, the values of the few-draw
+    calls bit for bit."""
+    rng = np.random.default_rng(4)
+    a, b = _units(rng, n=3000), _units(rng, n=3000)
+    small = paired.resampled_values([a, b], nc.fold_macro_f1, boot=nc.fold_macro_f1_weighted, n_resamples=300,
+                                    rng=np.random.default_rng(1))
+    large = paired.resampled_values([a, b], nc.fold_macro_f1, boot=nc.fold_macro_f1_weighted, boot_exact=True,
+                                    n_resamples=300, rng=np.random.default_rng(1))
+    assert np.array_equal(small, large)
+
+
 def _units(rng, n=180, folds=5, classes=4):
     y = rng.integers(0, classes, n)
     y_pred = np.where(rng.random(n) < 0.6, y, rng.integers(0, classes + 1, n))  # a class only predicted, too
