@@ -1,6 +1,7 @@
 """Bootstrap replicates of moment statistics computed all at once on the host (one product of the weights with
 the blocks' moments, stacked eigendecompositions): the same replicates as one at a time, to rounding, and the
-covariance spectra shared by the isotropy and collapse chapters through the run's moments cache."""
+covariance spectra shared by the isotropy and collapse chapters through the run's moments cache; and the
+clustering chapter's t-SNE map made in a thread of its own, the same as made in turn."""
 from __future__ import annotations
 
 import numpy as np
@@ -81,3 +82,20 @@ def test_collapse_reads_the_isotropy_chapters_replicate_spectra(tmp_path):
     for name, m in own.metrics.items():
         assert (m.value, m.ci_low, m.ci_high) == (shared.metrics[name].value, shared.metrics[name].ci_low,
                                                   shared.metrics[name].ci_high), name
+
+
+def test_the_t_sne_map_made_aside_equals_the_one_made_in_turn(monkeypatch):
+    """The clustering chapter makes its t-SNE map in a thread while k-means runs: the same coordinates as
+    :func:`project` called in turn (single-threaded BLAS and OpenMP), here with the BLAS threads left as
+    they are, as the chapter's other work leaves them."""
+    from embeval_report.metrics import clustering as mclu
+    from embeval_report.metrics.labels import as_labelset
+
+    X = _set(400, 16)
+    labels = as_labelset(np.arange(400) % 4, 400, 2, "label")
+    turn = mclu.project(X, labels, method="tsne", sample_size=150, seed=2)
+    monkeypatch.setattr(mclu, "_cores", lambda: 2)  # a thread even on a one-core runner
+    aside = mclu.project_aside(X, labels, method="tsne", sample_size=150, seed=2)
+    got = aside()
+    np.testing.assert_array_equal(got.positions, turn.positions)
+    np.testing.assert_array_equal(got.coords, turn.coords)

@@ -89,6 +89,8 @@ def compute(ctx: ChapterContext) -> ClusteringReport:
     es, meta = ctx.es, ctx.es.metadata
     inputs = SCORER.inputs(es, ctx.side, ctx.settings)
     plan = SCORER.plan(inputs, ctx.settings)
+    # the t-SNE map is drawn on another core while k-means runs (the same coordinates)
+    projection = cl.project_aside(es.vectors, plan.labels, method="tsne", seed=ctx.seed, device=ctx.device)
     units = SCORER.units(es.vectors, inputs, plan)
     labels, sample = inputs.labels, ctx.option("silhouette_sample")
     result = cl.evaluate_clustering(es.vectors, labels, level=ctx.level, device=ctx.device, column=LABEL_COLUMN,
@@ -98,7 +100,7 @@ def compute(ctx: ChapterContext) -> ClusteringReport:
     by_kind = (cl.clustering_by_group(es.vectors, meta[LABEL_COLUMN], kinds, column=col, silhouette_sample=sample,
                                       seed=ctx.seed, device=ctx.device, label_column=LABEL_COLUMN) if col else None)
     agreement = cl.partition_agreement(result.clusters, kinds[result.labels.rows]) if col else None
-    projection = cl.project(es.vectors, result.labels, method="tsne", seed=ctx.seed, device=ctx.device)
+    projection = projection()
     ctx.rec.add(*result.metrics.values())
     ctx.rec.scored(SCORER, units, plan)
     ctx.rec.note(**clustering_record(result, by_kind, col, agreement),
