@@ -131,3 +131,37 @@ def test_rescoring_on_the_device_takes_at_most_three_calls_a_block(device, monke
     assert np.array_equal(want[0], got[0]) and np.allclose(want[1], got[1], rtol=1e-6)
     blocks = -(-len(X) // (500 if device == "cpu" else nb._tile_shape(len(X), len(X), torch.device(device))[0]))
     assert stats["sweep"] == "collect" and len(calls) <= 3 * blocks
+
+
+def test_rows_searched_again_take_one_pass_where_each_pass_waits(monkeypatch):
+    """Rows a proven pool cannot prove (more exact ties than the pool) are searched again over the corpus: on a
+    device of PASS_DEVICES (here the CPU, given a GPU's behaviour) in as few passes as their tiles allow, and, when
+    their selections outgrow the budget (more entries a row than a tile has columns), in the passes that hold whole
+    rows' selections; the lists are the same each way (exact ties: the lower index first)."""
+    rng = np.random.default_rng(53)
+    X = rng.standard_normal((600, 16)).astype(np.float32)
+    X[100:300] = X[100]  # 200 exact duplicates: more ties than a pool of k + 24
+    cpu = torch.device("cpu")
+    passes = []
+    real = cd._selected
+    monkeypatch.setattr(cd, "_selected", lambda *a, **k: (passes.append(len(a[0])), real(*a, **k))[1])
+    monkeypatch.setattr(cd, "step_budget", lambda device: 600 * 16 * 20)  # whole rows' selections: 20 rows a pass
+
+    def search(tile_cols, pass_devices=()):
+        monkeypatch.setattr(nb, "CPU_TILE", (200, tile_cols))
+        monkeypatch.setattr(cd, "PASS_DEVICES", pass_devices)
+        passes.clear()
+        stats = {}
+        found, _ = nb._search(X, X.copy(), [(5, None), (7, None)], "cosine", False, cpu, None, product=dv.TF32,
+                              stats=stats)  # separate queries: tiles of CPU_TILE's columns (the set's own: square)
+        assert stats["searched_again"] > 0
+        return found, list(passes)
+
+    want, before = search(256)
+    assert max(before) == 20
+    got, one = search(256, ("cpu",))  # tiles of 256 columns: 46 rows a pass; ~199 entries a row fit
+    assert all(np.array_equal(x, y) for (x, _), (y, _) in zip(want, got))
+    assert len(one) < len(before) and max(one) == 46
+    got, back = search(128, ("cpu",))  # tiles of 128 columns: 93 rows a pass, whose ~199 entries a row do not fit
+    assert all(np.array_equal(x, y) for (x, _), (y, _) in zip(want, got))
+    assert 93 in back and all(x <= 20 for x in back if x != 93)  # given up, then passes of whole rows' selections

@@ -41,6 +41,9 @@ SCORE_BYTES = 2 * 2**20
 #: batched re-scoring calls of a kept-entry pass after its first, at most, per device type where each call waits
 #: for the device (:func:`_rescore_widths`); elsewhere the widths grow by half a round, which keeps padding low
 DEVICE_ROUNDS = {"cuda": 2}
+#: device types where :func:`_complete_rows` tries one pass for as many rows as their tiles allow (each pass waits
+#: for the device); elsewhere the rows go in passes that hold whole rows' selections, as they always did
+PASS_DEVICES = ("cuda",)
 
 
 class _Rows64:
@@ -328,30 +331,55 @@ def _rescore_lists(k: int, cand: torch.Tensor, counts: torch.Tensor, q64: torch.
 def _complete_rows(k: int, rows: torch.Tensor, threshold: torch.Tensor, blk: _Block, corpus64: _Rows64, sq64,
                    corpus_t, metric: str, product: Product, tile_cols: int):
     """The float64 top-k of block rows ``rows`` over the whole corpus: every corpus row whose candidate product
-    reaches the row's ``threshold`` (:math:`t + \\text{offset} - B` of :func:`_bounded_lists`, which every
-    row of the true list reaches) is scored in float64 (:func:`_rescore_lists`); the rest cannot enter."""
-    n = len(corpus64)
-    step = chunk_rows(len(rows), n * 8 * 2, step_budget(blk.q.device))  # rows at a time: selections within budget
+    reaches the row's ``threshold`` (:math:`t + \text{offset} - B` of :func:`_bounded_lists`, which every
+    row of the true list reaches) is scored in float64 (:func:`_rescore_lists`); the rest cannot enter.
+
+    Rows go in passes over the corpus of as many rows as a step budget holds if each selected its whole row (16
+    bytes an entry). On a device of :data:`PASS_DEVICES`, where each pass waits for it, a pass first takes as many
+    rows as the budget holds tiles of (their products and comparisons), which selections of the usual few entries a
+    row leave room for: all of a block's rows in one pass, typically; a pass whose selections outgrow the budget
+    is given up and its rows go in passes of the first kind."""
+    n, dev = len(corpus64), blk.q.device
+    budget = step_budget(dev)
+    safe = chunk_rows(len(rows), n * 8 * 2, budget)  # rows at a time: selections within budget
+    step = max(safe, chunk_rows(len(rows), tile_cols * 16, budget)) if dev.type in PASS_DEVICES else safe
     out_i, out_v = [], []
-    for a in range(0, len(rows), step):
+    a = 0
+    while a < len(rows):
         sub = rows[a:a + step]
-        q = blk.q[sub]
-        own = sub + blk.start if blk.drop_self else None
-        found = []
-        with product.matmul():
-            for j in range(0, n, tile_cols):
-                w = min(tile_cols, n - j)
-                p = candidate_mm(q, corpus_t[:, j:j + w])
-                if own is not None:
-                    inside = true_indices((own >= j) & (own < j + w))
-                    p[inside, own[inside] - j] = -torch.inf
-                r, c = mask_indices(p.double() >= threshold[a:a + step, None])
-                found.append((r, c + j, p[r, c]))
+        found = _selected(sub, threshold[a:a + step], blk, corpus_t, product, tile_cols, n,
+                          None if step == safe else budget)
+        if found is None:  # more selected than the budget holds: the rows in passes that always fit
+            step = safe
+            continue
         cols, _, counts = _rows_to_padded(*(torch.cat(x) for x in zip(*found)), len(sub))
         i, v = _rescore_lists(k, cols, counts, blk.q64[sub], corpus64, sq64, metric)
         out_i.append(i)
         out_v.append(v)
+        a += len(sub)
     return torch.cat(out_i), torch.cat(out_v)
+
+
+def _selected(sub: torch.Tensor, threshold: torch.Tensor, blk: _Block, corpus_t, product: Product, tile_cols: int,
+              n: int, budget: int | None) -> list | None:
+    """One pass of :func:`_complete_rows` over the corpus for block rows ``sub``: per tile the ``(rows, columns,
+    products)`` reaching each row's ``threshold``; None as soon as they would take more than ``budget`` bytes."""
+    q = blk.q[sub]
+    own = sub + blk.start if blk.drop_self else None
+    found, held = [], 0
+    with product.matmul():
+        for j in range(0, n, tile_cols):
+            w = min(tile_cols, n - j)
+            p = candidate_mm(q, corpus_t[:, j:j + w])
+            if own is not None:
+                inside = true_indices((own >= j) & (own < j + w))
+                p[inside, own[inside] - j] = -torch.inf
+            r, c = mask_indices(p.double() >= threshold[:, None])
+            found.append((r, c + j, p[r, c]))
+            held += len(r) * 8 * 2
+            if budget is not None and held > budget:
+                return None
+    return found
 
 
 def _rows_to_padded(r: torch.Tensor, c: torch.Tensor, p: torch.Tensor, m: int):
