@@ -42,7 +42,7 @@ from ..kernels import as_numpy, column_mean, resolve_device
 from ..kernels import dask_engine
 from ..kernels.moments import resampled_moments
 from ..kernels.transforms import unit_halves
-from ..stats import HypothesisTest, ResamplingPlan, normal_ci, wilson_ci
+from ..stats import HypothesisTest, ResamplingPlan, bootstrap_weights, normal_ci, wilson_ci
 from .isotropy import cosine_moments, covariance_from_moments, no_variance, spectral_metrics
 from .procrustes import knn_overlap, procrustes_align, row_cosines
 from .spec import MetricSpec, specs
@@ -252,8 +252,9 @@ def _pair_statistics(A: np.ndarray, B: np.ndarray, *, n_boot: int, level: float,
         cov_m = resampled_moments(plan, AB, shift=mean, seed=seed, device=dev, desc="drift moments")
         cos_m = resampled_moments(plan, AB, transform=halves, seed=seed, device=dev, desc="cosine moments")
 
-    def compute(w=None) -> dict:
-        N, s, G = cov_m.total(w)
+    def compute(w=None, totals=None) -> dict:
+        N, s, G, Nc, su, Gu, same = totals or (*cov_m.total(w), *cos_m.total(w), float(
+            cos_m.count @ (np.ones_like(cos_m.count) if w is None else w ** 2)))
         C = covariance_from_moments(N, s, G)
         Caa, Cbb, Cab = C[:D, :D], C[D:, D:], C[:D, D:]
         ta, tb = float(np.trace(Caa)), float(np.trace(Cbb))
@@ -269,8 +270,6 @@ def _pair_statistics(A: np.ndarray, B: np.ndarray, *, n_boot: int, level: float,
                else float("nan"),
                "isotropy_drift_pr_fraction": spectral_metrics(eig_b, d_b)["participation_ratio_fraction"]
                - spectral_metrics(eig_a, d_a)["participation_ratio_fraction"] if both else float("nan")}
-        Nc, su, Gu = cos_m.total(w)
-        same = float(cos_m.count @ (np.ones_like(cos_m.count) if w is None else w ** 2))
         denom = Nc * Nc - same
         sa, sb = su[:D], su[D:]
         Gaa, Gbb, Gab = Gu[:D, :D], Gu[D:, D:], Gu[:D, D:]
@@ -287,7 +286,14 @@ def _pair_statistics(A: np.ndarray, B: np.ndarray, *, n_boot: int, level: float,
     cis, corrected = {}, {}
     if plan.active:
         names = list(values)
-        reps = plan.replicates(lambda w: (lambda v: [v[k] for k in names])(compute(w)), seed=seed)
+        if plan.method == "bootstrap":  # all replicates' moments at once, one product a chunk of replicates at a time
+            W = bootstrap_weights(plan.units, plan.n_boot, seed)
+            same = (W * W) @ cos_m.count
+            reps = np.array([[v[k] for k in names] for (rows, (N, s, G)), (_, (Nc, su, Gu)) in zip(
+                cov_m.replicate_totals(W), cos_m.replicate_totals(W))
+                for v in (compute(totals=t) for t in zip(N, s, G, Nc, su, Gu, same[rows]))])
+        else:
+            reps = plan.replicates(lambda w: (lambda v: [v[k] for k in names])(compute(w)), seed=seed)
         for i, k in enumerate(names):
             if math.isfinite(values[k]):
                 cis[k] = plan.interval(values[k], reps[:, i], level, SPECS[k].range)
