@@ -274,13 +274,13 @@ def _sign_flip_p(d: np.ndarray, n_resamples: int, seed: int) -> float:
     eps, n = np.finfo(float).eps, len(d)
     observed = float(np.mean(d))
     gamma = abs(eps * 100 * observed)
-    # each null mean as a product, Σd − 2 Σ_flipped d, whose rounding and that of the mean of the flipped values
+    # each null mean as a sum of products, Σd − 2 Σ_flipped d, whose rounding and that of the mean of the flipped values
     # are each within n·eps·Σ|d|/n: a null farther than twice that from a threshold is on the side it would be;
     # the few nearer ones (exact ties) are computed as scipy's mean of the flipped values
     total, margin = float(d.sum()), 16 * eps * (float(np.abs(d).sum()) + abs(observed))
     below = above = 0
     for flip in _sign_flips(seed, n, n_resamples):
-        null = (total - 2.0 * (flip.astype(np.float64) @ d)) / n
+        null = (total - 2.0 * np.einsum("ij,j->i", flip, d)) / n  # not BLAS: a threaded gemv this size spins
         near = (np.abs(null - (observed + gamma)) <= margin) | (np.abs(null - (observed - gamma)) <= margin)
         if near.any():
             null[near] = np.where(flip[near], -d, d).mean(axis=1)
