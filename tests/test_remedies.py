@@ -77,3 +77,22 @@ def test_a_probe_that_standardises_its_features_is_not_refitted_after_centring(m
     assert [(r["metric"], r["result"].diff, r["result"].n) for r in rows] == [("v", 0.0, 3)]
     with pytest.raises(AssertionError, match="scored again"):
         chapter._task_rows(ctx, spec, record, SimpleNamespace(name="whitening", apply=None), None, {})
+
+
+def test_the_remedy_checks_score_only_the_outcomes_they_compare():
+    """k-means' re-scoring for a remedy reads the partition (ARI, NMI, AMI), not the silhouettes (geometry, not
+    compared): ``task_units`` gives the same partition as the full scorer and leaves the silhouettes NaN."""
+    from embeval_report.chapters import clustering
+    from embeval_report.metrics import clustering as cl
+    from embeval_report.metrics.labels import prepare_labels
+
+    rng = np.random.default_rng(2)
+    y = np.repeat(["a", "b", "c"], 50)
+    X = (rng.standard_normal((150, 5)) + 3.0 * (y[:, None] == np.array(["a", "b", "c", "a", "b"]))).astype(np.float32)
+    plan = cl.cluster_plan(prepare_labels(y, min_class_size=5, column="label", n=len(X)), seed=0)
+    scorer = clustering.SCORER
+    full, task = scorer.units(X, None, plan), scorer.task_units(X, None, plan)
+    assert list(full.columns) == list(task.columns)
+    assert full[["entity", "y", "cluster"]].equals(task[["entity", "y", "cluster"]])
+    assert full["silhouette"].notna().any() and task[["silhouette", "label_silhouette"]].isna().all().all()
+    assert all(not a.task for a in scorer.aggregates if a.mean_of in ("silhouette", "label_silhouette"))

@@ -81,7 +81,8 @@ SCORER = TaskScorer(
                 Aggregate("silhouette", mean_of="silhouette", task=False),
                 Aggregate("label_silhouette", mean_of="label_silhouette", task=False)),
     inputs=label_inputs, plan=clustering_plan,
-    score=lambda X, inputs, plan: cl.cluster_units(X, plan, device=current().device))
+    score=lambda X, inputs, plan: cl.cluster_units(X, plan, device=current().device),
+    outcomes=lambda X, inputs, plan: cl.cluster_units(X, plan, device=current().device, silhouettes=False))
 
 
 def compute(ctx: ChapterContext) -> ClusteringReport:

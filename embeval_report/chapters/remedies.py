@@ -192,7 +192,7 @@ def _task_rows(ctx, spec, record: dict, remedy, Y, skipped: dict) -> list[dict]:
     else:
         if scorer.map_inputs is not None:
             inputs = scorer.map_inputs(inputs, remedy.apply)
-        remedied = scorer.units(Y, inputs, plan)
+        remedied = scorer.task_units(Y, inputs, plan)  # the outcomes compared below (not a silhouette)
         remedied[scorer.key] = remedied[scorer.key].astype(str)
     rows = []
     for agg in scorer.aggregates:

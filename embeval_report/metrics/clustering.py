@@ -233,11 +233,12 @@ def cluster_plan(labels: LabelSet, ids=None, *, n_init: int = KMEANS_N_INIT,
                        sample_positions(labels.n, silhouette_sample, seed, 1))
 
 
-def cluster_units(X, plan: ClusterPlan, *, device="auto") -> pd.DataFrame:
+def cluster_units(X, plan: ClusterPlan, *, device="auto", silhouettes: bool = True) -> pd.DataFrame:
     """k-means (k = the plan's classes) on the L2-normalised vectors of the plan's entities: one row per entity
     with ``entity``, ``label`` (class name), ``y`` (its code), ``cluster``, and its cosine ``silhouette`` in the
     k-means partition and ``label_silhouette`` in the classes (NaN outside the silhouette sample, or where
-    undefined). ``attrs``: ``inertia``, ``algorithm`` and why each silhouette is undefined ("" when defined)."""
+    undefined; NaN throughout with ``silhouettes=False``, for a caller that reads the partition only). ``attrs``:
+    ``inertia``, ``algorithm`` and why each silhouette is undefined ("" when defined)."""
     ls = plan.labels
     U = unit_vectors(as_numpy(X)[ls.rows])
     y, sample = ls.codes, plan.sample
@@ -249,10 +250,13 @@ def cluster_units(X, plan: ClusterPlan, *, device="auto") -> pd.DataFrame:
         clusters, inertia, _, runs = kmeans_restarts(U, plan.k, n_init=plan.n_init, seed=plan.seed)
         algorithm = "KMeans (Lloyd)"
         restarts = [dict(restart=i + 1, inertia=inert, **_partition_scores(y, c)) for i, (c, inert) in enumerate(runs)]
-    (sil, sil_why), (lab_sil, lab_why) = _sample_silhouettes(
-        U[sample], [(clusters[sample], "the k-means clusters"), (y[sample], f"the '{ls.column}' classes")], device)
     per_sil, per_lab = np.full(ls.n, np.nan), np.full(ls.n, np.nan)
-    per_sil[sample], per_lab[sample] = sil, lab_sil
+    sil_why = lab_why = "not computed"
+    if silhouettes:
+        (sil, sil_why), (lab_sil, lab_why) = _sample_silhouettes(
+            U[sample], [(clusters[sample], "the k-means clusters"), (y[sample], f"the '{ls.column}' classes")],
+            device)
+        per_sil[sample], per_lab[sample] = sil, lab_sil
     units = pd.DataFrame({"entity": plan.ids, "label": np.asarray(ls.classes, dtype=object)[y], "y": y,
                           "cluster": clusters, "silhouette": per_sil, "label_silhouette": per_lab})
     units.attrs.update(inertia=inertia, algorithm=algorithm, silhouette_why=sil_why, label_silhouette_why=lab_why,

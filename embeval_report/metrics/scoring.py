@@ -106,6 +106,9 @@ class TaskScorer:
     ``invariant``: remedy name (:data:`~embeval_report.metrics.remedies.REMEDIES`) -> why that remedy cannot change
     the units (the protocol undoes it: a probe that standardises its features on the training folds subtracts any
     shift of every vector); the remedy checks then pair the recorded units with themselves instead of scoring again.
+    ``outcomes``: optional, ``score`` restricted to the columns the task's outcome aggregates (``task=True``) read,
+    for the remedy checks, which compare those only (k-means' partition without its silhouettes); the other
+    declared columns it may leave out (:meth:`task_units` fills them with NaN).
     """
 
     unit: str
@@ -117,6 +120,7 @@ class TaskScorer:
     score: Callable[..., pd.DataFrame]
     map_inputs: Callable[[Any, Callable], Any] | None = None
     invariant: dict = field(default_factory=dict, compare=False)
+    outcomes: Callable[..., pd.DataFrame] | None = None
 
     def __post_init__(self):
         missing = [c for a in self.aggregates for c in (a.mean_of, a.over) if c and c not in self.columns]
@@ -137,6 +141,17 @@ class TaskScorer:
     def units(self, vectors, inputs, plan) -> pd.DataFrame:
         """``score(vectors, inputs, plan)``, checked: the key column first, one row per unit, every declared column."""
         table = self.score(vectors, inputs, plan)
+        return check_units(table, self.key, self.columns)
+
+    def task_units(self, vectors, inputs, plan) -> pd.DataFrame:
+        """:meth:`units` for the outcome aggregates only: ``outcomes`` when declared (any declared column it leaves
+        out is NaN), else ``score``."""
+        if self.outcomes is None:
+            return self.units(vectors, inputs, plan)
+        table = self.outcomes(vectors, inputs, plan)
+        for c in self.columns:
+            if c not in table.columns:
+                table[c] = np.nan
         return check_units(table, self.key, self.columns)
 
     def values(self, table: pd.DataFrame) -> dict[str, float]:
