@@ -291,6 +291,24 @@ def test_temporal_evaluation_never_leaks_and_reports_horizons():
     assert "timestamp" in tchapter.temporal_unavailable(None)
 
 
+def test_the_temporal_plans_own_cut_is_scored_once(monkeypatch):
+    """The cut at the plan's own train share is the plan's split: its ranks and heuristic are reused (one scoring
+    fewer), and the table of cuts is the one that scores every cut afresh."""
+    X, e = planted(n=300, blocks=10, n_edges=3000, t=True)
+    calls = []
+    score = tp.score_candidates
+    monkeypatch.setattr(tp, "score_candidates", lambda *a, **k: calls.append(1) or score(*a, **k))
+    kw = dict(n_negatives=50, n_bins=4, max_heuristic_queries=200)
+    once = tp.evaluate_temporal(X, e, len(X), **kw)
+    reused = len(calls)
+    monkeypatch.setattr(tp, "_same_split", lambda a, b: False)
+    calls.clear()
+    every = tp.evaluate_temporal(X, e, len(X), **kw)
+    assert reused == len(calls) - 1
+    pd.testing.assert_frame_equal(once.cuts, every.cuts)
+    assert once.values == every.values
+
+
 # ---------------------------------------------------------------------------------------------
 # The chapters, end to end
 # ---------------------------------------------------------------------------------------------
