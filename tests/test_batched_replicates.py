@@ -99,3 +99,18 @@ def test_the_t_sne_map_made_aside_equals_the_one_made_in_turn(monkeypatch):
     got = aside()
     np.testing.assert_array_equal(got.positions, turn.positions)
     np.testing.assert_array_equal(got.coords, turn.coords)
+
+
+def test_stacked_eigvalsh_is_each_matrix_decomposed_single_threaded(monkeypatch):
+    from threadpoolctl import threadpool_limits
+
+    from embeval_report.metrics import labels
+
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((7, 30, 30))
+    A = A @ A.transpose(0, 2, 1)
+    with threadpool_limits(1, user_api="blas"):
+        ref = np.array([np.linalg.eigvalsh(a) for a in A])
+    for cores in (1, 2, 3):
+        monkeypatch.setattr(labels, "_cores", lambda cores=cores: cores)
+        np.testing.assert_array_equal(iso.stacked_eigvalsh(A), ref)

@@ -41,7 +41,8 @@ from ..kernels.neighbours import usable_k
 from ..kernels.pairs import neighbour_distances as exact_distances
 from ..kernels.moments import resampled_moments
 from ..stats import MIN_BLOCKS, PlannedIntervals, ResamplingPlan, bootstrap_ci, bootstrap_weights
-from .isotropy import covariance_from_moments, covariance_replicate_spectra, no_variance, spectral_metrics
+from .isotropy import (covariance_from_moments, covariance_replicate_spectra, no_variance, spectral_metrics,
+                       stacked_eigvalsh)
 from .spec import MetricSpec, specs
 from .thresholds import THRESHOLDS
 
@@ -400,7 +401,7 @@ def _replicate_spectra(X, plan: ResamplingPlan, mom, shift: np.ndarray, n: int, 
         m = s / N[:, None]
         var = np.diagonal(G, axis1=1, axis2=2) / N[:, None] - m * m
         raw = G + s[:, :, None] * shift[None, None, :] + shift[None, :, None] * s[:, None, :] + N[:, None, None] * outer
-        for N_r, e, r, v in zip(N, eig[rows], np.linalg.eigvalsh(raw), var):
+        for N_r, e, r, v in zip(N, eig[rows], stacked_eigvalsh(raw), var):
             yield N_r, _from_spectra(N_r, e, r, v.copy(), n)
 
 
