@@ -15,7 +15,9 @@ the lower index first, however many rows tie).
   products; its plain graph keeps :data:`RERANK` extra candidates, proven complete by the float32 bound or
   searched again (:func:`~.candidates._bounded_lists`). The set's own sweep on the CPU computes only the upper
   triangle of the Gram and feeds each tile to both blocks (:func:`~.tiles.feed_views`), two tiles at a time on
-  two workers (:func:`~.tiles.upper_triangle`).
+  two workers (:func:`~.tiles.upper_triangle`). On a CPU with a bfloat16 product that sweep (the report's shared
+  graph: cosine, mutual proximity, potential) merges nothing tile by tile: a bfloat16 pass sets each row's limit, the
+  float32 pass keeps the entries above it, and the lists are scored in float64 (:mod:`.sweep`).
 
 ``benchmarks/bench_knn.py`` gives the ratios to faiss-cpu, the float32 GEMM and scikit-learn.
 """
@@ -35,6 +37,7 @@ from .candidates import (
     RERANK,
     _Block,
     _bounded_lists,
+    _collect,
     _collected_lists,
     _CorpusTiles,
     _exact_scores,
@@ -43,6 +46,7 @@ from .candidates import (
 )
 from .dask_engine import FileRows
 from .device import (
+    BF16,
     FP32,
     Product,
     as_numpy,
@@ -57,6 +61,8 @@ from .device import (
 from .graph_cache import cached_graph, cached_products, stored_product
 from .graph_cache import folder as graph_folder
 from .prefetch import read_rows
+from .rescoring import MutualProximity
+from .sweep import collected_sweep
 from .tiles import RowPotential, RunningTopK, feed_views, first_columns, sweep_tiles, upper_triangle
 
 #: candidates per row beyond k in a search whose candidates come from bfloat16 or TF32 products, proven
@@ -209,13 +215,26 @@ def self_sweep(X, graphs: dict, *, device, desc: str | None, potential: bool | N
             wanted = sweeps_potential(dev, rescored) if potential is None else potential
             t = SWEEP_POTENTIAL_T if wanted and stored_product(X, pot) is None else None  # summed once per space
             product = FP32 if rescored or t is not None else exact_product(dev)
-            found, rows = _search(X, X, [(missing[name], graphs[name][1]) for name in names], "cosine", True, dev,
-                                  desc, potential_t=t, product=product, stats=stats)
+            plans = [(missing[name], graphs[name][1]) for name in names]
+            if product is FP32 and _collects(X, plans, dev):  # limits from bfloat16, then one float32 pass
+                found, rows = collected_sweep(X, plans, dev, desc, t, _Sweep)
+                if stats is not None:
+                    stats.update(product="bf16+fp32", searched_again=0, queries=len(X), sweep="collected", workers=2)
+            else:
+                found, rows = _search(X, X, plans, "cosine", True, dev, desc, potential_t=t, product=product,
+                                      stats=stats)
             out |= dict(zip(names, found)) | ({pot: (rows,)} if t is not None else {})
         return out
 
     found = cached_products(X, {stored[name]: k for name, (k, _) in graphs.items()}, True, compute)
     return {name: found[stored[name]] for name in graphs}
+
+
+def _collects(X: np.ndarray, plans: list, dev: torch.device) -> bool:
+    """Whether a self sweep of ``plans`` takes :func:`~.sweep.collected_sweep`: on a CPU with a bfloat16 product,
+    an in-memory set, plain or mutual-proximity plans."""
+    return (dev.type == "cpu" and exact_product(dev) is BF16 and current().fits(X.nbytes * 3)
+            and all(r is None or isinstance(r, MutualProximity) for _, r in plans) and len(X) > 2)
 
 
 def usable_k(k: int, n: int) -> int:
@@ -299,13 +318,13 @@ class _Sweep:
     triangle of the Gram, or one after another)."""
 
     def __init__(self, X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: bool, dev: torch.device,
-                 desc: str | None, potential_t: float | None, product: Product | None):
+                 desc: str | None, potential_t: float | None, product: Product | None, corpus64: _Rows64 | None = None):
         if potential_t is not None and product is not FP32:
             raise ValueError("the swept potential needs float32 products")
         self.X, self.Q, self.plans, self.metric, self.drop_self = X, Q, plans, metric, drop_self
         self.dev, self.desc, self.potential_t, self.product = dev, desc, potential_t, product
         self.n = len(X)
-        self.corpus64 = _Rows64(to_tensor(X, dtype=torch.float32, device=dev), metric == "cosine")
+        self.corpus64 = corpus64 if corpus64 is not None else _Rows64(to_tensor(X, dtype=torch.float32, device=dev), metric == "cosine")
         self._choose_pass()
         self._lay_out()
         self.out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]
@@ -315,6 +334,10 @@ class _Sweep:
         for _ in range(2 if self.pair else self.workers):
             self.buffers.put(torch.empty(self.rows * self.cols, dtype=self.dtype, device=dev))
         self.n_avail = self.n - int(drop_self)
+        #: hooks of :mod:`.sweep`: ``on_block(s, blk, entries)`` takes a kept-entry pass's entries of block s
+        #: instead of its lists; ``on_tile(tile, s, t)`` sees each tile of the upper triangle before the potential
+        #: and ``on_row(s, q64)`` is called when block s is finished
+        self.on_block = self.on_tile = self.on_row = None
 
     def _choose_pass(self) -> None:
         """Kept entries (one plain plan, or one linear re-scoring such as CSLS, on a product with a bound) or fixed
@@ -378,6 +401,9 @@ class _Sweep:
         buffer = self.buffers.get()
         try:
             q64, q, blk = self.inputs(s)
+            if self.collect and self.on_block is not None:
+                self.on_block(s, blk, _collect(self.plans[0][0], blk, self.corpus_t, self.cols, buffer))
+                return 0
             if self.collect:  # one plain plan: kept entries instead of a fixed pool
                 self.write(s, [_collected_lists(self.plans[0][0], blk, self.corpus64, self.sq64, self.corpus_t,
                                                 self.scored, self.cols, buffer)])
@@ -436,6 +462,8 @@ class _Sweep:
             found.append((top_i, score))
         if potential is not None:
             self.log_potential[s:s + len(q64)] = potential.sums.log().cpu().numpy()
+        if self.on_row is not None:
+            self.on_row(s, q64)
         self.write(s, found)
         return again
 
@@ -468,6 +496,8 @@ class _Sweep:
             torch.matmul(q, self.corpus_t[:, t:t + w], out=tile)
             if t == s:
                 tile.diagonal().fill_(-torch.inf)  # the rows themselves
+            if self.on_tile is not None:
+                self.on_tile(tile, s, t)
             tops, potential = held[s]
             feed_views(tops, tile, min(w, first) if t == 0 else 0, t, s)
             if t != s:

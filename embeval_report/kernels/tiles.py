@@ -222,7 +222,7 @@ def sweep_tiles(q: torch.Tensor, corpus_t: torch.Tensor, consumers: list[Running
 def first_columns(consumers: list[RunningTopK]) -> int:
     """How many of a sweep's first corpus columns start every consumer's running top-k (one number for all, so
     that they share the groups of the rest of the tile)."""
-    return max(FIRST_COLUMNS, *(c.k for c in consumers))
+    return max([FIRST_COLUMNS, *(c.k for c in consumers)])
 
 
 def feed_views(consumers: list[RunningTopK], tile: torch.Tensor, first: int, offset: int, base: int, *,

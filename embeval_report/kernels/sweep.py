@@ -1,0 +1,170 @@
+r"""The set's own sweep on a CPU with a bfloat16 product: the cosine graph, the mutual-proximity graph and the
+all-pairs potential from one float32 pass over the upper triangle of the Gram, whose tiles are only compared with
+per-row limits set beforehand by a bfloat16 pass (no running top-k is merged tile by tile, the mutual-proximity
+scores of the whole Gram are never computed).
+
+1. **Limits** (:func:`_limit_block`): the kept-entry pass of a plain search on bfloat16 products
+   (:func:`~.candidates._collect`) gives each row its K entries of largest product (K: the longest list), scored in
+   float64. Any k entries bound the row's k-th float64 score from below, so the k-th cosine among them is a limit
+   no entry of the cosine list falls below. For mutual proximity :math:`\log MP(x, y) = \log\Phi(z_x) +
+   \log\Phi(z_y)`, increasing in the cosine, the k-th of their scores, :math:`\tau`, is at most the row's k-th;
+   since :math:`\log\Phi(z_y) \le 0`, a column reaches :math:`\tau` only if
+   :math:`\cos \ge \mu_x + \sigma_x \Phi^{-1}(e^{\tau})`. A row's limit is the lower of the two.
+2. **One float32 pass** (:class:`~.neighbours._Sweep` without lists: the same tiles, in the same order, as the
+   sweep that merged running top-k lists, so the potential is the same bit for bit): every entry of a tile at or
+   above its row's limit (less the float32 bound) is kept, from the tile and from its transpose.
+3. **Float64 lists** (:func:`_best_of`): per row, the entries within twice the float32 bound of the k-th float32
+   product (cosine), or whose score interval reaches the k-th lowest score (mutual proximity), are scored in
+   float64; the k best (exact ties: the lower index) are the list. So both lists are the float64 top-k, proven.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .candidates import GROUP, _exact_scores, _top_k
+from .device import BF16, FP32, mask_indices, round_down, true_indices
+
+#: float64-scored entries per list entry from which a row's limits are set when a plan is mutual proximity (its top-k
+#: are not the cosine's: the k-th score among more of the cosine's first entries is closer to the row's own)
+MP_ENTRIES = 3
+#: margin (in cosine) under the mutual-proximity limit, for the float64 rounding of log Φ and Φ⁻¹
+MP_MARGIN = 1e-9
+#: float64 values a padded per-row table holds at once (:func:`_kth`)
+PAD_VALUES = 4 * 2**20
+
+
+def collected_sweep(X: np.ndarray, plans: list, dev: torch.device, desc: str | None,
+                    potential_t: float | None, sweep_class) -> tuple[list, np.ndarray | None]:
+    """The lists of ``plans`` (``(k, None)``: the cosine graph; ``(k, MutualProximity)``) and, with ``potential_t``,
+    the rows' log Gaussian potential, of the self sweep of ``X`` (see the module). ``sweep_class``:
+    :class:`~.neighbours._Sweep`. Returns what :func:`~.neighbours._search` returns."""
+    n = len(X)
+    pre = sweep_class(X, X, [(max(k for k, _ in plans), None)], "cosine", True, dev, None, None, BF16)
+    limits = [torch.full((n,), torch.inf, dtype=torch.float64) for _ in plans]  # per plan
+    pre.on_block = lambda s, blk, entries: _limit_block(s, blk, entries, plans, limits, pre.corpus64)
+    pre.run()
+    limit = torch.stack(limits).amin(0)
+    tiles = sweep_class(X, X, [], "cosine", True, dev, desc, potential_t, FP32, corpus64=pre.corpus64)
+    bound32 = max(float(tiles.inputs(s)[2].bound.max()) for s in tiles.starts)  # any float32 product's, either way
+    limit32 = round_down(limit - bound32, torch.float32)
+    kept: dict = {s: [] for s in tiles.starts}
+    out = [(np.empty((n, k), dtype=np.int64), np.empty((n, k), dtype=np.float32)) for k, _ in plans]
+    tiles.on_tile = lambda tile, s, t: _keep(tile, s, t, limit32, kept)
+    tiles.on_row = lambda s, q64: _lists_block(s, q64, kept.pop(s), plans, limits, bound32, tiles.corpus64, out)
+    tiles.run()
+    return out, tiles.log_potential
+
+
+def _grouped(r: torch.Tensor, c: torch.Tensor, p: torch.Tensor, m: int):
+    """Entries ``(row r in 0..m-1, column c, product p)`` grouped by row, products descending within a row, and the
+    rows' entry counts and starts."""
+    order = torch.sort(r.double() * 4 - p.double()).indices  # |p| <= 1.01: a row's keys stay apart from the next's
+    r, c, p = r[order], c[order], p[order].double()
+    counts = torch.bincount(r, minlength=m)
+    return r, c, p, counts, torch.cumsum(counts, 0) - counts
+
+
+def _kth(r: torch.Tensor, v: torch.Tensor, counts: torch.Tensor, starts: torch.Tensor, k: int) -> torch.Tensor:
+    """Per row (entries grouped by row ``r``; every row with at least k) the k-th largest of its values ``v``."""
+    m = len(counts)
+    if bool((counts < k).any()):  # cannot happen (see the module): a row keeps k entries that are in any list
+        raise RuntimeError("a row kept fewer entries than its list holds")
+    pos = torch.arange(len(r)) - starts[r]
+    out = torch.empty(m, dtype=v.dtype)
+    width = int(counts.max()) if m else 0
+    step = max(1, PAD_VALUES // max(1, width))
+    for a in range(0, m, step):
+        at = (r >= a) & (r < a + step) if step < m else slice(None)
+        pad = torch.full((min(step, m - a), width), -torch.inf, dtype=v.dtype)
+        pad[r[at] - a, pos[at]] = v[at]
+        out[a:a + step] = torch.topk(pad, k, dim=1).values[:, -1]
+    return out
+
+
+def _limit_block(s: int, blk, entries, plans: list, limits: list, corpus64) -> None:
+    """Each plan's limits of the rows of block ``s`` (see the module, step 1): the first K entries of each row by
+    bfloat16 product (K: the longest list) scored in float64; any k of them bound the row's k-th score from below."""
+    m = len(blk.q)
+    r, c, p, counts, starts = _grouped(*entries, m)
+    K = max(k for k, _ in plans) * (MP_ENTRIES if any(rescore is not None for _, rescore in plans) else 1)
+    K = min(K, int(counts.min()))
+    if bool((counts < max(k for k, _ in plans)).any()):  # cannot happen: the kept-entry pass keeps each row's K largest products
+        raise RuntimeError("a row kept fewer entries than its list holds")
+    cand = c[starts[:, None] + torch.arange(K)[None, :]]
+    cos64 = _exact_scores(corpus64, None, blk.q64, cand, "cosine")
+    rows = torch.arange(s, s + m)
+    for (k, rescore), limit in zip(plans, limits):
+        if rescore is None:
+            limit[s:s + m] = torch.topk(cos64, k, dim=1).values[:, -1]
+            continue
+        tau = torch.topk(rescore.exact(rows[:, None], cand, cos64), k, dim=1).values[:, -1]
+        # 1 - Φ(z) = -expm1(τ), well conditioned where τ is near 0; at least the smallest double (z ≈ 37.5)
+        z = -torch.special.ndtri((-torch.expm1(tau)).clamp_min(torch.finfo(torch.float64).tiny))
+        limit[s:s + m] = rescore.mu64[rows] + rescore.sd64[rows] * z - MP_MARGIN
+
+
+def _keep(tile: torch.Tensor, s: int, t: int, limit32: torch.Tensor, kept: dict) -> None:
+    """The entries of tile (s, t) of the upper triangle at or above their row's limit: from the tile (rows of block
+    s) and, off the diagonal, from its transpose (rows of block t), with rows counted from their block's start.
+    Read through the maxima of groups of :data:`~.candidates.GROUP` entries, one pass over contiguous memory per
+    direction (a tile's group g: columns, or rows, g, g + G, ..., g + 31 G); only the groups whose maximum reaches
+    the limit are read entry by entry, and the last columns (rows), fewer than a group, directly."""
+    m, w = tile.shape
+    lim = limit32[s:s + m]
+    G = w // GROUP
+    groups = tile[:, :G * GROUP].view(m, GROUP, G)
+    r, g = mask_indices(groups.amax(1) >= lim[:, None])
+    vals = groups[r, :, g]
+    i, a = mask_indices(vals >= lim[r, None])
+    kept[s].append((r[i], t + g[i] + a * G, vals[i, a]))
+    if G * GROUP < w:
+        r, c = mask_indices(tile[:, G * GROUP:] >= lim[:, None])
+        kept[s].append((r, t + G * GROUP + c, tile[r, G * GROUP + c]))
+    if t == s:
+        return
+    lim = limit32[t:t + w]
+    G = m // GROUP
+    groups = tile[:G * GROUP].view(GROUP, G, w)
+    g, c = mask_indices(groups.amax(0) >= lim[None, :])
+    vals = groups[:, g, c].T
+    i, a = mask_indices(vals >= lim[c, None])
+    kept[t].append((c[i], s + g[i] + a * G, vals[i, a]))
+    if G * GROUP < m:
+        r, c = mask_indices(tile[G * GROUP:] >= lim[None, :])
+        kept[t].append((c, s + G * GROUP + r, tile[G * GROUP + r, c]))
+
+
+def _lists_block(s: int, q64: torch.Tensor, entries: list, plans: list, limits: list, bound32: float, corpus64,
+                 out: list) -> None:
+    """The float64 lists of the rows of block ``s`` from their float32 kept entries (see the module, step 3)."""
+    m = len(q64)
+    r, c, p, counts, starts = _grouped(*(torch.cat(x) for x in zip(*entries)), m)
+    for (k, rescore), limit, (idx, val) in zip(plans, limits, out):
+        if rescore is None:  # within 2 B32 of the row's k-th float32 product
+            keep = p >= (p[starts + k - 1] - 2 * bound32)[r]
+        else:  # above the row's limit, and the score interval of cosines within B32 reaches the k-th lower score
+            keep = true_indices(p >= limit[s:s + m][r] - bound32)
+            rk, ck, pk = r[keep], c[keep], p[keep]
+            n_keep = torch.bincount(rk, minlength=m)
+            lo = rescore.exact(rk + s, ck, pk - bound32)
+            kth = _kth(rk, lo, n_keep, torch.cumsum(n_keep, 0) - n_keep, k)
+            keep = keep[rescore.exact(rk + s, ck, pk + bound32) >= kth[rk]]
+        i, v = _best_of(k, r[keep], c[keep], q64, corpus64, None if rescore is None else (rescore, s))
+        idx[s:s + m], val[s:s + m] = i.numpy(), v.float().numpy()
+
+
+def _best_of(k: int, r: torch.Tensor, c: torch.Tensor, q64: torch.Tensor, corpus64, rescore) -> tuple:
+    """Per row of ``q64`` (``r`` grouped; at least k entries each) the k best of its columns ``c`` by float64 score
+    (the cosine, or for ``rescore = (MutualProximity, first row)`` its score of it); exact ties: the lower index."""
+    m = len(q64)
+    counts = torch.bincount(r, minlength=m)
+    starts = torch.cumsum(counts, 0) - counts
+    at = torch.arange(int(counts.max()))[None, :]
+    valid = at < counts[:, None]
+    cand = c[(starts[:, None] + at.clamp_max(counts[:, None] - 1))]  # short rows repeat their last entry
+    score = _exact_scores(corpus64, None, q64, cand, "cosine")
+    if rescore is not None:
+        score = rescore[0].exact(torch.arange(rescore[1], rescore[1] + m)[:, None], cand, score)
+    cand = torch.where(valid, cand, torch.iinfo(torch.int64).max)  # padding sorts after every real column
+    return _top_k(cand, score.masked_fill(~valid, -torch.inf), k)
