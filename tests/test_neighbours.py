@@ -930,3 +930,29 @@ def test_mask_indices_equal_torch_nonzero():
     flat = torch.from_numpy(rng.random(50) < 0.3)
     for m in (flat, flat[::3]):
         assert torch.equal(true_indices(m), m.nonzero().squeeze(1))
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "clustered", "copies and a zero row"])
+def test_a_small_search_takes_one_float64_product_and_gives_the_bounded_search_lists(kind, monkeypatch):
+    """Below SMALL_SEARCH_MACS a plain cosine search scores one float64 product per block and re-scores the rows
+    within its error bound of each k-th (nb._small_lists): the bounded search's lists and scores, bit for bit."""
+    from embeval_report.kernels import device as dv
+
+    rng = np.random.default_rng(44)
+    X = rng.standard_normal((1500, 24)).astype(np.float32)
+    if kind == "clustered":
+        X = (rng.standard_normal((4, 24))[rng.integers(0, 4, 1500)] + 0.1 * X + 2).astype(np.float32)
+    if kind == "copies and a zero row":
+        X[100:140] = X[5]
+        X[7] = 0
+    cpu, found = torch.device("cpu"), {}
+    for small in (True, False):
+        if not small:
+            monkeypatch.setattr(nb, "_small", lambda *a: False)
+        stats = {}
+        found[small] = nb._search(X, X, [(10, None)], "cosine", True, cpu, None, product=dv.exact_product(cpu),
+                                  stats=stats)[0][0]
+        assert stats["sweep"] == ("small" if small else "collect")
+    np.testing.assert_array_equal(found[True][0], found[False][0])
+    np.testing.assert_array_equal(found[True][1], found[False][1])
+    _assert_float64_top_k(*found[True], _strict_reference(X, X, "cosine", True), 10, "cosine")

@@ -30,6 +30,12 @@ from .device import BF16, FP32, mask_indices, round_down, true_indices
 MP_ENTRIES = 3
 #: margin (in cosine) under the mutual-proximity limit, for the float64 rounding of log Φ and Φ⁻¹
 MP_MARGIN = 1e-9
+#: entries a row may keep on average above its limit (estimated from :data:`SAMPLE_ROWS` rows) for the float32 pass
+#: to keep entries instead of merging running lists tile by tile (:func:`~.tiles.feed_views`): a set whose
+#: mutual-proximity lists are far from its cosine lists (strongly anisotropic, 10,000 x 384 with 24 topics: about 1,900
+#: a row) keeps too many, and the sweep merges its lists tile by tile instead
+KEPT_PER_ROW = 400
+SAMPLE_ROWS = 256
 #: float64 values a padded per-row table holds at once (:func:`_kth`)
 PAD_VALUES = 4 * 2**20
 
@@ -38,13 +44,16 @@ def collected_sweep(X: np.ndarray, plans: list, dev: torch.device, desc: str | N
                     potential_t: float | None, sweep_class) -> tuple[list, np.ndarray | None]:
     """The lists of ``plans`` (``(k, None)``: the cosine graph; ``(k, MutualProximity)``) and, with ``potential_t``,
     the rows' log Gaussian potential, of the self sweep of ``X`` (see the module). ``sweep_class``:
-    :class:`~.neighbours._Sweep`. Returns what :func:`~.neighbours._search` returns."""
+    :class:`~.neighbours._Sweep`. Returns what :func:`~.neighbours._search` returns, or None when the rows would keep
+    more than :data:`KEPT_PER_ROW` entries each (the caller then merges lists tile by tile)."""
     n = len(X)
     pre = sweep_class(X, X, [(max(k for k, _ in plans), None)], "cosine", True, dev, None, None, BF16)
     limits = [torch.full((n,), torch.inf, dtype=torch.float64) for _ in plans]  # per plan
     pre.on_block = lambda s, blk, entries: _limit_block(s, blk, entries, plans, limits, pre.corpus64)
     pre.run()
     limit = torch.stack(limits).amin(0)
+    if _kept_per_row(pre, limit) > KEPT_PER_ROW:
+        return None
     tiles = sweep_class(X, X, [], "cosine", True, dev, desc, potential_t, FP32, corpus64=pre.corpus64)
     bound32 = max(float(tiles.inputs(s)[2].bound.max()) for s in tiles.starts)  # any float32 product's, either way
     limit32 = round_down(limit - bound32, torch.float32)
@@ -54,6 +63,17 @@ def collected_sweep(X: np.ndarray, plans: list, dev: torch.device, desc: str | N
     tiles.on_row = lambda s, q64: _lists_block(s, q64, kept.pop(s), plans, limits, bound32, tiles.corpus64, out)
     tiles.run()
     return out, tiles.log_potential
+
+
+def _kept_per_row(pre, limit: torch.Tensor) -> float:
+    """The mean number of entries a row would keep above its limit, from :data:`SAMPLE_ROWS` rows spread over the set
+    (their float32 products with every row)."""
+    n = pre.n
+    rows = torch.linspace(0, n - 1, min(n, SAMPLE_ROWS)).round().long().unique()
+    U = pre.corpus64[0:n].float()
+    S = U[rows] @ U.T
+    S[torch.arange(len(rows)), rows] = -torch.inf
+    return float((S >= limit[rows, None]).sum()) / len(rows)
 
 
 def _grouped(r: torch.Tensor, c: torch.Tensor, p: torch.Tensor, m: int):

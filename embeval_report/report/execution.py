@@ -186,7 +186,6 @@ def _papermill_engine() -> str:
             return self._quiet(super().autosave_cell, *args, **kwargs)
 
     from papermill.clientwrap import PapermillNotebookClient
-    from papermill.log import logger
     from papermill.utils import merge_kwargs, remove_args
 
     class Client(PapermillNotebookClient):
