@@ -327,11 +327,13 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
 def _small(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, dev: torch.device, potential_t, product) -> bool:
     """Whether a search takes :func:`_small_lists`: one plain cosine plan of an exact search on the CPU, no
     potential, at most :data:`SMALL_SEARCH_MACS` multiply-adds in all, the device's own candidate product (not one
-    a caller or :data:`~.device.CANDIDATES` forces: tests of the bounded products do)."""
+    a caller or :data:`~.device.CANDIDATES` forces: tests of the bounded products do), and the float64 corpus with
+    a block of its products within the memory budget."""
     from . import device
 
     return (len(plans) == 1 and plans[0][1] is None and metric == "cosine" and dev.type == "cpu"
             and potential_t is None and device.CANDIDATES is None and product is exact_product(dev)
+            and current().fits(len(X) * X.shape[1] * 8 * 2 + min(len(Q), 64) * len(X) * 8 * 3)
             and len(Q) * len(X) * X.shape[1] <= SMALL_SEARCH_MACS)
 
 
