@@ -46,6 +46,7 @@ from .candidates import (
     _rows_to_padded,
     _top_k,
 )
+from . import device as _device
 from .dask_engine import FileRows
 from .device import (
     BF16,
@@ -227,7 +228,8 @@ def self_sweep(X, graphs: dict, *, device, desc: str | None, potential: bool | N
             if collected is not None:
                 found, rows = collected
                 if stats is not None:
-                    stats.update(product="bf16+fp32", searched_again=0, queries=len(X), sweep="collected", workers=2)
+                    stats.update(product="bf16+fp32", searched_again=0, queries=len(X), sweep="collected",
+                                 workers=min(2, torch.get_num_threads()))  # the triangle's workers (_Sweep.pair)
             else:
                 found, rows = _search(X, X, plans, "cosine", True, dev, desc, potential_t=t, product=product,
                                       stats=stats)
@@ -329,10 +331,8 @@ def _small(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, dev: torch.de
     potential, at most :data:`SMALL_SEARCH_MACS` multiply-adds in all, the device's own candidate product (not one
     a caller or :data:`~.device.CANDIDATES` forces: tests of the bounded products do), and the float64 corpus with
     a block of its products within the memory budget."""
-    from . import device
-
     return (len(plans) == 1 and plans[0][1] is None and metric == "cosine" and dev.type == "cpu"
-            and potential_t is None and device.CANDIDATES is None and product is exact_product(dev)
+            and potential_t is None and _device.CANDIDATES is None and product is exact_product(dev)
             and current().fits(len(X) * X.shape[1] * 8 * 2 + min(len(Q), 64) * len(X) * 8 * 3)
             and len(Q) * len(X) * X.shape[1] <= SMALL_SEARCH_MACS)
 
@@ -376,7 +376,9 @@ class _Sweep:
         self.X, self.Q, self.plans, self.metric, self.drop_self = X, Q, plans, metric, drop_self
         self.dev, self.desc, self.potential_t, self.product = dev, desc, potential_t, product
         self.n = len(X)
-        self.corpus64 = corpus64 if corpus64 is not None else _Rows64(to_tensor(X, dtype=torch.float32, device=dev), metric == "cosine")
+        if corpus64 is None:
+            corpus64 = _Rows64(to_tensor(X, dtype=torch.float32, device=dev), metric == "cosine")
+        self.corpus64 = corpus64
         self._choose_pass()
         self._lay_out()
         self.out = [(np.empty((len(Q), k), dtype=np.int64), np.empty((len(Q), k), dtype=np.float32)) for k, _ in plans]

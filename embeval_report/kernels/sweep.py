@@ -107,10 +107,10 @@ def _limit_block(s: int, blk, entries, plans: list, limits: list, corpus64) -> N
     bfloat16 product (K: the longest list) scored in float64; any k of them bound the row's k-th score from below."""
     m = len(blk.q)
     r, c, p, counts, starts = _grouped(*entries, m)
-    K = max(k for k, _ in plans) * (MP_ENTRIES if any(rescore is not None for _, rescore in plans) else 1)
-    K = min(K, int(counts.min()))
-    if bool((counts < max(k for k, _ in plans)).any()):  # cannot happen: the kept-entry pass keeps each row's K largest products
+    longest = max(k for k, _ in plans)
+    if int(counts.min()) < longest:  # cannot happen: the kept-entry pass keeps each row's largest products
         raise RuntimeError("a row kept fewer entries than its list holds")
+    K = min(longest * (MP_ENTRIES if any(rescore is not None for _, rescore in plans) else 1), int(counts.min()))
     cand = c[starts[:, None] + torch.arange(K)[None, :]]
     cos64 = _exact_scores(corpus64, None, blk.q64, cand, "cosine")
     rows = torch.arange(s, s + m)
