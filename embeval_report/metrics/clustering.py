@@ -15,8 +15,8 @@ node classification (:func:`~embeval_report.metrics.labels.prepare_labels`).
   distance :math:`1 - \cos`, of the k-means partition; ``label_silhouette``: the same for the
   classes themselves. Computed exactly within a seeded sample of at most ``silhouette_sample``
   entities (the chapter option, default :data:`SILHOUETTE_SAMPLE`; as
-  ``sklearn.metrics.silhouette_score(sample_size=…)``), by chunked matrix products in torch (no
-  n x n matrix). The seed uses the Euclidean distance on the raw vectors. Undefined (fewer than
+  ``sklearn.metrics.silhouette_score(sample_size=…)``), from each cluster's summed unit vector in torch
+  (:func:`~embeval_report.kernels.silhouette.silhouettes`: no n x n matrix). The seed uses the Euclidean distance on the raw vectors. Undefined (fewer than
   two groups among the sampled entities, e.g. identical vectors) → NaN with an
   :class:`~embeval_report.errors.UndefinedMetricWarning`.
 * Uncertainty: ARI / NMI / AMI carry a percentile bootstrap over the entities, the k-means partition held fixed
@@ -103,17 +103,17 @@ def silhouette_values(X, labels, *, device="auto") -> np.ndarray:
 
     :math:`a(i)` is the mean distance :math:`1 - \cos` to the other members of :math:`i`'s cluster,
     :math:`b(i)` the smallest mean distance to another cluster (Rousseeuw 1987); :math:`s(i) = 0`
-    in a cluster of one (scikit-learn's convention). Exact, by chunked matrix products in torch:
-    each block of rows gets its distances to all rows and sums them per cluster through a one-hot
-    matrix, so memory is bounded (no n x n matrix). Matches
-    ``sklearn.metrics.silhouette_samples(X, labels, metric="cosine")``.
+    in a cluster of one (scikit-learn's convention). Exact, from each cluster's summed unit vector
+    (the distances of row i to a cluster C add up to |C| − u_i · Σ_C u_j: an n x k product, no n x n
+    matrix; :func:`~embeval_report.kernels.silhouette.silhouettes`). Matches
+    ``sklearn.metrics.silhouette_samples(X, labels, metric="cosine")`` to 1e-12.
     """
     return silhouette_values_many(X, [labels], device=device)[0]
 
 
 def silhouette_values_many(X, labelings, *, device="auto") -> list[np.ndarray]:
-    """:func:`silhouette_values` of several partitions of the same rows: each block of distances is computed once
-    and summed per cluster of every partition (the same numbers as one call per partition, bit for bit)."""
+    """:func:`silhouette_values` of several partitions of the same rows (the unit rows made once; the same numbers
+    as one call per partition, bit for bit)."""
     m = len(X)
     partitions = []
     for labels in labelings:
@@ -150,7 +150,7 @@ def silhouette_undefined(U, codes) -> str:
 
 def _sample_silhouettes(U, partitions, device) -> list[tuple[np.ndarray, str]]:
     """Per-entity silhouettes of the sampled entities ``U`` in each of ``partitions`` (``(codes, what)`` pairs), in
-    one pass over their distances: ``(values, "")``, or NaN and the reason with an :class:`UndefinedMetricWarning`."""
+    one call: ``(values, "")``, or NaN and the reason with an :class:`UndefinedMetricWarning`."""
     whys = [silhouette_undefined(U, codes) for codes, _ in partitions]
     values = iter(silhouette_values_many(U, [codes for (codes, _), why in zip(partitions, whys) if not why],
                                          device=device))
@@ -439,7 +439,7 @@ def evaluate_clustering(X, labels, *, n_init: int = KMEANS_N_INIT, n_seed_runs: 
 def _k_sweep(U, y, k, clusters, inertia, silhouette, sample, seed, device) -> pd.DataFrame:
     """Scores for k from max(2, C − 2) to C + 3 (the seed's range; the true k is the main fit), each k warm-started
     from its neighbour towards the true k (:data:`SWEEP_METHOD`): one Lloyd run per k instead of ``n_init``
-    seeded k-means++ restarts, and every k's silhouette from one pass over the sample's distances.
+    seeded k-means++ restarts, and every k's silhouette in one call.
 
     The silhouette of a k whose clusters it is undefined for is NaN (no warning: the sweep is a side table).
     """
