@@ -168,6 +168,15 @@ def test_average_precision_matches_scikit_learn_with_ties_and_weights():
     w = rng.integers(0, 3, (3, 400))
     for row, got in zip(w, ep.average_precision(y, s, w)):
         assert got == pytest.approx(average_precision_score(y, s, sample_weight=row))
+    # resampling counts (integers) are accumulated per class in integers: the float cumulative sums' value bit for
+    # bit, in blocks of rows (51 rows: no block of one, whose sum would round differently)
+    w = rng.integers(0, 4, (51, 400))
+    counted = ep.average_precision(y, s, w)
+    assert np.array_equal(counted, ep.average_precision(y, s, w.astype(float)))
+    assert counted == pytest.approx([average_precision_score(y, s, sample_weight=row) for row in w], rel=1e-12)
+    draws = ep._ap_draws(y, 200, seed=4)
+    assert draws.sum(1).tolist() == [400] * 200 and (draws[:, y == 1].sum(1) == (y == 1).sum()).all()
+    assert ep._ap_ci(y, s, 0.95, seed=4) == ep._ap_ci(y, s, 0.95, seed=4, draws=draws)
 
 
 def test_cohens_d_forms_and_bands():
@@ -190,6 +199,17 @@ def test_edge_operators():
     np.testing.assert_allclose(ep.edge_features(X, [0], [1], "average"), [[2, 1]])
     np.testing.assert_allclose(ep.edge_features(X, [0], [1], "weighted_l1"), [[2, 6]])
     np.testing.assert_allclose(ep.edge_features(X, [0], [1], "weighted_l2"), [[4, 36]])
+    # float32 vectors: each operator in float64 on the ends cast to float64, bit for bit
+    rng = np.random.default_rng(5)
+    X = (rng.standard_normal((50, 8)) * rng.choice([1e-30, 1.0, 1e20], (50, 8))).astype(np.float32)
+    u, v = rng.integers(0, 50, 200), rng.integers(0, 50, 200)
+    a, b = X[u].astype(np.float64), X[v].astype(np.float64)
+    for op, ref in (("hadamard", a * b), ("average", (a + b) / 2), ("weighted_l1", np.abs(a - b)),
+                    ("weighted_l2", (a - b) ** 2)):
+        got = ep.edge_features(X, u, v, op)
+        assert got.dtype == np.float64 and np.array_equal(got.view(np.int64), ref.view(np.int64))
+    with pytest.raises(ValueError, match="operator must be one of"):
+        ep.edge_features(X, u, v, "cosine")
 
 
 def test_mean_ci_methods():

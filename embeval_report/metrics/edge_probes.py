@@ -226,16 +226,24 @@ def suspected_false_negatives(scores, removed=None, *, quantile: float = SUSPECT
 def edge_features(X, u, v, op: str) -> np.ndarray:
     """Edge features from the two end vectors: ``hadamard``, ``average``, ``weighted_l1``, ``weighted_l2``."""
     X = as_numpy(X)
-    a, b = X[np.asarray(u)].astype(np.float64), X[np.asarray(v)].astype(np.float64)
+    return _operator(X[np.asarray(u)], X[np.asarray(v)], op)
+
+
+def _operator(a: np.ndarray, b: np.ndarray, op: str) -> np.ndarray:
+    """:func:`edge_features` of the end rows ``a`` and ``b`` (any float dtype): each operator evaluated in float64
+    on the rows cast to float64 (the ufunc casts as it goes, without float64 copies of ``a`` and ``b``)."""
+    if op not in OPERATORS:
+        raise ValueError(f"operator must be one of {OPERATORS}, not {op!r}")
     if op == "hadamard":
-        return a * b
+        return np.multiply(a, b, dtype=np.float64)
+    out = (np.add if op == "average" else np.subtract)(a, b, dtype=np.float64)
     if op == "average":
-        return (a + b) / 2
-    if op == "weighted_l1":
-        return np.abs(a - b)
-    if op == "weighted_l2":
-        return (a - b) ** 2
-    raise ValueError(f"operator must be one of {OPERATORS}, not {op!r}")
+        out /= 2
+    elif op == "weighted_l1":
+        np.abs(out, out=out)
+    else:
+        np.square(out, out=out)
+    return out
 
 
 @dataclass(frozen=True)
@@ -250,34 +258,66 @@ class ProbeResult:
     ci_method: str
 
 
+#: bootstrap rows of :func:`average_precision` evaluated at a time (its arrays are rows x cases)
+_AP_ROWS = 25
+
+
 def average_precision(y, s, weights=None) -> np.ndarray:
     r"""Average precision :math:`\sum_k (R_k - R_{k-1}) P_k` over the distinct score thresholds (as
     scikit-learn's ``average_precision_score``), for one or several rows of case ``weights``
-    (a bootstrap replicate is a row of resampling counts). Returns a scalar or an array per row."""
+    (a bootstrap replicate is a row of resampling counts). Returns a scalar or an array per row.
+
+    Integer ``weights`` with 0/1 labels (resampling counts) are accumulated in integers, each class over its own
+    cases: the same counts, hence the same value bit for bit, as the float cumulative sums."""
     y, s = np.asarray(y, float), np.asarray(s, float)
     order = np.argsort(-s, kind="stable")
     y, s = y[order], s[order]
-    W = np.ones((1, len(y))) if weights is None else np.atleast_2d(np.asarray(weights, float))[:, order]
+    W = np.ones((1, len(y))) if weights is None else np.atleast_2d(np.asarray(weights))
+    W = W if np.issubdtype(W.dtype, np.integer) or W.dtype == np.float64 else W.astype(float)
     last = np.r_[np.flatnonzero(np.diff(s) != 0), len(s) - 1]  # last index of each distinct score
-    tp = np.cumsum(W * y, axis=1)[:, last]
-    fp = np.cumsum(W * (1 - y), axis=1)[:, last]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        precision = np.where(tp + fp > 0, tp / (tp + fp), 0.0)  # no case above the threshold yet: recall step 0
-        recall = tp / tp[:, -1:]
-    ap = (np.diff(np.hstack([np.zeros((len(W), 1)), recall]), axis=1) * precision).sum(1)
+    counted = np.issubdtype(W.dtype, np.integer) and bool(np.isin(y, (0.0, 1.0)).all())
+    ap = np.empty(len(W))
+    # blocks of 2 or more rows (a lone row is summed in another order than a row of a matrix: the last bit differs)
+    for rows in np.array_split(np.arange(len(W)), -(-len(W) // _AP_ROWS)):
+        Wr = W[rows][:, order]
+        tp, fp = _class_counts(Wr, y == 1, last) if counted else (np.cumsum(Wr * y, axis=1)[:, last],
+                                                                    np.cumsum(Wr * (1 - y), axis=1)[:, last])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            precision = np.where(tp + fp > 0, tp / (tp + fp), 0.0)  # no case above the threshold yet: recall step 0
+            recall = tp / tp[:, -1:]
+        ap[rows] = (np.diff(np.hstack([np.zeros((len(Wr), 1)), recall]), axis=1) * precision).sum(1)
     return float(ap[0]) if weights is None else ap
 
 
-def _ap_ci(y, s, level, n_boot: int = 200, seed: int = 0) -> tuple[float, float]:
-    """Stratified percentile bootstrap of the AP (positives and negatives resampled separately)."""
+def _class_counts(W: np.ndarray, positive: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The weight of the positive and of the negative cases up to each index of ``last`` (cases in score order),
+    as floats: each class's integer cumulative sum over its own cases, read at its count of cases up to there."""
+    out = []
+    for mask in (positive, ~positive):
+        upto = np.cumsum(mask)[last]  # cases of this class up to each threshold
+        cum = np.zeros((len(W), int(mask.sum()) + 1), np.int64)
+        np.cumsum(W[:, mask], axis=1, out=cum[:, 1:])
+        out.append(cum[:, upto].astype(np.float64))
+    return out[0], out[1]
+
+
+def _ap_draws(y, n_boot: int = 200, seed: int = 0) -> np.ndarray:
+    """The resampling counts (``n_boot`` x cases) of :func:`_ap_ci`'s stratified bootstrap: positives and
+    negatives resampled separately."""
     rng = np.random.default_rng([seed, 90, 5])
     y = np.asarray(y)
-    pos, neg = y == 1, y == 0
-    W = np.zeros((n_boot, len(y)))
-    for mask in (pos, neg):
+    W = np.zeros((n_boot, len(y)), np.int64)
+    for mask in (y == 1, y == 0):
         cols = np.flatnonzero(mask)
         draws = rng.integers(0, len(cols), (n_boot, len(cols))) + len(cols) * np.arange(n_boot)[:, None]
         W[:, cols] = np.bincount(draws.ravel(), minlength=n_boot * len(cols)).reshape(n_boot, len(cols))
+    return W
+
+
+def _ap_ci(y, s, level, n_boot: int = 200, seed: int = 0, draws: np.ndarray | None = None) -> tuple[float, float]:
+    """Stratified percentile bootstrap of the AP (positives and negatives resampled separately); ``draws``: the
+    counts of :func:`_ap_draws` when already drawn for these labels."""
+    W = _ap_draws(y, n_boot, seed) if draws is None else draws
     return percentile_interval(average_precision(y, s, W), level)
 
 
@@ -299,12 +339,15 @@ def operator_probes(X, train_pos, train_neg, test_pos, test_neg, *, score: str =
     y_te = np.r_[np.ones(len(test_pos[0])), np.zeros(len(test_neg[0]))]
     tr_u, tr_v = np.r_[train_pos[0], train_neg[0]], np.r_[train_pos[1], train_neg[1]]
     te_u, te_v = np.r_[test_pos[0], test_neg[0]], np.r_[test_pos[1], test_neg[1]]
+    X = as_numpy(X)
+    ends_tr, ends_te = (X[tr_u], X[tr_v]), (X[te_u], X[te_v])  # each operator's features come from these rows
+    draws = _ap_draws(y_te, seed=seed)  # the same resamples for every operator, as drawn one by one before
     rows, curves = [], {}
 
     def add(name, label, s):
         auc, lo, hi = auc_delong(s[y_te == 1], s[y_te == 0], level)
         ap = float(average_precision_score(y_te, s))
-        alo, ahi = _ap_ci(y_te, s, level, seed=seed)
+        alo, ahi = _ap_ci(y_te, s, level, seed=seed, draws=draws)
         fpr, tpr, _ = roc_curve(y_te, s)
         prec, rec, _ = precision_recall_curve(y_te, s)
         curves[name] = dict(fpr=fpr, tpr=tpr, precision=prec, recall=rec, label=label)
@@ -313,9 +356,10 @@ def operator_probes(X, train_pos, train_neg, test_pos, test_neg, *, score: str =
                      "_ap_ci": (alo, ahi)})
 
     for op in OPERATORS:
-        clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-        clf.fit(edge_features(X, tr_u, tr_v, op), y_tr)
-        add(op, f"probe: {OPERATOR_LABELS[op]}", clf.decision_function(edge_features(X, te_u, te_v, op)))
+        # the scaler standardises the (temporary) features in place: the same numbers without a copy
+        clf = make_pipeline(StandardScaler(copy=False), LogisticRegression(max_iter=1000))
+        clf.fit(_operator(*ends_tr, op), y_tr)
+        add(op, f"probe: {OPERATOR_LABELS[op]}", clf.decision_function(_operator(*ends_te, op)))
     add("score", f"raw score: {SCORE_NAMES[score]} (no training)", pair_scores(X, te_u, te_v, score))
     table = pd.DataFrame(rows)
     probes = table[table["name"] != "score"]
