@@ -172,6 +172,25 @@ def test_learning_curve_matches_manual_splits(noisy, noisy_result):
     assert list(nc_chapter.learning_display_table(r)["training entities"]) == [66, 154]
 
 
+def test_learning_curve_on_a_stated_sample_above_curve_entities(noisy, noisy_result):
+    """Above ``curve_entities`` each split is a stratified sample of that many entities: trained on the fraction of
+    it, scored on the rest of it (manual StratifiedShuffleSplit with those sizes); the cross-validation is unchanged,
+    and the chapter says so next to the curve."""
+    X, y = noisy
+    r = mcl.evaluate_node_classification(X, y, train_fractions=(0.3, 0.7), n_repeats=3, seed=4, curve_entities=100)
+    codes = r.labels.codes
+    split = StratifiedShuffleSplit(n_splits=3, train_size=30, test_size=70, random_state=4)
+    ref = [np.mean(mcl.make_probe(seed=4).fit(X[tr], codes[tr]).predict(X[te]) == codes[te])
+           for tr, te in split.split(X, codes)]
+    np.testing.assert_allclose(r.learning[r.learning.train_fraction == 0.3]["accuracy"].to_numpy(), ref)
+    assert list(r.learning_summary["n_train"]) == [30, 70] and r.info["curve_sample"] == 100
+    assert r.values == noisy_result.values and np.array_equal(r.predictions, noisy_result.predictions)
+    assert noisy_result.info["curve_sample"] is None  # 220 entities, under the default 5,000: every entity
+    assert "a stratified sample of 100 of the 220 entities" in nc_chapter.classification_narrative(r)
+    fig = nc_chapter.learning_curve_figure(r)  # x: the share of all 220 entities trained on
+    np.testing.assert_allclose(np.asarray(fig.axes[0].lines[0].get_xdata(), float), [30 / 220, 70 / 220])
+
+
 def test_fraction_too_small_for_every_class_is_skipped():
     X, y = blobs(n_per=6, n_classes=4)
     r = mcl.evaluate_node_classification(X, y, train_fractions=(0.1, 0.5), n_repeats=2)

@@ -163,17 +163,25 @@ def _class_paragraph(r: nc.ClassificationResult) -> str | None:
     return text
 
 
+def curve_sample_text(r: nc.ClassificationResult) -> str:
+    """Where the learning curve's splits come from: every evaluated entity, or a stratified sample of them."""
+    sample = r.info.get("curve_sample")
+    return ("the entities" if sample is None else
+            f"a stratified sample of {sample:,} of the {r.n:,} entities, drawn for each split")
+
+
 def _budget_paragraph(r: nc.ClassificationResult, reading: str) -> str | None:
     ls_sum = r.learning_summary
     if len(ls_sum) < 2:
         return None
     first, last = ls_sum.iloc[0], ls_sum.iloc[-1]
+    of = curve_sample_text(r)
     if reading == "not detectably":
         return (f"**Label budget.** With no detectable signal, more labels do not help: the probe's accuracy is "
                 f"{first['accuracy_mean']:.3f} when trained on {first['train_fraction']:.0%} of "
-                f"the entities and {last['accuracy_mean']:.3f} on {last['train_fraction']:.0%}.")
+                f"{of} and {last['accuracy_mean']:.3f} on {last['train_fraction']:.0%}.")
     ratio = first["accuracy_mean"] / max(last["accuracy_mean"], 1e-12)
-    return (f"**Label budget.** Trained on {first['train_fraction']:.0%} of the entities "
+    return (f"**Label budget.** Trained on {first['train_fraction']:.0%} of {of} "
             f"({int(first['n_train']):,}), the probe reaches accuracy {first['accuracy_mean']:.3f} "
             f"(sd {first['accuracy_std']:.3f} over {int(first['repeats'])} splits); on {last['train_fraction']:.0%} "
             f"({int(last['n_train']):,}) it reaches {last['accuracy_mean']:.3f}, so {ratio:.0%} of the accuracy is "
@@ -241,9 +249,11 @@ def learning_curve_figure(r: nc.ClassificationResult) -> plt.Figure:
     v = r.values
     fig, axes = plt.subplots(1, 2, figsize=(WIDTH, 3.8))
     cv_frac = (r.n_folds - 1) / r.n_folds
+    # the share of all evaluated entities trained on (the curve's splits may be a sample of them; the CV's are not)
+    x = t["train_fraction"] if r.info.get("curve_sample") is None else t["n_train"] / r.n
     for ax, key, title, marker in ((axes[0], "accuracy", "Accuracy", "o"), (axes[1], "macro_f1", "Macro-F1", "s")):
         if len(t):
-            ax.errorbar(t["train_fraction"], t[f"{key}_mean"], yerr=t[f"{key}_std"], marker=marker, capsize=4, lw=2,
+            ax.errorbar(x, t[f"{key}_mean"], yerr=t[f"{key}_std"], marker=marker, capsize=4, lw=2,
                         color=PALETTE["data"], label="probe, held-out rest (±1 sd)")
         lo, hi = v[f"{key}_ci_low"], v[f"{key}_ci_high"]
         ax.errorbar([cv_frac], [v[key]], yerr=[[v[key] - lo], [hi - v[key]]], fmt="D", color=PALETTE["accent"],
@@ -291,18 +301,22 @@ def show_metrics(rep: NodeClassificationReport) -> None:
 def show_learning_curve(rep: NodeClassificationReport) -> None:
     r = rep.result
     repeats = r.info["repeats"]
+    sample = r.info.get("curve_sample")
+    within = "" if sample is None else (f" Each split is a stratified sample of {sample:,} of the {r.n:,} entities "
+                                        "(trained on a fraction of it, scored on the rest of it), so the curve costs "
+                                        "the same at any size; the cross-validation uses every entity.")
     show_figure(learning_curve_figure(r),
                 caption=f"Accuracy and macro-F1 of the probe against the share of entities it is trained on (mean ± 1 "
                         f"sd over {repeats} stratified splits, scored on the rest); diamond: the {r.n_folds}-fold "
                         f"cross-validated estimate with its {100 * r.level:.0f} % interval; dashed and dotted: the chance "
-                        "baselines.", label="fig-nc-learning-curve")
+                        f"baselines.{within}", label="fig-nc-learning-curve")
     if not len(r.learning):
         show_markdown("No training fraction leaves every class in both the training part and the rest, so the "
                       "learning curve is empty.")
         return
     show_table(learning_display_table(r),
                caption="Learning curve: probe scores on the held-out rest after training on each fraction (mean and sd "
-                       "over the splits, in %).", label="tbl-nc-learning-curve")
+                       f"over the splits, in %).{within}", label="tbl-nc-learning-curve")
 
 
 def show_per_class(rep: NodeClassificationReport) -> None:
