@@ -64,7 +64,7 @@ def test_plusplus_and_distances_are_sklearns(dtype):
             assert got.dtype == ref.dtype
             np.testing.assert_array_equal(got, ref)
         if d < 1000:
-            mine = fits._plusplus(np.random.RandomState(4))
+            mine = fits.plusplus(np.random.RandomState(4))
             theirs, _ = _kmeans_plusplus(fits.X, k, fits.norms, fits.weight, np.random.RandomState(4))
             np.testing.assert_array_equal(mine, theirs)
     assert km._upcast_batch(4, 30, 200_000) < 4  # the wide case did span chunks of candidates
@@ -73,3 +73,20 @@ def test_plusplus_and_distances_are_sklearns(dtype):
 def test_restarts_reject_fewer_rows_than_k():
     with pytest.raises(ValueError, match="n_samples=3 should be >= n_clusters=4"):
         km.kmeans_restarts(np.eye(3), 4)
+
+
+def test_restarts_side_by_side_equal_one_after_the_other(monkeypatch):
+    """The Lloyd runs go two at a time on two cores and one after the other on one: the same restarts."""
+    from embeval_report.metrics import labels as mlab
+
+    _, X, k = SETS[1]
+    U = unit_vectors(X.astype(np.float32))
+    monkeypatch.setattr(mlab, "_cores", lambda: 2)
+    side = km.kmeans_restarts(U, k, seed=3)
+    monkeypatch.setattr(mlab, "_cores", lambda: 1)
+    seq = km.kmeans_restarts(U, k, seed=3)
+    np.testing.assert_array_equal(side[0], seq[0])
+    assert side[1] == seq[1] and np.array_equal(side[2], seq[2])
+    for (a, ia), (b, ib) in zip(side[3], seq[3], strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert ia == ib

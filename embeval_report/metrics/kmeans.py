@@ -59,8 +59,8 @@ def kmeans_restarts(U, k: int, *, n_init: int = KMEANS_N_INIT, seed: int = 0
     with threads(*U.shape), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         fits = _Restarts(U, k)
-        for _ in range(n_init):
-            labels, inertia, centres = fits.run(rng)
+        starts = [fits.plusplus(rng) for _ in range(n_init)]  # the generator's draws in scikit-learn's order
+        for labels, inertia, centres in map_fits(fits.lloyd, starts, *U.shape):
             restarts.append((labels, inertia))
             if best is None or (inertia < best[1] and not _same_clustering(labels, best[0])):
                 best = (labels, inertia, centres)
@@ -76,7 +76,10 @@ class _Restarts:
     upcast to float64 chunk by chunk (``_euclidean_distances_upcast``: a copy and the norms of every chunk, for every
     centre of every restart: half the fit's time at 10,000 x 384). :meth:`_sq_distances` takes the same chunks
     from the one float64 copy and the same products in the same order, so every distance, every draw and every
-    centre is scikit-learn's bit for bit; the Lloyd iterations are scikit-learn's ``_kmeans_single_lloyd``."""
+    centre is scikit-learn's bit for bit; the Lloyd iterations are scikit-learn's ``_kmeans_single_lloyd``. The
+    k-means++ starts draw from the generator one after the other, as scikit-learn's restarts do (Lloyd's
+    iterations draw nothing); the Lloyd runs then go side by side where :func:`~.labels.map_fits` runs fits so
+    (a small problem, each single-threaded as it is alone), with the same numbers."""
 
     def __init__(self, U, k: int):
         X = check_array(U, dtype=[np.float64, np.float32], order="C", copy=True)
@@ -91,14 +94,14 @@ class _Restarts:
         self._chunk_norms: dict[int, list] = {}
         self.n_threads = _openmp_effective_n_threads()
 
-    def run(self, rng: np.random.RandomState) -> tuple[np.ndarray, float, np.ndarray]:
-        """One restart: labels, inertia and centres (in the rows' own coordinates)."""
-        centres = self._plusplus(rng)
-        labels, inertia, centres, _ = _kmeans_single_lloyd(self.X, self.weight, centres, max_iter=300, tol=self.tol,
-                                                           n_threads=self.n_threads)
+    def lloyd(self, start: np.ndarray) -> tuple[np.ndarray, float, np.ndarray]:
+        """Lloyd's iterations from the centres ``start`` (centred, as :meth:`plusplus` gives them): labels, inertia
+        and centres (in the rows' own coordinates). No random draws: restarts may run side by side."""
+        labels, inertia, centres, _ = _kmeans_single_lloyd(self.X, self.weight, start.copy(), max_iter=300,
+                                                           tol=self.tol, n_threads=self.n_threads)
         return labels.astype(np.int64), float(inertia), centres + self.mean
 
-    def _plusplus(self, rng: np.random.RandomState) -> np.ndarray:
+    def plusplus(self, rng: np.random.RandomState) -> np.ndarray:
         """scikit-learn's greedy k-means++ (``_kmeans_plusplus``, unit weights), step for step."""
         X, w, n, k = self.X, self.weight, len(self.X), self.k
         trials = 2 + int(np.log(k))
