@@ -10,6 +10,7 @@ from scipy.special import log_ndtr
 from embeval_report.kernels import device as dv
 from embeval_report.kernels import graph_cache
 from embeval_report.kernels import neighbours as nb
+from embeval_report.kernels import sweep
 from embeval_report.metrics import hubness_reduction as hr
 
 
@@ -28,6 +29,9 @@ def _sets():
 def _sweep(X, collected: bool, monkeypatch) -> tuple[dict, dict, np.ndarray]:
     graph_cache.clear_memory()
     monkeypatch.setattr(nb, "_collects", nb._collects if collected else (lambda *a: False))
+    if collected:  # these sets are smaller and more crowded than those the sweep takes by itself (test_when_it_pays)
+        monkeypatch.setattr(sweep, "COLLECT_MIN_ROWS", 0)
+        monkeypatch.setattr(sweep, "KEPT16_PER_ROW", np.inf)
     mp = hr._MutualProximity(lambda: hr.cosine_mean_sd(X, device="cpu"), torch.device("cpu"))
     stats = {}
     k = min(10, len(X) - 2)
@@ -86,8 +90,6 @@ def test_the_collected_sweep_gives_the_float64_lists_and_the_same_potential(name
 def test_float64_scoring_reads_about_k_entries_a_row(monkeypatch):
     """The float32 pass keeps every entry within the bfloat16 limits (tens a row on a clustered set); the float64
     scoring reads only those within the float32 bound of each list's end: about k a row per list."""
-    from embeval_report.kernels import sweep
-
     monkeypatch.setattr(dv, "CANDIDATES", "bf16")
     rng = np.random.default_rng(4)
     X = (rng.standard_normal((20, 64))[rng.integers(0, 20, 3000)] + rng.standard_normal((3000, 64)) + 1.5
@@ -97,3 +99,75 @@ def test_float64_scoring_reads_about_k_entries_a_row(monkeypatch):
     monkeypatch.setattr(sweep, "_best_of", lambda k, r, *a: (scored.append(len(r)), best_of(k, r, *a))[1])
     _sweep(X, True, monkeypatch)
     assert 2 * 10 * len(X) <= sum(scored) < 2 * 12 * len(X)  # two lists of k = 10
+
+
+def _anisotropic(n: int, d: int, common: float, seed: int = 5) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((20, d))[rng.integers(0, 20, n)] * 0.5 + rng.standard_normal((n, d))
+    return (X + common * rng.standard_normal(d)).astype(np.float32)
+
+
+def test_when_it_pays(monkeypatch):
+    """The collected sweep runs only where it pays: a set of fewer than COLLECT_MIN_ROWS rows merges its lists tile
+    by tile, and so does a set whose rows would keep more than KEPT16_PER_ROW entries each in the bfloat16 pass
+    (a strong common direction: the nearest cosines crowd within a bfloat16 product's error), with the same lists."""
+    monkeypatch.setattr(dv, "CANDIDATES", "bf16")
+    X = _anisotropic(1500, 48, 0.0)
+    graph_cache.clear_memory()
+    stats = {}
+    nb.self_sweep(X, {"cosine": (10, None)}, device="cpu", desc=None, potential=True, stats=stats)
+    assert stats["sweep"] == "pool"  # fewer rows than COLLECT_MIN_ROWS
+
+    monkeypatch.setattr(sweep, "COLLECT_MIN_ROWS", 0)
+    crowded = _anisotropic(1500, 48, 4.0)
+    found = {}
+    for name, Y in (("clustered", X), ("crowded", crowded)):
+        graph_cache.clear_memory()
+        stats = {}
+        found[name] = nb.self_sweep(Y, {"cosine": (10, None)}, device="cpu", desc=None, potential=True,
+                                    stats=stats)["cosine"]
+        assert stats["sweep"] == ("collected" if name == "clustered" else "pool"), name
+    old, _, _ = _sweep(crowded, False, monkeypatch)
+    np.testing.assert_array_equal(found["crowded"][0], old["cosine"][0])
+
+
+def test_the_estimate_of_the_bfloat16_pass_is_close(monkeypatch):
+    """kept16_per_row, from sampled rows, is at most the entries the bfloat16 pass keeps a row and more than half
+    of them (the pass's limit rises to the row's K-th as it reads the row)."""
+    monkeypatch.setattr(dv, "CANDIDATES", "bf16")
+    monkeypatch.setattr(sweep, "KEPT16_PER_ROW", np.inf)
+    monkeypatch.setattr(sweep, "SAMPLE_ROWS", 2000)  # every row: the estimate's own error only
+    limit_block, kept16 = sweep._limit_block, sweep.kept16_per_row
+    for common in (0.0, 1.0, 4.0):
+        X = _anisotropic(2000, 48, common)
+        kept, estimates = [], []
+        monkeypatch.setattr(sweep, "_limit_block", lambda s, blk, entries, *a: (
+            kept.append(len(entries[0])), limit_block(s, blk, entries, *a))[1])
+        monkeypatch.setattr(sweep, "kept16_per_row", lambda pre, K: (estimates.append(kept16(pre, K)),
+                                                                       estimates[-1])[1])
+        sweep.collected_sweep(nb.unit_rows(torch.from_numpy(X).double()).float().numpy(), [(10, None)],
+                              torch.device("cpu"), None, None, nb._Sweep)
+        actual = sum(kept) / len(X)
+        assert actual / 2 < estimates[0] <= actual, (common, estimates[0], actual)
+
+
+def test_a_crowded_plain_search_takes_float32_products(monkeypatch):
+    """A plain cosine search whose rows would keep more than KEPT16_PER_ROW entries each on bfloat16 products takes
+    float32 products (about k a row): the same lists and scores as the bfloat16 pass, for the set itself and for
+    queries; a clustered set keeps its bfloat16 pass."""
+    monkeypatch.setattr(dv, "CANDIDATES", "bf16")
+    crowded, clustered = _anisotropic(1500, 48, 4.0), _anisotropic(1500, 48, 0.0)
+    queries = crowded[:300] + 0.01 * np.random.default_rng(2).standard_normal((300, 48)).astype(np.float32)
+    gate = sweep.KEPT16_PER_ROW
+    for name, X, Q in (("crowded", crowded, None), ("crowded queries", crowded, queries),
+                       ("clustered", clustered, None)):
+        found = {}
+        for limit in (gate, np.inf):
+            monkeypatch.setattr(sweep, "KEPT16_PER_ROW", limit)
+            graph_cache.clear_memory()
+            stats = {}
+            found[limit] = nb.knn(X, 10, queries=Q, device="cpu", desc=None, stats=stats)
+            assert stats["product"] == ("fp32" if limit != np.inf and name != "clustered" else "bf16"), (name, limit)
+        (a, av), (b, bv) = found.values()
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(av, bv)

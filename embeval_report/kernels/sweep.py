@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .candidates import GROUP, _exact_scores, _top_k
-from .device import BF16, FP32, mask_indices, round_down, true_indices
+from .device import BF16, FP32, mask_indices, round_down, true_indices, unit_rows
 
 #: float64-scored entries per list entry from which a row's limits are set when a plan is mutual proximity (its top-k
 #: are not the cosine's: the k-th score among more of the cosine's first entries is closer to the row's own)
@@ -36,6 +36,17 @@ MP_MARGIN = 1e-9
 #: a row) keeps too many, and the sweep merges its lists tile by tile instead
 KEPT_PER_ROW = 400
 SAMPLE_ROWS = 256
+#: the most bytes the sampled rows' products take (fewer rows are sampled from a larger set)
+SAMPLE_BYTES = 256 * 2**20
+#: rows below which a self sweep merges its lists tile by tile instead: the collected sweep's bfloat16 pass and the
+#: grouping of what it keeps cost more than the merging they spare (one thread, CPU-seconds collected / merged, a
+#: cosine graph and the potential: 5,000 x 384 1.3-1.5, 10,000 x 384 0.94-2.4, 20,000 x 384 1.1-1.4, 40,000 x 384
+#: 0.97-1.00, the higher the more anisotropic the set; benchmarks/README.md)
+COLLECT_MIN_ROWS = 50_000
+#: entries a row may keep on average in the bfloat16 pass (estimated from :data:`SAMPLE_ROWS` rows before it runs):
+#: an anisotropic set, whose rows' nearest cosines crowd within a bfloat16 product's error of each other, keeps
+#: hundreds (10,000 x 384 with a strong common direction: about 470), and its grouping costs more than the pass saves
+KEPT16_PER_ROW = 64
 #: float64 values a padded per-row table holds at once (:func:`_kth`)
 PAD_VALUES = 4 * 2**20
 
@@ -48,6 +59,8 @@ def collected_sweep(X: np.ndarray, plans: list, dev: torch.device, desc: str | N
     more than :data:`KEPT_PER_ROW` entries each (the caller then merges lists tile by tile)."""
     n = len(X)
     pre = sweep_class(X, X, [(max(k for k, _ in plans), None)], "cosine", True, dev, None, None, BF16)
+    if kept16_per_row(pre, max(k for k, _ in plans)) > KEPT16_PER_ROW:
+        return None
     limits = [torch.full((n,), torch.inf, dtype=torch.float64) for _ in plans]  # per plan
     pre.on_block = lambda s, blk, entries: _limit_block(s, blk, entries, plans, limits, pre.corpus64)
     pre.run()
@@ -68,12 +81,41 @@ def collected_sweep(X: np.ndarray, plans: list, dev: torch.device, desc: str | N
 def _kept_per_row(pre, limit: torch.Tensor) -> float:
     """The mean number of entries a row would keep above its limit, from :data:`SAMPLE_ROWS` rows spread over the set
     (their float32 products with every row)."""
-    n = pre.n
-    rows = torch.linspace(0, n - 1, min(n, SAMPLE_ROWS)).round().long().unique()
-    U = pre.corpus64[0:n].float()
-    S = U[rows] @ U.T
+    rows = _sample(pre.n, pre.n)
+    S = pre.corpus64[rows].float() @ pre.corpus64[0:pre.n].float().T
     S[torch.arange(len(rows)), rows] = -torch.inf
     return float((S >= limit[rows, None]).sum()) / len(rows)
+
+
+def _entries(plans: list, most: int) -> int:
+    """How many of a row's first entries set its limits (:func:`_limit_block`), at most ``most``."""
+    longest = max(k for k, _ in plans)
+    return min(longest * (MP_ENTRIES if any(rescore is not None for _, rescore in plans) else 1), most)
+
+
+def kept16_per_row(search, K: int) -> float:
+    """About the mean number of entries a query row keeps in a bfloat16 kept-entry pass for a K-list
+    (:func:`~.candidates._collect`: every entry within 2B + δ of the row's K-th product) of ``search`` (a
+    :class:`~.neighbours._Sweep` on bfloat16 products, its corpus in memory), from :data:`SAMPLE_ROWS` query rows spread
+    over the set (their bfloat16 products with every row; B: the largest bound of the first block's rows). The pass
+    keeps somewhat more (its limit rises to the K-th as it reads the row: up to 1.5 times as many on the sets tested)."""
+    rows = _sample(len(search.Q), search.n)
+    if search.Q is search.X:
+        q64 = search.corpus64[rows]
+    else:
+        q64 = unit_rows(torch.from_numpy(np.asarray(search.Q[rows.numpy()], dtype=np.float32)).double())
+    S = (q64.to(search.dtype) @ search.corpus_t).float()
+    if search.drop_self:
+        S[torch.arange(len(rows)), rows] = -torch.inf
+    v = torch.topk(S, K, dim=1).values[:, -1:]
+    slack = 2 * float(search.inputs(0)[2].bound.max()) + v.abs() * (2.0**-7 * 1.01)
+    return float((S >= v - slack).sum()) / len(rows)
+
+
+def _sample(m: int, n: int) -> torch.Tensor:
+    """:data:`SAMPLE_ROWS` of ``m`` rows spread evenly (fewer where their products with ``n`` rows would pass
+    :data:`SAMPLE_BYTES`)."""
+    return torch.linspace(0, m - 1, min(m, SAMPLE_ROWS, max(16, SAMPLE_BYTES // (4 * n)))).round().long().unique()
 
 
 def _grouped(r: torch.Tensor, c: torch.Tensor, p: torch.Tensor, m: int):
@@ -107,10 +149,9 @@ def _limit_block(s: int, blk, entries, plans: list, limits: list, corpus64) -> N
     bfloat16 product (K: the longest list) scored in float64; any k of them bound the row's k-th score from below."""
     m = len(blk.q)
     r, c, p, counts, starts = _grouped(*entries, m)
-    longest = max(k for k, _ in plans)
-    if int(counts.min()) < longest:  # cannot happen: the kept-entry pass keeps each row's largest products
+    if int(counts.min()) < max(k for k, _ in plans):  # cannot happen: the pass keeps each row's largest products
         raise RuntimeError("a row kept fewer entries than its list holds")
-    K = min(longest * (MP_ENTRIES if any(rescore is not None for _, rescore in plans) else 1), int(counts.min()))
+    K = _entries(plans, int(counts.min()))
     cand = c[starts[:, None] + torch.arange(K)[None, :]]
     cos64 = _exact_scores(corpus64, None, blk.q64, cand, "cosine")
     rows = torch.arange(s, s + m)
