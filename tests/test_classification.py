@@ -172,6 +172,22 @@ def test_learning_curve_matches_manual_splits(noisy, noisy_result):
     assert list(nc_chapter.learning_display_table(r)["training entities"]) == [66, 154]
 
 
+def test_fold_scores_equal_scikit_learn_bit_for_bit():
+    """Accuracy and micro/macro-F1 from the class counts: scikit-learn's values exactly, absent classes included."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    rng = np.random.default_rng(11)
+    for trial in range(300):
+        C, n = int(rng.integers(2, 30)), int(rng.integers(1, 300))
+        y = rng.integers(0, C if trial % 4 else max(1, C // 3), n)  # every 4th: most classes absent
+        p = np.zeros(n, int) if trial % 5 == 0 else np.where(rng.random(n) < rng.random(), y, rng.integers(0, C, n))
+        labels = np.arange(C)
+        assert mcl.fold_scores(y, p, C) == {
+            "accuracy": accuracy_score(y, p),
+            "micro_f1": f1_score(y, p, labels=labels, average="micro", zero_division=0),
+            "macro_f1": f1_score(y, p, labels=labels, average="macro", zero_division=0)}
+
+
 def test_learning_curve_on_a_stated_sample_above_curve_entities(noisy, noisy_result):
     """Above ``curve_entities`` each split is a stratified sample of that many entities: trained on the fraction of
     it, scored on the rest of it (manual StratifiedShuffleSplit with those sizes); the cross-validation is unchanged,
