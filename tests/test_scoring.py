@@ -193,3 +193,40 @@ def test_rank_intervals_of_a_whole_table_metric():
     assert ranks.loc["good", "rank_low"] <= ranks.loc["good too", "rank_high"]
     assert ranks.loc["good too", "rank_low"] <= ranks.loc["good", "rank_high"]
     assert ranks.loc["best", "mean"] == nc.fold_macro_f1(tables["best"])
+
+
+
+def test_a_table_compared_again_reuses_its_replicates_and_gives_the_same_result():
+    """The remedy checks compare one recorded table with several remedied ones: its bootstrap replicates are kept
+    and reused (the draws are the same), so each comparison is bit for bit the one computed afresh, and a table
+    whose contents differ is not mistaken for it."""
+    from embeval_report.metrics import paired as pm
+
+    rng = np.random.default_rng(3)
+    a = pd.DataFrame({"y": rng.integers(0, 3, 80), "p": rng.integers(0, 3, 80)})
+    bs = [a.assign(p=np.where(rng.random(80) < 0.3, rng.integers(0, 3, 80), a.p)) for _ in range(3)]
+
+    def acc(t):
+        return float((t.y == t.p).mean())
+
+    calls = []
+
+    def counted(t):
+        calls.append(len(t))
+        return acc(t)
+
+    pm._HELD.clear()
+    fresh = []
+    for b in bs:
+        pm._HELD.clear()
+        fresh.append(pm.paired_aggregate(acc, a, b, n_resamples=50, seed=4)[0])
+    pm._HELD.clear()
+    for b, want in zip(bs, fresh):
+        got = pm.paired_aggregate(counted, a, b, n_resamples=50, seed=4)[0]
+        assert (got.diff, got.ci_low, got.ci_high, got.p_randomisation) == (
+            want.diff, want.ci_low, want.ci_high, want.p_randomisation)
+    assert len(calls) == 3 * (2 + 50) + 50  # a's 50 replicates once, b's each time, fn(a) and fn(b) each time
+    changed = a.assign(p=(a.p + 1) % 3)
+    other = pm.paired_aggregate(counted, changed, bs[0], n_resamples=50, seed=4)[0]
+    pm._HELD.clear()
+    assert other.ci_low == pm.paired_aggregate(acc, changed, bs[0], n_resamples=50, seed=4)[0].ci_low

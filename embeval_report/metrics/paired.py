@@ -39,6 +39,7 @@ rank interval (as in the MTEB leaderboard-stability analysis: most adjacent pair
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import warnings
 from dataclasses import dataclass
@@ -177,9 +178,11 @@ def paired_aggregate(fn, a: pd.DataFrame, b: pd.DataFrame, *, direction: str = "
     va, vb = float(fn(a)), float(fn(b))
     diff = vb - va
     if n >= 2:
-        both = resampled_values([a, b], fn, boot=boot, boot_exact=boot_exact, n_resamples=n_resamples,
-                                rng=np.random.default_rng([seed, 41]))
-        reps = both[:, 1] - both[:, 0]
+        def replicates(t):
+            return resampled_values([t], fn, boot=boot, boot_exact=boot_exact, n_resamples=n_resamples,
+                                    rng=np.random.default_rng([seed, 41]))[:, 0]
+
+        reps = replicates(b) - _held(("paired_aggregate", fn, boot, boot_exact, n_resamples, seed), a, replicates)
     else:
         reps = np.full(n_resamples, math.nan)
     reps = reps[np.isfinite(reps)]
@@ -231,6 +234,29 @@ def resampled_values(tables: list[pd.DataFrame], fn, *, boot=None, boot_exact: b
             else:
                 out[s:s + len(draws)] = [[float(fn(t.iloc[idx])) for t in tables] for idx in draws]
     return out
+
+
+#: tables' replicates kept for the next comparison with the same table (the remedy checks compare one task's
+#: recorded units with each remedy's: their draws are the same, so the recorded table's replicates are too)
+_HELD: dict = {}
+HELD_TABLES = 16
+
+
+def _held(key: tuple, table: pd.DataFrame, compute):
+    """``compute(table)``, kept under ``key`` and the table's contents for the next call with both (the latest
+    :data:`HELD_TABLES` kept). ``key`` holds the functions themselves, so a key's objects cannot be replaced by
+    others at the same address while it is kept."""
+    try:
+        rows = pd.util.hash_pandas_object(table, index=False).to_numpy()
+    except TypeError:  # a column of unhashable values (lists): not kept
+        return compute(table)
+    full = key + (tuple(map(str, table.columns)), tuple(map(str, table.dtypes)), len(table),
+                  hashlib.blake2b(rows.tobytes(), digest_size=32).digest())
+    if full not in _HELD:
+        while len(_HELD) >= HELD_TABLES:
+            _HELD.pop(next(iter(_HELD)))
+        _HELD[full] = compute(table)
+    return _HELD[full]
 
 
 def randomisation_pvalue(d, *, n_resamples: int = RANDOMISATION_RESAMPLES, seed: int = 0) -> float:
