@@ -158,8 +158,8 @@ def test_auc_and_delong_interval():
     ref, se = brute_delong(pos, neg)
     assert auc == pytest.approx(ref)
     assert (lo, hi) == pytest.approx((ref - 1.959964 * se, ref + 1.959964 * se), rel=1e-5)
-    # the temporal chapter's table of cuts shows the AUC without its interval: the same value, bit for bit
-    assert tp._auc(pos, neg) == auc and np.isnan(tp._auc(pos, neg[:0]))
+    # the tables of relations and of temporal cuts show the AUC without its interval: the same value, bit for bit
+    assert lp.auc_value(pos, neg) == auc and np.isnan(lp.auc_value(pos, neg[:0]))
 
 
 def test_average_precision_matches_scikit_learn_with_ties_and_weights():

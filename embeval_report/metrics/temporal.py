@@ -28,6 +28,7 @@ from .linkpred import (
     PYKEEN,
     SEED_002,
     UNIT,
+    auc_value,
     edge_ids,
     edge_table,
     heuristic_ranks,
@@ -35,8 +36,7 @@ from .linkpred import (
     rank_intervals,
     sample_rows,
 )
-from .ranks import (CandidateScores, Ranks, adjust, auc_delong, positive_placements, rank_metrics, rank_values,
-                    score_candidates)
+from .ranks import CandidateScores, Ranks, adjust, auc_delong, rank_metrics, rank_values, score_candidates
 from .spec import MetricSpec, record_metrics, specs
 
 SPECS = specs(
@@ -215,12 +215,6 @@ def _same_split(a: LinkData, b: LinkData) -> bool:
                                                       (a.candidates, b.candidates), (a.test_rel, b.test_rel))))
 
 
-def _auc(pos, neg) -> float:
-    """The AUC of :func:`~.ranks.auc_delong` without its interval (the mean placement of the positives among the
-    negatives, the same value bit for bit; NaN without positives or negatives): a cut's row shows no interval."""
-    return float(positive_placements(pos, neg).mean()) if len(pos) and len(neg) else float("nan")
-
-
 def evaluate_temporal(X, edges: EdgeList, n_entities: int, *, train_fraction: float = 0.8, n_bins: int = 5,
                       cut_fractions=(0.5, 0.6, 0.7, 0.8, 0.9), score: str = "dot", ties: str = "realistic",
                       filtered: bool = False, n_negatives: int = 100, strategy: str = "uniform",
@@ -292,7 +286,7 @@ def evaluate_temporal(X, edges: EdgeList, n_entities: int, *, train_fraction: fl
         v, e = rank_values(c_f.ranks(filtered), ties)
         cut_rows.append({"train share": f, "cut": format_time(d_f.cut, edges.time_is_date), "train edges": len(d_f.train),
                          "test edges": len(d_f.test), "MRR (embedding)": v["mrr"], "Hits@10": v["hits_at_10"],
-                         "AUC": _auc(*c_f.pooled(filtered)),
+                         "AUC": auc_value(*c_f.pooled(filtered)),
                          f"MRR ({heur}, graph before cut)": rank_metrics(h_f.get(ties))["mrr"]})
     # random split with the same test share (leakage comparison)
     rnd = build_link_data(edges, n_entities, split="random", test_fraction=1 - train_fraction, **kw)
