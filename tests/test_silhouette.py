@@ -56,6 +56,7 @@ def test_silhouettes_equal_the_definition(name, X, codes, chunk, monkeypatch):
 
 def test_silhouettes_equal_sklearn_and_no_partition_gives_nothing():
     _, X, codes = CASES[0]
-    np.testing.assert_allclose(silhouette.silhouettes(X, [codes], device="cpu")[0],
-                               silhouette_samples(X, codes, metric="cosine"), rtol=0, atol=1e-12)
+    for c in (codes, codes.astype(np.int32)):
+        np.testing.assert_allclose(silhouette.silhouettes(X, [c], device="cpu")[0],
+                                   silhouette_samples(X, codes, metric="cosine"), rtol=0, atol=1e-12)
     assert silhouette.silhouettes(X, [], device="cpu") == []

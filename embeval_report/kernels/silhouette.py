@@ -29,7 +29,7 @@ def silhouettes(X, partitions: list[np.ndarray], *, device="auto") -> list[np.nd
     out = []
     for codes in partitions:
         k = int(codes.max()) + 1
-        code_t = torch.as_tensor(codes, device=dev)
+        code_t = torch.as_tensor(codes, dtype=torch.long, device=dev)
         step = chunk_rows(m, k * 8 * 2)
         sums = torch.zeros(k, U.shape[1], dtype=torch.float64, device=dev)
         for s in range(0, m, step):  # by products, not scattered additions: the same sums on every run of a device
