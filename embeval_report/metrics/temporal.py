@@ -96,7 +96,7 @@ def _bin_row(label, idx, cs: CandidateScores, ties, filtered, h: Ranks | None, h
     lo, hi, _ = mean_ci(1.0 / rk.get(ties), level, seed=seed, units=UNIT)
     pos, neg = cs.pooled(filtered, idx)
     row = {"horizon": label, "test edges": len(idx), "MRR": v["mrr"], "MRR low": lo, "MRR high": hi,
-           "Hits@10": v["hits_at_10"], "AUC": auc_delong(pos, neg, warn=False)[0],
+           "Hits@10": v["hits_at_10"], "AUC": auc_value(pos, neg),
            "AMRI": adjust("mean_rank", v["mean_rank"], e, warn=False), "chance MRR": e["mrr"]}
     if h is not None:
         row["heuristic MRR"] = rank_metrics(h.take(hidx).get(ties))["mrr"] if len(hidx) else float("nan")
