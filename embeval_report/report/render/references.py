@@ -201,13 +201,24 @@ PAPERS = (
     (r"Ziegler et al\.,? \(?2005", "Ziegler, C.-N., McNee, S. M., Konstan, J. A., Lausen, G. (2005). Improving recommendation lists through topic diversification. WWW 2005."),
     (r"Řehůřek & Sojka,? \(?2010", "Řehůřek, R., Sojka, P. (2010). Software framework for topic modelling with large corpora. LREC 2010 Workshop on New Challenges for NLP Frameworks."),
 )
-_PAPERS = tuple((re.compile(rf"(?<![\w-]){pattern}"), ref) for pattern, ref in PAPERS)
+_PAPERS = tuple((re.compile(pattern), ref) for pattern, ref in PAPERS)
+_WORD_BEFORE = re.compile(r"[\w-]")  # a citation starts a word: no letter, digit, _ or - right before it
+
+
+def _cites(rx: re.Pattern, text: str) -> bool:
+    """Whether ``rx`` matches ``text`` at a position not preceded by ``[\\w-]`` (``(?<![\\w-])rx``). The
+    pattern alone starts with its literal author name, which the regex engine finds by a fast scan; a
+    leading look-behind made it try every position of the report's text (a second each render)."""
+    m = rx.search(text)
+    while m is not None and m.start() and _WORD_BEFORE.match(text, m.start() - 1):
+        m = rx.search(text, m.start() + 1)
+    return m is not None
 
 
 def cited_papers(text: str) -> list[str]:
     """The references of :data:`PAPERS` that ``text`` cites, in alphabetical order."""
     text = _html.unescape(text or "").replace("\\", "")
-    return [ref for rx, ref in _PAPERS if rx.search(text)]
+    return [ref for rx, ref in _PAPERS if _cites(rx, text)]
 
 
 def references_markdown(text: str) -> str:
