@@ -29,41 +29,46 @@ from .common import (
 
 log = logging.getLogger(__name__)
 
-def _notebook_markdown(nb, tdir: Path, media: Path, key: str) -> str:
-    """Executed cells as pandoc markdown; their images are written to ``media``."""
-    from nbconvert import MarkdownExporter
-    from traitlets.config import Config
+class _Markdown:
+    """One nbconvert exporter with the report's markdown template for every notebook of a report (its templates
+    compiled once: each exporter compiled them again, 0.1 s a notebook)."""
 
-    from ...present.display import escape
+    def __init__(self, tdir: Path):
+        from nbconvert import MarkdownExporter
+        from traitlets.config import Config
 
-    c = Config()
-    c.MarkdownExporter.exclude_input = True
-    c.NbConvertBase.display_data_priority = PDF_MIME_PRIORITY
-    exporter = MarkdownExporter(config=c, template_name="embeval_markdown",
-                                extra_template_basedirs=[str(tdir / "nbconvert")],
-                                filters={"md_escape": escape, "md_codeblock": _md_codeblock})
-    body, resources = exporter.from_notebook_node(copy.deepcopy(nb), resources={"unique_key": key})
-    for name, data in (resources.get("outputs") or {}).items():
-        (media / name).write_bytes(data)
-    return re.sub(r"\n{3,}", "\n\n", body).strip() + "\n"
+        from ...present.display import escape
+
+        c = Config()
+        c.MarkdownExporter.exclude_input = True
+        c.NbConvertBase.display_data_priority = PDF_MIME_PRIORITY
+        self.exporter = MarkdownExporter(config=c, template_name="embeval_markdown",
+                                         extra_template_basedirs=[str(tdir / "nbconvert")],
+                                         filters={"md_escape": escape, "md_codeblock": _md_codeblock})
+
+    def __call__(self, nb, media: Path, key: str) -> str:
+        """Executed cells as pandoc markdown; their images are written to ``media``."""
+        body, resources = self.exporter.from_notebook_node(copy.deepcopy(nb), resources={"unique_key": key})
+        for name, data in (resources.get("outputs") or {}).items():
+            (media / name).write_bytes(data)
+        return re.sub(r"\n{3,}", "\n\n", body).strip() + "\n"
 
 
-def _chapter_markdown(ch: ChapterDoc, tdir: Path, media: Path, key: str) -> str:
+def _chapter_markdown(ch: ChapterDoc, export: _Markdown, media: Path, key: str) -> str:
     """The chapter's body as pandoc markdown; its images are written to ``media``."""
     from ...present.display import escape
 
     heading = f"# {escape(ch.title)} {{#{ch.anchor}}}\n\n"
     if ch.status != "ok" or ch.nb is None:
         return heading + _status_box_md(ch)
-    return heading + _notebook_markdown(ch.nb, tdir, media, key)
+    return heading + export(ch.nb, media, key)
 
 
-def _appendix_markdown(ch: ChapterDoc, tdir: Path, media: Path, key: str) -> str:
+def _appendix_markdown(ch: ChapterDoc, export: _Markdown, media: Path, key: str) -> str:
     """The chapter's reference material (its appendix) as pandoc markdown."""
     from ...present.display import escape
 
-    return f"# {escape(ch.title)} {{#{ch.appendix_anchor}}}\n\n" + _notebook_markdown(ch.appendix, tdir, media,
-                                                                                       key + "_appendix")
+    return f"# {escape(ch.title)} {{#{ch.appendix_anchor}}}\n\n" + export(ch.appendix, media, key + "_appendix")
 
 
 _FENCE = re.compile(r"^[ ]{0,3}(`{3,}|~{3,})")
@@ -91,18 +96,18 @@ def report_parts(chapters: list[ChapterDoc], tdir: Path, media: Path) -> tuple[l
     """The report as markdown units: ``(body, appendix)``, each a list of ``(unit, markdown)`` where unit has the
     ``title`` and ``anchor`` a stub needs; the appendix is every chapter's reference material, then the
     References. A chapter that cannot be converted becomes a failed chapter (the rest is unaffected)."""
-    body, appendix = [], []
+    body, appendix, export = [], [], _Markdown(tdir)
     for i, ch in enumerate(chapters):
         key = f"{i:02d}_{_slug(ch.name)}"
         try:
-            body.append((ch, refuse_raw(_chapter_markdown(ch, tdir, media, key))))
+            body.append((ch, refuse_raw(_chapter_markdown(ch, export, media, key))))
             if ch.appendix is not None:
                 appendix.append((SimpleNamespace(title=ch.title, anchor=ch.appendix_anchor),
-                                 refuse_raw(_appendix_markdown(ch, tdir, media, key))))
+                                 refuse_raw(_appendix_markdown(ch, export, media, key))))
         except Exception as exc:
             log.warning("chapter %s could not be converted to markdown: %s", ch.name, exc)
             ch.status, ch.error = "failed", f"The chapter could not be rendered: {type(exc).__name__}: {exc}"
-            body.append((ch, _chapter_markdown(ch, tdir, media, key)))
+            body.append((ch, _chapter_markdown(ch, export, media, key)))
     refs = references(chapters)
     if refs:
         appendix.append((SimpleNamespace(title="References", anchor=REFERENCES_ANCHOR),
