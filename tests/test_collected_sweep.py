@@ -31,7 +31,7 @@ def _sweep(X, collected: bool, monkeypatch) -> tuple[dict, dict, np.ndarray]:
     monkeypatch.setattr(nb, "_collects", nb._collects if collected else (lambda *a: False))
     if collected:  # these sets are smaller and more crowded than those the sweep takes by itself (test_when_it_pays)
         monkeypatch.setattr(sweep, "COLLECT_MIN_ROWS", 0)
-        monkeypatch.setattr(sweep, "KEPT16_PER_ROW", np.inf)
+        monkeypatch.setattr(sweep, "KEPT16_PER_MAC", np.inf)
     mp = hr._MutualProximity(lambda: hr.cosine_mean_sd(X, device="cpu"), torch.device("cpu"))
     stats = {}
     k = min(10, len(X) - 2)
@@ -109,9 +109,10 @@ def _anisotropic(n: int, d: int, common: float, seed: int = 5) -> np.ndarray:
 
 def test_when_it_pays(monkeypatch):
     """The collected sweep runs only where it pays: a set of fewer than COLLECT_MIN_ROWS rows merges its lists tile
-    by tile, and so does a set whose rows would keep more than KEPT16_PER_ROW entries each in the bfloat16 pass
+    by tile, and so does a set whose rows would keep more entries each in the bfloat16 pass than KEPT16_PER_MAC allows
     (a strong common direction: the nearest cosines crowd within a bfloat16 product's error), with the same lists."""
-    monkeypatch.setattr(dv, "CANDIDATES", "bf16")
+    monkeypatch.setattr(dv, "cpu_has_bf16", lambda: True)  # the device's own bfloat16 product (not forced)
+    monkeypatch.setattr(nb, "SMALL_SEARCH_MACS", 0)
     X = _anisotropic(1500, 48, 0.0)
     graph_cache.clear_memory()
     stats = {}
@@ -119,6 +120,7 @@ def test_when_it_pays(monkeypatch):
     assert stats["sweep"] == "pool"  # fewer rows than COLLECT_MIN_ROWS
 
     monkeypatch.setattr(sweep, "COLLECT_MIN_ROWS", 0)
+    monkeypatch.setattr(sweep, "KEPT16_PER_MAC", 64 / (1500 * 48))  # 64 entries a row on these sets
     crowded = _anisotropic(1500, 48, 4.0)
     found = {}
     for name, Y in (("clustered", X), ("crowded", crowded)):
@@ -134,8 +136,7 @@ def test_when_it_pays(monkeypatch):
 def test_the_estimate_of_the_bfloat16_pass_is_close(monkeypatch):
     """kept16_per_row, from sampled rows, is at most the entries the bfloat16 pass keeps a row and more than half
     of them (the pass's limit rises to the row's K-th as it reads the row)."""
-    monkeypatch.setattr(dv, "CANDIDATES", "bf16")
-    monkeypatch.setattr(sweep, "KEPT16_PER_ROW", np.inf)
+    monkeypatch.setattr(sweep, "KEPT16_PER_MAC", np.inf)
     monkeypatch.setattr(sweep, "SAMPLE_ROWS", 2000)  # every row: the estimate's own error only
     limit_block, kept16 = sweep._limit_block, sweep.kept16_per_row
     for common in (0.0, 1.0, 4.0):
@@ -152,18 +153,19 @@ def test_the_estimate_of_the_bfloat16_pass_is_close(monkeypatch):
 
 
 def test_a_crowded_plain_search_takes_float32_products(monkeypatch):
-    """A plain cosine search whose rows would keep more than KEPT16_PER_ROW entries each on bfloat16 products takes
+    """A plain cosine search whose rows would keep more entries each on bfloat16 products than KEPT16_PER_MAC allows takes
     float32 products (about k a row): the same lists and scores as the bfloat16 pass, for the set itself and for
     queries; a clustered set keeps its bfloat16 pass."""
-    monkeypatch.setattr(dv, "CANDIDATES", "bf16")
+    monkeypatch.setattr(dv, "cpu_has_bf16", lambda: True)  # the device's own bfloat16 product (not forced)
+    monkeypatch.setattr(nb, "SMALL_SEARCH_MACS", 0)
     crowded, clustered = _anisotropic(1500, 48, 4.0), _anisotropic(1500, 48, 0.0)
     queries = crowded[:300] + 0.01 * np.random.default_rng(2).standard_normal((300, 48)).astype(np.float32)
-    gate = sweep.KEPT16_PER_ROW
+    gate = 64 / (1500 * 48)  # 64 entries a row on these sets
     for name, X, Q in (("crowded", crowded, None), ("crowded queries", crowded, queries),
                        ("clustered", clustered, None)):
         found = {}
         for limit in (gate, np.inf):
-            monkeypatch.setattr(sweep, "KEPT16_PER_ROW", limit)
+            monkeypatch.setattr(sweep, "KEPT16_PER_MAC", limit)
             graph_cache.clear_memory()
             stats = {}
             found[limit] = nb.knn(X, 10, queries=Q, device="cpu", desc=None, stats=stats)

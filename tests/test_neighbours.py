@@ -530,7 +530,7 @@ def test_more_exact_ties_than_the_candidate_pool(product, potential, device, mon
     monkeypatch.setattr(nb, "CPU_COLLECT_TILE", (64, 160))
     monkeypatch.setattr(nb, "CPU_TILE", (64, 160))
     monkeypatch.setattr(nb.sweep, "COLLECT_MIN_ROWS", 0)  # the collected sweep on a set smaller than it takes alone
-    monkeypatch.setattr(nb.sweep, "KEPT16_PER_ROW", np.inf)
+    monkeypatch.setattr(nb.sweep, "KEPT16_PER_MAC", np.inf)
     stats = {}
     idx, val = nb.self_sweep(X, {"cosine": (10, None)}, device=device, desc=None, potential=potential,
                              stats=stats)["cosine"]

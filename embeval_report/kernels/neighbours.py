@@ -332,15 +332,13 @@ def _search(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: b
 
 
 def _crowded(search: _Sweep) -> bool:
-    """Whether a kept-entry cosine search on bfloat16 products would keep more than
-    :data:`~.sweep.KEPT16_PER_ROW` entries a row (:func:`~.sweep.kept16_per_row`), so that float32 products, which
-    keep about k whatever the set, cost less: a set with a strong common direction, whose rows' nearest cosines crowd
-    within a bfloat16 product's error of each other (one thread, CPU-seconds: 10,000 x 384 with mean cosine 0.88,
-    bfloat16 2.29 against float32 1.01; 30,000 x 384, 21.9 against 7.3; the same lists). Only with the corpus's
-    products in memory; the lists do not depend on it."""
+    """Whether a kept-entry cosine search on bfloat16 products would keep so many entries a row
+    (:func:`~.sweep.crowded`) that float32 products, which keep about k whatever the set, cost less: a set with a
+    strong common direction, whose rows' nearest cosines crowd within a bfloat16 product's error of each other (one
+    thread, CPU-seconds: 10,000 x 384 with mean cosine 0.88, bfloat16 2.29 against float32 1.01; 30,000 x 384, 21.9
+    against 7.3; the same lists). Only with the corpus's products in memory; the lists do not depend on it."""
     return (search.product is BF16 and search.collect and search.metric == "cosine" and search.plans[0][1] is None
-            and isinstance(search.corpus_t, torch.Tensor)
-            and sweep.kept16_per_row(search, search.plans[0][0]) > sweep.KEPT16_PER_ROW)
+            and isinstance(search.corpus_t, torch.Tensor) and sweep.crowded(search, search.plans[0][0]))
 
 
 def _small(X: np.ndarray, Q: np.ndarray, plans: list, metric: str, dev: torch.device, potential_t, product) -> bool:

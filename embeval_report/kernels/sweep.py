@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import device as _device
 from .candidates import GROUP, _exact_scores, _top_k
 from .device import BF16, FP32, mask_indices, round_down, true_indices, unit_rows
 
@@ -43,10 +44,12 @@ SAMPLE_BYTES = 256 * 2**20
 #: cosine graph and the potential: 5,000 x 384 1.3-1.5, 10,000 x 384 0.94-2.4, 20,000 x 384 1.1-1.4, 40,000 x 384
 #: 0.97-1.00, the higher the more anisotropic the set; benchmarks/README.md)
 COLLECT_MIN_ROWS = 50_000
-#: entries a row may keep on average in the bfloat16 pass (estimated from :data:`SAMPLE_ROWS` rows before it runs):
-#: an anisotropic set, whose rows' nearest cosines crowd within a bfloat16 product's error of each other, keeps
-#: hundreds (10,000 x 384 with a strong common direction: about 470), and its grouping costs more than the pass saves
-KEPT16_PER_ROW = 64
+#: entries a row may keep in a bfloat16 pass (estimated from :data:`SAMPLE_ROWS` rows before it runs) per
+#: multiply-add of the row's products (n d): a kept entry costs about as much as 50,000 of them (one thread, a plain
+#: cosine search, where bfloat16 and float32 products cost the same: 10,000 x 384 at about 90 entries a row,
+#: 30,000 x 384 at about 205). A set with a strong common direction, whose rows' nearest cosines crowd within a
+#: bfloat16 product's error of each other, keeps hundreds (10,000 x 384 with mean cosine 0.88: about 360)
+KEPT16_PER_MAC = 1 / 50_000
 #: float64 values a padded per-row table holds at once (:func:`_kth`)
 PAD_VALUES = 4 * 2**20
 
@@ -59,7 +62,7 @@ def collected_sweep(X: np.ndarray, plans: list, dev: torch.device, desc: str | N
     more than :data:`KEPT_PER_ROW` entries each (the caller then merges lists tile by tile)."""
     n = len(X)
     pre = sweep_class(X, X, [(max(k for k, _ in plans), None)], "cosine", True, dev, None, None, BF16)
-    if kept16_per_row(pre, max(k for k, _ in plans)) > KEPT16_PER_ROW:
+    if crowded(pre, max(k for k, _ in plans)):
         return None
     limits = [torch.full((n,), torch.inf, dtype=torch.float64) for _ in plans]  # per plan
     pre.on_block = lambda s, blk, entries: _limit_block(s, blk, entries, plans, limits, pre.corpus64)
@@ -110,6 +113,14 @@ def kept16_per_row(search, K: int) -> float:
     v = torch.topk(S, K, dim=1).values[:, -1:]
     slack = 2 * float(search.inputs(0)[2].bound.max()) + v.abs() * (2.0**-7 * 1.01)
     return float((S >= v - slack).sum()) / len(rows)
+
+
+def crowded(search, K: int) -> bool:
+    """Whether the rows of ``search`` would keep more entries each in a bfloat16 pass for a K-list than
+    :data:`KEPT16_PER_MAC` of their products' multiply-adds allow (:func:`kept16_per_row`). Never where
+    :data:`~.device.CANDIDATES` forces the product (tests of the bounded products do)."""
+    return (_device.CANDIDATES is None
+            and kept16_per_row(search, K) > search.n * search.X.shape[1] * KEPT16_PER_MAC)
 
 
 def _sample(m: int, n: int) -> torch.Tensor:
