@@ -241,9 +241,9 @@ def evaluate_temporal(X, edges: EdgeList, n_entities: int, *, train_fraction: fl
         raise ValueError("evaluate_temporal needs timestamps")
 
     def run(data: LinkData, cs=None):
-        if cs is None:
-            cs = score_candidates(X, data.test.src, data.candidates, score=score, known=data.known,
-                                  rel=data.test_rel, device=dev)
+        if cs is None:  # another cut or the random split: their known edges only filter, so raw ranks skip them
+            cs = score_candidates(X, data.test.src, data.candidates, score=score,
+                                  known=data.known if filtered else None, rel=data.test_rel, device=dev)
         rows = sample_rows(len(data.test), max_heuristic_queries, seed)
         keep = None if not filtered or cs.removed is None else ~cs.removed[rows]
         h = heuristic_ranks(data.train, n_entities, data.test.src[rows], data.candidates[rows], keep, (heuristic,))
@@ -263,7 +263,8 @@ def evaluate_temporal(X, edges: EdgeList, n_entities: int, *, train_fraction: fl
     ref = build_link_data(edges, n_entities, test=data.train.take(tr_rows), **kw)
     ref = replace(ref, train=data.train, train_rel=data.train_rel, known=data.known,
                   split="training edges before the cut")
-    ref_cs = score_candidates(X, ref.test.src, ref.candidates, score=score, known=data.known, rel=ref.test_rel, device=dev)
+    ref_cs = score_candidates(X, ref.test.src, ref.candidates, score=score, known=data.known if filtered else None,
+                              rel=ref.test_rel, device=dev)
     rows = [_bin_row("before the cut (training edges)", np.arange(len(ref.test)), ref_cs, ties, filtered, None, [],
                      level, seed)]
     for b in range(len(bin_edges) - 1):
