@@ -90,3 +90,20 @@ def test_restarts_side_by_side_equal_one_after_the_other(monkeypatch):
     for (a, ia), (b, ib) in zip(side[3], seq[3], strict=True):
         np.testing.assert_array_equal(a, b)
         assert ia == ib
+
+
+def test_restarts_where_the_budget_holds_no_float64_copy(monkeypatch):
+    """Without room for the float64 copy the chunks are upcast where they are read: the same restarts."""
+    from types import SimpleNamespace
+
+    _, X, k = SETS[-1]
+    U = unit_vectors(X.astype(np.float32))
+    with_copy = km.kmeans_restarts(U, k, seed=1)
+    monkeypatch.setattr(km, "current", lambda: SimpleNamespace(fits=lambda nbytes: False))
+    assert km._Restarts(U, k).X64 is None
+    without = km.kmeans_restarts(U, k, seed=1)
+    with threads(*U.shape):
+        ref = KMeans(k, n_init=10, random_state=1).fit(U)
+    for got in (with_copy, without):
+        np.testing.assert_array_equal(got[0], ref.labels_)
+        assert got[1] == ref.inertia_

@@ -14,6 +14,7 @@ from sklearn.utils import check_array, gen_batches
 from sklearn.utils._openmp_helpers import _openmp_effective_n_threads
 from sklearn.utils.extmath import row_norms
 
+from ..context import current
 from .labels import map_fits, threads
 
 KMEANS_N_INIT = 10
@@ -69,8 +70,9 @@ def kmeans_restarts(U, k: int, *, n_init: int = KMEANS_N_INIT, seed: int = 0
 
 class _Restarts:
     """``KMeans(k, n_init=1, random_state=rng).fit(U)`` restart after restart, with what each fit would redo (the
-    validated, centred copy of the rows, its tolerance and norms, and for float32 rows their float64 copy and the
-    norms of its chunks) computed once.
+    validated, centred copy of the rows, its tolerance and norms, and for float32 rows the norms of their float64
+    chunks and, where the memory budget holds it (:meth:`~embeval_report.context.ComputeContext.fits`), their
+    float64 copy) computed once.
 
     scikit-learn's k-means++ measures each candidate centre's squared distance to every row with float32 rows
     upcast to float64 chunk by chunk (``_euclidean_distances_upcast``: a copy and the norms of every chunk, for every
@@ -90,7 +92,8 @@ class _Restarts:
         X -= self.mean                                         # as KMeans.fit: distances of the centred rows
         self.X, self.weight = X, np.ones(len(X), dtype=X.dtype)
         self.norms = row_norms(X, squared=True)
-        self.X64 = X.astype(np.float64) if X.dtype == np.float32 else None
+        self.upcast = X.dtype == np.float32
+        self.X64 = X.astype(np.float64) if self.upcast and current().fits(2 * X.nbytes) else None
         self._chunk_norms: dict[int, list] = {}
         self.n_threads = _openmp_effective_n_threads()
 
@@ -124,22 +127,26 @@ class _Restarts:
     def _sq_distances(self, rows: np.ndarray) -> np.ndarray:
         """Squared distances of ``X[rows]`` to every row, as scikit-learn's ``_euclidean_distances(X[rows], X,
         Y_norm_squared=norms, squared=True)`` computes them."""
-        if self.X64 is None:
+        if not self.upcast:
             return _euclidean_distances(self.X[rows], self.X, Y_norm_squared=self.norms, squared=True)
-        n, d = self.X64.shape
+        n, d = self.X.shape
         batch = _upcast_batch(len(rows), n, d)
         if batch not in self._chunk_norms:
-            self._chunk_norms[batch] = [row_norms(self.X64[s], squared=True)[None, :] for s in gen_batches(n, batch)]
+            self._chunk_norms[batch] = [row_norms(self._chunk(s), squared=True)[None, :] for s in gen_batches(n, batch)]
         out = np.empty((len(rows), n), dtype=np.float32)
         for xs in gen_batches(len(rows), batch):
-            A = self.X64[rows[xs]]
+            A = self.X[rows[xs]].astype(np.float64)
             AA = row_norms(A, squared=True)[:, None]
             for ys, YY in zip(gen_batches(n, batch), self._chunk_norms[batch]):
-                D = -2 * (A @ self.X64[ys].T)
+                D = -2 * (A @ self._chunk(ys).T)
                 D += AA
                 D += YY
                 out[xs, ys] = D
         return np.maximum(out, 0, out=out)
+
+    def _chunk(self, rows: slice) -> np.ndarray:
+        """Rows of the float32 rows as float64 (C-contiguous, as scikit-learn's upcast copy of a chunk)."""
+        return self.X64[rows] if self.X64 is not None else self.X[rows].astype(np.float64)
 
 
 def _upcast_batch(n_x: int, n_y: int, d: int) -> int:
