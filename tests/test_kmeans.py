@@ -58,15 +58,17 @@ def test_plusplus_and_distances_are_sklearns(dtype):
     for n, d, k in ((500, 30, 10), (30, 200_000, 8)):  # the second: 3 rows per chunk, 4 candidates per centre
         X = rng.standard_normal((n, d)).astype(dtype)
         fits = km._Restarts(X, k)
-        for rows in (np.array([3]), np.array([0, 5, 5, n - 1]), np.arange(min(n, 9))):
-            ref = _euclidean_distances(fits.X[rows], fits.X, Y_norm_squared=fits.norms, squared=True)
-            got = fits._sq_distances(rows)
-            assert got.dtype == ref.dtype
-            np.testing.assert_array_equal(got, ref)
-        if d < 1000:
-            mine = fits.plusplus(np.random.RandomState(4))
-            theirs, _ = _kmeans_plusplus(fits.X, k, fits.norms, fits.weight, np.random.RandomState(4))
-            np.testing.assert_array_equal(mine, theirs)
+        for rows in ([np.array([3])], [np.array([0, 5, 5, n - 1]), np.array([1, 2, 3, 4])], [np.arange(min(n, 9))]):
+            for r, got in zip(rows, fits._sq_distances(rows), strict=True):
+                ref = _euclidean_distances(fits.X[r], fits.X, Y_norm_squared=fits.norms, squared=True)
+                assert got.dtype == ref.dtype
+                np.testing.assert_array_equal(got, ref)
+        if d < 1000:  # three restarts' starts at once, as three calls one after the other draw them
+            mine = fits.plusplus(np.random.RandomState(4), 3)
+            rng = np.random.RandomState(4)
+            for start in mine:
+                theirs, _ = _kmeans_plusplus(fits.X, k, fits.norms, fits.weight, rng)
+                np.testing.assert_array_equal(start, theirs)
     assert km._upcast_batch(4, 30, 200_000) < 4  # the wide case did span chunks of candidates
 
 

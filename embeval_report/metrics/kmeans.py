@@ -60,7 +60,7 @@ def kmeans_restarts(U, k: int, *, n_init: int = KMEANS_N_INIT, seed: int = 0
     with threads(*U.shape), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         fits = _Restarts(U, k)
-        starts = [fits.plusplus(rng) for _ in range(n_init)]  # the generator's draws in scikit-learn's order
+        starts = fits.plusplus(rng, n_init)  # the generator's draws in scikit-learn's order
         for labels, inertia, centres in map_fits(fits.lloyd, starts, *U.shape):
             restarts.append((labels, inertia))
             if best is None or (inertia < best[1] and not _same_clustering(labels, best[0])):
@@ -104,45 +104,58 @@ class _Restarts:
                                                            tol=self.tol, n_threads=self.n_threads)
         return labels.astype(np.int64), float(inertia), centres + self.mean
 
-    def plusplus(self, rng: np.random.RandomState) -> np.ndarray:
-        """scikit-learn's greedy k-means++ (``_kmeans_plusplus``, unit weights), step for step."""
+    def plusplus(self, rng: np.random.RandomState, n_init: int) -> list[np.ndarray]:
+        """``n_init`` starts of scikit-learn's greedy k-means++ (``_kmeans_plusplus``, unit weights), each step for
+        step as ``n_init`` calls would take them. Its random draws do not depend on the rows (the first centre's
+        index; for each further centre, uniforms that the current potential scales), so they are drawn first,
+        restart after restart, by the same calls in the same order; then each step is taken for all restarts at
+        once, which reads every chunk of the rows once a step rather than once a restart (the same products)."""
         X, w, n, k = self.X, self.weight, len(self.X), self.k
         trials = 2 + int(np.log(k))
-        centres = np.empty((k, X.shape[1]), dtype=X.dtype)
-        first = rng.choice(n, p=w / w.sum())
-        centres[0] = X[first]
-        closest = self._sq_distances(np.array([first]))
-        pot = closest @ w
+        draws = [(rng.choice(n, p=w / w.sum()), [rng.uniform(size=trials) for _ in range(1, k)])
+                 for _ in range(n_init)]
+        centres = np.empty((n_init, k, X.shape[1]), dtype=X.dtype)
+        centres[:, 0] = X[[first for first, _ in draws]]
+        closest = self._sq_distances([np.array([first]) for first, _ in draws])
+        pot = [dist @ w for dist in closest]
         for c in range(1, k):
-            cand = np.searchsorted(np.cumsum(w * closest), rng.uniform(size=trials) * pot)
-            np.clip(cand, None, closest.size - 1, out=cand)
-            to_cand = self._sq_distances(cand)
-            np.minimum(closest, to_cand, out=to_cand)
-            cand_pot = to_cand @ w.reshape(-1, 1)
-            best = np.argmin(cand_pot)
-            pot, closest = cand_pot[best], to_cand[best]
-            centres[c] = X[cand[best]]
-        return centres
+            cands = []
+            for r, (_, uniforms) in enumerate(draws):
+                cand = np.searchsorted(np.cumsum(w * closest[r]), uniforms[c - 1] * pot[r])
+                np.clip(cand, None, closest[r].size - 1, out=cand)
+                cands.append(cand)
+            for r, (cand, to_cand) in enumerate(zip(cands, self._sq_distances(cands))):
+                np.minimum(closest[r], to_cand, out=to_cand)
+                cand_pot = to_cand @ w.reshape(-1, 1)
+                best = np.argmin(cand_pot)
+                pot[r], closest[r] = cand_pot[best], to_cand[best]
+                centres[r, c] = X[cand[best]]
+        return list(centres)
 
-    def _sq_distances(self, rows: np.ndarray) -> np.ndarray:
-        """Squared distances of ``X[rows]`` to every row, as scikit-learn's ``_euclidean_distances(X[rows], X,
-        Y_norm_squared=norms, squared=True)`` computes them."""
+    def _sq_distances(self, rows: list[np.ndarray]) -> list[np.ndarray]:
+        """Squared distances of ``X[r]`` to every row for each ``r`` of ``rows`` (index arrays of one length), as
+        scikit-learn's ``_euclidean_distances(X[r], X, Y_norm_squared=norms, squared=True)`` computes them: for
+        float32 rows the same upcast chunks and products, chunk after chunk for all of ``rows``."""
         if not self.upcast:
-            return _euclidean_distances(self.X[rows], self.X, Y_norm_squared=self.norms, squared=True)
-        n, d = self.X.shape
-        batch = _upcast_batch(len(rows), n, d)
+            return [_euclidean_distances(self.X[r], self.X, Y_norm_squared=self.norms, squared=True) for r in rows]
+        (n, d), m = self.X.shape, len(rows[0])
+        batch = _upcast_batch(m, n, d)
         if batch not in self._chunk_norms:
             self._chunk_norms[batch] = [row_norms(self._chunk(s), squared=True)[None, :] for s in gen_batches(n, batch)]
-        out = np.empty((len(rows), n), dtype=np.float32)
-        for xs in gen_batches(len(rows), batch):
-            A = self.X[rows[xs]].astype(np.float64)
-            AA = row_norms(A, squared=True)[:, None]
-            for ys, YY in zip(gen_batches(n, batch), self._chunk_norms[batch]):
-                D = -2 * (A @ self._chunk(ys).T)
+        outs = [np.empty((m, n), dtype=np.float32) for _ in rows]
+        parts = []
+        for r, out in zip(rows, outs):
+            for xs in gen_batches(m, batch):
+                A = self.X[r[xs]].astype(np.float64)
+                parts.append((A, row_norms(A, squared=True)[:, None], out, xs))
+        for ys, YY in zip(gen_batches(n, batch), self._chunk_norms[batch]):
+            Y = self._chunk(ys)
+            for A, AA, out, xs in parts:
+                D = -2 * (A @ Y.T)
                 D += AA
                 D += YY
                 out[xs, ys] = D
-        return np.maximum(out, 0, out=out)
+        return [np.maximum(out, 0, out=out) for out in outs]
 
     def _chunk(self, rows: slice) -> np.ndarray:
         """Rows of the float32 rows as float64 (C-contiguous, as scikit-learn's upcast copy of a chunk)."""
