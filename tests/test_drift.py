@@ -649,3 +649,17 @@ def test_the_drift_finding_names_the_group_that_moved():
     even = [dict(g, **{"mean drift": 0.08}) for g in groups]  # no group moved more than the others: none named
     [f] = chapter.findings(ChapterResults("drift", "Drift", metrics, {"by_group": even}))
     assert "most of all" not in f.title and "group" not in f.evidence
+
+
+def test_demo_snapshots_drawn_once_each_call_its_own_copy():
+    """The drift and the monitoring side data both read the snapshots: drawn once per arguments, and a caller
+    that changes its tables changes no other caller's."""
+    from embeval_report.demo.drift import _demo_snapshots, demo_snapshots
+
+    first = demo_snapshots(0)
+    hits = _demo_snapshots.cache_info().hits
+    first[0][2].iloc[0, 1] = 99.0
+    second = demo_snapshots(0)
+    assert _demo_snapshots.cache_info().hits == hits + 1
+    assert second[0][2].iloc[0, 1] != 99.0 and second[0][2] is not first[0][2]
+    assert [n for n, _, _ in second] == ["2024-02", "2024-03", "2024-04", "2024-05"]

@@ -1,6 +1,7 @@
 """Demo side data of the drift chapter: monthly snapshots with a planted genre drift."""
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,17 @@ def demo_snapshots(seed: int = 0, *, refresh: float = 0.1, pull: tuple[float, ..
     history with the new tastes, and everyone who watched those items moves with them. **Population
     drift:** new items (drawn like the generator's items, not yet watched) appear from the second month
     and items retire from the third (no longer watched, dropped from the snapshot); both accumulate.
+    Drawn once per arguments and process (the drift and the monitoring side data both read them); each
+    call gets its own copies of the tables.
     """
+    snapshots = _demo_snapshots(seed, float(refresh), tuple(pull), tuple(fan_refresh), tuple(n_new),
+                                tuple(n_departed), int(mean_views))
+    return [(name, stamp, table.copy()) for name, stamp, table in snapshots]
+
+
+@lru_cache(maxsize=2)
+def _demo_snapshots(seed, refresh, pull, fan_refresh, n_new, n_departed, mean_views):
+    """The snapshots of :func:`demo_snapshots` (arguments hashable), drawn."""
     world = streaming_world(seed=seed, mean_views=mean_views)
     items0, prefs = world.items, world.prefs
     counts0 = world.counts.astype(np.int64)
@@ -76,7 +87,7 @@ def demo_snapshots(seed: int = 0, *, refresh: float = 0.1, pull: tuple[float, ..
         table = pd.DataFrame((rows @ Q).astype(np.float32), columns=[f"d{j}" for j in range(d)])
         table.insert(0, "id", row_ids)
         out.append((name, stamp, table))
-    return out
+    return tuple(out)
 
 
 def demo_side_data(folder, seed: int = 0) -> dict:
