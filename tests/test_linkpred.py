@@ -162,6 +162,27 @@ def test_auc_and_delong_interval():
     assert lp.auc_value(pos, neg) == auc and np.isnan(lp.auc_value(pos, neg[:0]))
 
 
+def test_placements_count_below_and_half_the_ties():
+    """The placement kernel (numpy's sorted search on the CPU, torch's where a value is NaN) against a brute-force
+    count: #{b < a_i} + ½ #{b = a_i}, ties and infinities included."""
+    import torch
+
+    from embeval_report.kernels.edge_ranks import placements
+
+    rng = np.random.default_rng(7)
+    for case in range(60):
+        a, b = np.round(rng.standard_normal(rng.integers(0, 40)), 1), np.round(rng.standard_normal(rng.integers(0, 60)), 1)
+        if case % 5 == 0 and len(b):
+            b[0] = np.inf
+        if case % 6 == 0 and len(a):
+            a[0] = -np.inf
+        ref = (b[None, :] < a[:, None]).sum(1) + 0.5 * (b[None, :] == a[:, None]).sum(1)
+        got = placements(a, b, torch.device("cpu"))
+        assert got.dtype == np.float64 and np.array_equal(got, ref)
+    a, b = np.array([0.5, np.nan]), np.array([0.0, 1.0, np.nan])  # NaN: torch's search, as before
+    assert placements(a, b, torch.device("cpu"))[0] == 1.0
+
+
 def test_average_precision_matches_scikit_learn_with_ties_and_weights():
     rng = np.random.default_rng(3)
     y = rng.integers(0, 2, 400)
