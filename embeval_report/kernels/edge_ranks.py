@@ -126,7 +126,10 @@ def placements(a: np.ndarray, b: np.ndarray, device) -> np.ndarray:
     an, bn = np.asarray(a, np.float64), np.asarray(b, np.float64)
     if torch.device(device).type == "cpu" and not (np.isnan(an).any() or np.isnan(bn).any()):
         bs = np.sort(bn)
-        lo, hi = np.searchsorted(bs, an, "left"), np.searchsorted(bs, an, "right")
+        lo = np.searchsorted(bs, an, "left")
+        hi = lo.copy()  # past the values equal to a_i: searched again only where there is one
+        tied = np.flatnonzero(bs[np.minimum(lo, len(bs) - 1)] == an) if len(bs) else lo[:0]
+        hi[tied] = np.searchsorted(bs, an[tied], "right")
         return lo + 0.5 * (hi - lo)
     bs = torch.sort(torch.as_tensor(b, dtype=torch.float64, device=device)).values
     at = torch.as_tensor(a, dtype=torch.float64, device=device)
