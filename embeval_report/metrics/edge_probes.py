@@ -282,10 +282,16 @@ def average_precision(y, s, weights=None) -> np.ndarray:
         Wr = W[rows][:, order]
         tp, fp = _class_counts(Wr, y == 1, last) if counted else (np.cumsum(Wr * y, axis=1)[:, last],
                                                                     np.cumsum(Wr * (1 - y), axis=1)[:, last])
+        cases = tp + fp
         with np.errstate(invalid="ignore", divide="ignore"):
-            precision = np.where(tp + fp > 0, tp / (tp + fp), 0.0)  # no case above the threshold yet: recall step 0
+            precision = tp / cases
             recall = tp / tp[:, -1:]
-        ap[rows] = (np.diff(np.hstack([np.zeros((len(Wr), 1)), recall]), axis=1) * precision).sum(1)
+        precision[~(cases > 0)] = 0.0  # no case above the threshold yet: recall step 0
+        step = np.empty_like(recall)  # R_k - R_{k-1}, R_0 = 0
+        step[:, 0] = recall[:, 0]
+        np.subtract(recall[:, 1:], recall[:, :-1], out=step[:, 1:])
+        step *= precision
+        ap[rows] = step.sum(1)
     return float(ap[0]) if weights is None else ap
 
 
