@@ -131,7 +131,8 @@ def pytest_configure(config):
 # the suite's longest tests start first, on both workers, and the short tests fill in around them:
 #   1. the first test that needs a report written once per session (built_once: the demo 170 s, the hostile
 #      report 95 s, the end-to-end report 65 s, the text demo 25 s, the label-only comparison 20 s, the API's
-#      reports 12 s, in CI), which writes it, the longest first;
+#      reports 12 s, in CI; the explore and published reports, the demo's side data), which writes it, the
+#      longest first;
 #   2. the other tests, the files of the longest tests first (LONGEST_FIRST, > 10 s each in CI), then the rest in
 #      their own order;
 #   3. the other tests that read those reports, by then written: next to its writer, a reader would wait on the
@@ -142,7 +143,9 @@ def pytest_configure(config):
 #: name it is; None: every file)
 WRITTEN_ONCE = (("demo_report", None), ("hostile_report", ("test_security_output.py",)),
                 ("report", ("test_end_to_end.py", "test_quarto.py")), ("lee_report", ("test_model_run.py",)),
-                ("label_only", ("test_first_hour.py",)), ("made", ("test_api.py",)))
+                ("label_only", ("test_first_hour.py",)), ("made", ("test_api.py",)),
+                ("small_report", ("test_explore.py",)), ("published", ("test_security_files.py",)),
+                ("demo_side", ("test_faults.py",)))
 #: the demo report's fixtures (demo_data: its input folder)
 DEMO_FIXTURES = {"demo_report", "demo_data"}
 LONGEST_FIRST = ("test_dask_out_of_core.py", "test_outdir.py", "test_api.py", "test_faults.py", "test_compare.py",

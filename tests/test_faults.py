@@ -712,7 +712,11 @@ def test_reading_the_store_runs_no_code(tmp_path):
 @pytest.fixture(scope="module")
 def demo_side(tmp_path_factory):
     """The demo's side data, loaded and validated, and the prepared cache a run writes for it (the monitoring
-    history written by hand: scoring the demo's batches takes most of a minute)."""
+    history written by hand: scoring the demo's batches takes most of a minute). The demo's files and the cache
+    are written once per session (conftest.built_once: writing the demo is 7 CPU-s, the two tests ran on both
+    workers); each worker loads the side data from the demo's files. Read the cache; copy it before changing it."""
+    from conftest import built_once
+
     import embeval_report.demo as demo
     import embeval_report.demo.monitoring as demo_monitoring
     from embeval_report.io import load_source, save_prepared
@@ -722,14 +726,17 @@ def demo_side(tmp_path_factory):
         (folder / "h.jsonl").write_text("".join(json.dumps(_record(f"week {i}")) + "\n" for i in range(3)))
         return {"monitor_history": "h.jsonl"}
 
-    folder = tmp_path_factory.mktemp("demo")
-    with pytest.MonkeyPatch.context() as mp_:
-        mp_.setattr(demo_monitoring, "demo_side_data", history)
-        es = load_source(demo.write_demo(folder / "data", seed=0))
-    side = load_side_data(es)
-    save_prepared(es, folder / "prepared")
-    side.save(folder / "prepared" / "side")
-    return side, folder / "prepared"
+    def build(folder):
+        with pytest.MonkeyPatch.context() as mp_:
+            mp_.setattr(demo_monitoring, "demo_side_data", history)
+            manifest = demo.write_demo(folder / "data", seed=0)
+        es = load_source(manifest)
+        save_prepared(es, folder / "prepared")
+        load_side_data(es).save(folder / "prepared" / "side")
+        return {"manifest": str(manifest)}
+
+    folder, done = built_once(tmp_path_factory, "demo-side", build)
+    return load_side_data(load_source(done["manifest"])), folder / "prepared"
 
 
 def test_the_demo_side_data_comes_back_exactly(demo_side):
@@ -743,14 +750,14 @@ def test_the_demo_side_data_comes_back_exactly(demo_side):
         assert_same(getattr(back, name), getattr(side, name), name)
 
 
-def test_a_damaged_side_data_entry_is_said_and_read_again_from_the_source(demo_side, capsys):
+def test_a_damaged_side_data_entry_is_said_and_read_again_from_the_source(demo_side, capsys, tmp_path):
     import shutil
 
     from embeval_report.io import load_prepared
     from embeval_report.io.side_data import SideData
 
     side, prepared = demo_side
-    damaged = prepared.parent / "damaged"
+    damaged = tmp_path / "damaged"
     shutil.copytree(prepared, damaged)
     entry = damaged / "side" / "edges" / "value.json"
     entry.write_text(entry.read_text()[:100])  # torn
