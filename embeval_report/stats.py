@@ -100,22 +100,34 @@ def bias_corrected(estimate: float, replicates, bounds: tuple[float, float] = (-
 # ---------------------------------------------------------------------------------------------
 
 def weighted_bootstrap(statistic: Callable[[np.ndarray], np.ndarray | float], n_units: int, *,
-                       n_boot: int = 200, seed: int = 0) -> np.ndarray:
+                       n_boot: int = 200, seed: int = 0, batch: int = 0) -> np.ndarray:
     """Replicates of ``statistic(weights)`` for multinomial unit weights.
 
     ``weights`` has length ``n_units`` and sums to ``n_units`` (unit ``u`` drawn ``weights[u]``
     times), the classical nonparametric bootstrap over units (Efron & Tibshirani 1993, ch. 6).
     Units are rows, or random blocks of rows (a block bootstrap). Returns ``(n_boot, ...)``.
+
+    ``batch`` > 0: ``statistic`` takes the weights of up to ``batch`` replicates at once, ``(r, n_units)``, and
+    returns ``(r, ...)`` (a statistic vectorised over replicates); the same weights, drawn in the same order.
     """
-    return np.array([statistic(w) for w in bootstrap_weights(n_units, n_boot, seed)])
+    if batch <= 0:
+        return np.array([statistic(w) for w in bootstrap_weights(n_units, n_boot, seed)])
+    parts = [statistic(W) for W in _weight_batches(n_units, n_boot, seed, batch)]
+    return np.concatenate(parts) if parts else np.array([])
+
+
+def _weight_batches(n_units: int, n_boot: int, seed: int, rows: int):
+    """:func:`bootstrap_weights` ``rows`` replicates at a time (one stream: the same weights however split)."""
+    rng = np.random.default_rng(seed)
+    p = np.full(n_units, 1.0 / n_units)
+    for start in range(0, n_boot, rows):
+        yield rng.multinomial(n_units, p, size=min(rows, n_boot - start)).astype(float).reshape(-1, n_units)
 
 
 def bootstrap_weights(n_units: int, n_boot: int, seed: int = 0) -> np.ndarray:
     """The multinomial unit weights of :func:`weighted_bootstrap`'s replicates, one row per replicate
     ``(n_boot, n_units)``, for statistics computed for all replicates at once (e.g. on a GPU)."""
-    rng = np.random.default_rng(seed)
-    p = np.full(n_units, 1.0 / n_units)
-    return np.array([rng.multinomial(n_units, p).astype(float) for _ in range(n_boot)]).reshape(n_boot, n_units)
+    return next(_weight_batches(n_units, n_boot, seed, n_boot)) if n_boot > 0 else np.empty((0, n_units))
 
 
 def grouped_jackknife(statistic_without: Callable[[int], np.ndarray | float], n_groups: int) -> np.ndarray:

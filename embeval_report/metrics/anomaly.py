@@ -63,6 +63,7 @@ from ..errors import InputError
 from ..kernels import as_numpy, knn
 from ..kernels.neighbours import usable_k
 from ..stats import DEFAULT_LEVEL, percentile_interval, weighted_bootstrap
+from .anomaly_replicates import curve_replicates, weighted_counts
 from .spec import MetricSpec, specs
 
 BASELINES = ("knn_distance", "centroid_distance", "lof", "isolation_forest")
@@ -327,9 +328,7 @@ def _weighted_curve(units: pd.DataFrame, W: np.ndarray):
     """Recall, false-positive rate and precision (0 before the first flagged row) at every threshold under each
     row of unit weights ``W`` (draws × units), the table sorted once; and which rows hold both classes."""
     r = _unit_ranks(units)
-    Wo = np.asarray(W, np.float64)[:, r.order]
-    tp = np.cumsum(Wo * r.y, axis=1)[:, r.ends]
-    fp = np.cumsum(Wo, axis=1)[:, r.ends] - tp  # counts: exact
+    tp, fp = weighted_counts(r, W)  # counts: exact
     P, N, flagged, zero = tp[:, -1:], fp[:, -1:], tp + fp, np.zeros((len(tp), 1))
     with np.errstate(invalid="ignore", divide="ignore"):
         return (np.c_[zero, tp / P], np.c_[zero, fp / N], np.where(flagged > 0, tp / np.maximum(flagged, 1e-300), 0.0),
@@ -497,17 +496,18 @@ class AnomalyResult:
 
 
 def _replicates(ranked: list[Ranked], y: np.ndarray, *, cost_fn, cost_fp, n_boot, seed) -> np.ndarray:
-    """(n_boot, detectors, metrics) bootstrap replicates: the same row resamples for every detector."""
-    def stat(w):
-        out = np.empty((len(ranked), len(_CURVE_METRICS)))
+    """(n_boot, detectors, metrics) bootstrap replicates: the same row resamples for every detector, a batch of
+    resamples at a time (:func:`~.anomaly_replicates.curve_replicates`: each equal to :func:`curve_metrics`)."""
+    def stat(W):
+        out = np.empty((len(W), len(ranked), len(_CURVE_METRICS)))
         for d, r in enumerate(ranked):
-            tp, fp = r.counts(w)
-            m = curve_metrics(tp, fp, cost_fn=cost_fn, cost_fp=cost_fp)
-            out[d] = [m[k] for k in _CURVE_METRICS]
+            m = curve_replicates(*weighted_counts(r, W), cost_fn=cost_fn, cost_fp=cost_fp, targets=FPR_TARGETS,
+                                 max_fpr=MAX_FPR)
+            m["partial_auc_fpr_10pct_mcclish"] = mcclish(m["partial_auc_fpr_10pct"])
+            out[:, d] = np.column_stack([m[k] for k in _CURVE_METRICS])
         return out
 
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return weighted_bootstrap(stat, len(y), n_boot=n_boot, seed=seed)
+    return weighted_bootstrap(stat, len(y), n_boot=n_boot, seed=seed, batch=max(1, 2**21 // max(len(y), 1)))
 
 
 def _ttd_replicates(events: pd.DataFrame, n_boot: int, seed: int) -> np.ndarray:

@@ -165,27 +165,34 @@ def compare_groups(X, groups: Groups, rows: dict[str, np.ndarray], *, n_boot: in
     vals = {m: np.asarray(v, float)[sel] for m, v in rows.items()}
     names = [*rows, "apcs"]
 
-    def statistic(w):
-        out = np.full((len(names), G), np.nan)
+    ends = np.r_[starts[1:], len(sel)]
+
+    def sums(V):  # per group, the values of its rows added in row order (as np.bincount adds them), per row of V
+        return np.column_stack([np.cumsum(V[:, a:b], axis=1)[:, -1] if b > a else np.zeros(len(V))
+                                for a, b in zip(starts, ends)] or [np.zeros((len(V), 0))]) + 0.0
+
+    def statistic(W):  # every row of unit weights W at once: the measures' means as one row at a time would give
+        out = np.full((len(W), len(names), G), np.nan)
         for j, m in enumerate(rows):
             ok = np.isfinite(vals[m])
-            num = np.bincount(codes[ok], w[ok] * vals[m][ok], minlength=G)
-            den = np.bincount(codes[ok], w[ok], minlength=G)
-            out[j] = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
-        if G:  # cosine_moments' mean, vectorised over groups: (|s_g|^2 - sum w^2) / ((sum w)^2 - sum w^2)
-            s = np.add.reduceat(w[:, None] * U, starts, axis=0)
-            n_w, same = np.bincount(codes, w, minlength=G), np.bincount(codes, w * w, minlength=G)
+            num, den = sums(W * np.where(ok, vals[m], 0.0)), sums(W * ok)
+            out[:, j] = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+        if G:  # cosine_moments' mean, vectorised over groups: (|s_g|^2 - sum w^2) / ((sum w)^2 - sum w^2); the
+            # weighted sums s_g as one product per group (rounded in another order than a row at a time: ~1e-16)
+            s = np.stack([W[:, a:b] @ U[a:b] for a, b in zip(starts, ends)], axis=1)
+            n_w, same = sums(W), sums(W * W)
             den = n_w * n_w - same
-            out[-1] = np.where(den > 0, (np.einsum("gd,gd->g", s, s) - same) / np.where(den > 0, den, 1), np.nan)
+            out[:, -1] = np.where(den > 0, (np.einsum("rgd,rgd->rg", s, s) - same) / np.where(den > 0, den, 1), np.nan)
         return out
 
-    est = statistic(np.ones(len(sel)))
+    est = statistic(np.ones((1, len(sel))))[0]
     for g in range(G):  # the point estimate through isotropy's own formula
         rows_g = U[starts[g]:starts[g + 1] if g + 1 < G else len(U)]
         if len(rows_g) >= 2:
             est[-1, g] = cosine_moments(rows_g.sum(0), np.zeros((1, 1)), float(len(rows_g)))[0]
     B = boot_count(len(sel), X.shape[1], n_boot) if G >= 1 and len(sel) >= 2 else 0
-    reps = weighted_bootstrap(statistic, len(sel), n_boot=B, seed=seed) if B else np.empty((0, len(names), G))
+    reps = weighted_bootstrap(statistic, len(sel), n_boot=B, seed=seed, batch=max(1, 2**22 // max(len(U), 1))) \
+        if B else np.empty((0, len(names), G))
     values, cis, extremes, corrected = {}, {}, {}, {}
     for j, m in enumerate(names):
         est_g = est[j]

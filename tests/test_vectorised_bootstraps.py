@@ -1,0 +1,137 @@
+"""Every bootstrap computed for all replicates at once equals the per-replicate loop it replaced: the same
+weights (stats.weighted_bootstrap with ``batch``), and the same values, bit for bit unless a test states a
+tolerance (sums formed as matrix products), on inputs with ties, NaNs, small groups and replicates that lack a
+class."""
+import numpy as np
+import pytest
+
+from embeval_report import stats
+from embeval_report.metrics import anomaly as an
+
+
+def _old_weights(n, b, seed):
+    rng = np.random.default_rng(seed)
+    p = np.full(n, 1.0 / n)
+    return np.array([rng.multinomial(n, p).astype(float) for _ in range(b)]).reshape(b, n)
+
+
+@pytest.mark.parametrize("n,b", [(1, 4), (2, 3), (64, 200), (301, 17), (7, 0)])
+def test_bootstrap_weights_and_batches_are_the_old_draws(n, b):
+    ref = _old_weights(n, b, 5)
+    got = stats.bootstrap_weights(n, b, 5)
+    assert got.shape == ref.shape and got.dtype == ref.dtype and np.array_equal(got, ref)
+    loop = stats.weighted_bootstrap(lambda w: w.sum() * w[0], n, n_boot=b, seed=5)
+    for batch in (1, 3, 1000):
+        batched = stats.weighted_bootstrap(lambda W: W.sum(1) * W[:, 0], n, n_boot=b, seed=5, batch=batch)
+        assert np.array_equal(batched, loop)
+        assert np.array_equal(stats.weighted_bootstrap(lambda W: W, n, n_boot=b, seed=5, batch=batch).reshape(ref.shape),
+                              ref)
+
+
+def _anomaly_loop(ranked, n, *, cost_fn, cost_fp, n_boot, seed):
+    """The per-replicate loop of anomaly._replicates before it was vectorised."""
+    def stat(w):
+        out = np.empty((len(ranked), len(an._CURVE_METRICS)))
+        for d, r in enumerate(ranked):
+            m = an.curve_metrics(*r.counts(w), cost_fn=cost_fn, cost_fp=cost_fp)
+            out[d] = [m[k] for k in an._CURVE_METRICS]
+        return out
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return stats.weighted_bootstrap(stat, n, n_boot=n_boot, seed=seed)
+
+
+@pytest.mark.parametrize("n,prevalence,decimals,seed", [
+    (12, 0.25, 1, 0),      # tiny: many replicates lack a class; ties everywhere
+    (40, 0.1, 1, 1),
+    (300, 0.05, 2, 2),     # ties, > 128 thresholds
+    (900, 0.02, 6, 3),     # few ties, ~900 thresholds
+    (500, 0.5, 0, 4),      # three distinct scores
+])
+def test_anomaly_replicates_equal_the_per_replicate_loop(n, prevalence, decimals, seed):
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < prevalence).astype(float)
+    y[:2] = [1.0, 0.0]
+    detectors = [np.round(rng.normal(size=n) + 1.5 * y, decimals), np.round(rng.random(n), decimals),
+                 np.round(-rng.normal(size=n) * y, decimals)]
+    ranked = [an.Ranked.of(s, y) for s in detectors]
+    kw = dict(cost_fn=700.0, cost_fp=13.0, n_boot=150, seed=seed)
+    ref = _anomaly_loop(ranked, n, **kw)
+    got = an._replicates(ranked, y, **kw)
+    assert got.shape == ref.shape
+    assert np.array_equal(got, ref, equal_nan=True)
+    assert np.isnan(ref).any() or n > 20  # the tiny cases do exercise replicates without a class
+
+
+def test_anomaly_replicates_are_batch_independent(monkeypatch):
+    rng = np.random.default_rng(9)
+    y = (rng.random(200) < 0.1).astype(float)
+    y[0] = 1.0
+    ranked = [an.Ranked.of(np.round(rng.normal(size=200), 1), y)]
+    whole = an._replicates(ranked, y, cost_fn=10.0, cost_fp=1.0, n_boot=64, seed=0)
+    real = stats.weighted_bootstrap
+    monkeypatch.setattr(an, "weighted_bootstrap", lambda *a, **k: real(*a, **{**k, "batch": 7}))
+    assert np.array_equal(an._replicates(ranked, y, cost_fn=10.0, cost_fp=1.0, n_boot=64, seed=0), whole,
+                          equal_nan=True)
+
+
+def _fairness_loop_statistic(X, groups, rows):
+    """compare_groups' per-replicate statistic before it was vectorised (one weight vector at a time)."""
+    G = len(groups.names)
+    sel = np.flatnonzero(groups.codes >= 0)
+    codes = groups.codes[sel]
+    order = np.argsort(codes, kind="stable")
+    sel, codes = sel[order], codes[order]
+    starts = np.searchsorted(codes, np.arange(G))
+    U = np.asarray(X[sel], np.float64)
+    nrm = np.linalg.norm(U, axis=1, keepdims=True)
+    U = np.divide(U, nrm, out=np.zeros_like(U), where=nrm > 0)
+    vals = {m: np.asarray(v, float)[sel] for m, v in rows.items()}
+
+    def statistic(w):
+        out = np.full((len(vals) + 1, G), np.nan)
+        for j, m in enumerate(rows):
+            ok = np.isfinite(vals[m])
+            num = np.bincount(codes[ok], w[ok] * vals[m][ok], minlength=G)
+            den = np.bincount(codes[ok], w[ok], minlength=G)
+            out[j] = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+        s = np.add.reduceat(w[:, None] * U, starts, axis=0)
+        n_w, same = np.bincount(codes, w, minlength=G), np.bincount(codes, w * w, minlength=G)
+        den = n_w * n_w - same
+        out[-1] = np.where(den > 0, (np.einsum("gd,gd->g", s, s) - same) / np.where(den > 0, den, 1), np.nan)
+        return out
+
+    return statistic, len(sel)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fairness_replicates_equal_the_per_replicate_loop(monkeypatch, seed):
+    from embeval_report.metrics import fairness as fm
+
+    rng = np.random.default_rng(seed)
+    n = 230
+    region = rng.choice(["a", "b", "c", "d"], n, p=[0.55, 0.3, 0.1, 0.05]).astype(object)
+    region[rng.random(n) < 0.05] = None  # missing values
+    region[-6:] = "e"  # a small group whose k_occurrence is mostly not evaluated
+    X = rng.normal(size=(n, 12)).astype(np.float32)
+    X[3] = 0.0  # a zero row
+    acc = (rng.random(n) < 0.7).astype(float)
+    acc[rng.random(n) < 0.2] = np.nan  # not evaluated
+    occ = np.round(rng.gamma(2.0, size=n), 1)  # ties
+    occ[:40] = np.nan
+    occ[-5:] = np.nan  # one evaluated row in group e: replicates without it have no value there
+    groups = fm.make_groups(region, "region", min_size=5)
+    rows = {"probe_accuracy": acc, "k_occurrence": occ}
+    seen = []
+    real = fm.weighted_bootstrap
+    monkeypatch.setattr(fm, "weighted_bootstrap", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    fm.compare_groups(X, groups, rows, n_boot=120, seed=seed)
+    statistic, units = _fairness_loop_statistic(X, groups, rows)
+    ref = stats.weighted_bootstrap(statistic, units, n_boot=120, seed=seed)
+    got = seen[0]
+    assert got.shape == ref.shape
+    assert np.array_equal(got[:, :-1], ref[:, :-1], equal_nan=True)  # the measures' means: bit for bit
+    assert np.array_equal(np.isnan(got[:, -1]), np.isnan(ref[:, -1]))
+    # the within-group APCS: its weighted sums one product per group, rounded in another order
+    np.testing.assert_allclose(got[:, -1], ref[:, -1], rtol=1e-12, atol=1e-15)
+    assert np.isnan(ref[:, :-1]).any()
