@@ -362,8 +362,11 @@ def _learning_curve(Xl, y, fractions, n_repeats: int, C: float, max_iter: int, s
         _, _, tr, te = run
         return make_probe(C, max_iter, seed).fit(Xl[tr], y[tr]).predict(Xl[te])
 
+    size = (len(y) if sample is None else sample, Xl.shape[1])  # the fits' problem: a sample's fits run as small ones
+    with threads(*size):
+        preds = map_fits(fit, runs, *size)
     rows = []
-    for (frac, r, tr, te), pred in zip(runs, map_fits(fit, runs, *Xl.shape)):
+    for (frac, r, tr, te), pred in zip(runs, preds):
         majority = np.bincount(y[tr], minlength=n_cls).argmax()
         s = fold_scores(y[te], pred, n_cls)
         rows.append(dict(train_fraction=frac, n_train=len(tr), repeat=r + 1, accuracy=s["accuracy"],
