@@ -140,6 +140,55 @@ def test_show_figure_publishes_png_and_caption(capture):
     assert "Figure: A &lt;b&gt;line&lt;/b&gt; of id_1" in cap_out.data["text/html"]
 
 
+def _figures_to_save():
+    """Figures like the chapters': constrained layout with log axes, mathtext, a legend outside, a suptitle and
+    a text beyond the axes; a colorbar (its axes have a locator); one without a layout engine."""
+    import matplotlib.pyplot as plt
+
+    from embeval_report.present.plotting import use_style
+
+    use_style()
+    rng = np.random.default_rng(0)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3))
+    a.loglog(np.arange(1, 100), np.arange(1, 100) ** 1.5, label="$n^{1.5}$ data")
+    a.set(xlabel="rank", ylabel="eigenvalue", title="Spectrum")
+    b.hist(rng.standard_normal(500), bins=30)
+    b.legend(["draws"], loc="upper left", bbox_to_anchor=(1.02, 1))
+    b.text(1.05, 0.1, "a note beyond the axes", transform=b.transAxes)
+    fig.suptitle("Two panels")
+    yield fig
+    fig, ax = plt.subplots(figsize=(5, 4))
+    fig.colorbar(ax.imshow(rng.random((8, 8))), ax=ax, label="share")
+    yield fig
+    fig = plt.figure(figsize=(4, 3), layout="none")
+    fig.add_subplot().plot([0, 1], [1, 0])
+    yield fig
+
+
+def test_figure_png_is_savefigs_tight_png():
+    """_save_png skips savefig's draw without rendering (the layout engine runs alone before the tight box is
+    measured): the same PNG bytes as savefig(bbox_inches="tight"), the figure's layout engine and dpi kept."""
+    import io
+    import pickle
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from embeval_report.present.display import _FIGURE_DPI, _save_png
+
+    for fig in _figures_to_save():
+        twin = pickle.loads(pickle.dumps(fig))
+        engine, dpi = type(fig.get_layout_engine()), fig.dpi
+        ours, theirs = io.BytesIO(), io.BytesIO()
+        _save_png(fig, ours)
+        twin.savefig(theirs, format="png", dpi=_FIGURE_DPI, bbox_inches="tight", facecolor="white")
+        assert ours.getvalue() == theirs.getvalue()
+        assert type(fig.get_layout_engine()) is engine and fig.dpi == dpi
+        plt.close(fig)
+        plt.close(twin)
+
+
 def test_callout(capture):
     with capture() as cap:
         callout("warning", "Cosines are **inflated**; try $D = 2$.", title="Anisotropy <x>")
