@@ -37,9 +37,10 @@ SWITCH = "EMBEVAL_FORK_KERNELS"
 LAUNCHER = ["-m", "ipykernel_launcher"]
 #: what the template imports before it forks (the chapters' common imports, then every chapter module). The
 #: progress bars' ``tqdm.auto`` comes before IPython: imported after it, it looks for notebook widgets and warns
-#: on the run's stderr that they are missing (and falls back to the same console bars)
+#: on the run's stderr that they are missing (and falls back to the same console bars). ``ipykernel.ipkernel`` brings
+#: the kernel class and its debugger (debugpy, which each kernel imported at start: 0.1 s of CPU each)
 PRELOAD = ("embeval_report.progress", "embeval_report.chapters.setup", "matplotlib.pyplot", "seaborn",
-           "ipykernel.kernelapp")
+           "ipykernel.kernelapp", "ipykernel.ipkernel")
 #: seconds the runner waits for the template to answer a fork (its imports included)
 START_TIMEOUT = 120
 #: seconds a template waits for its next request before it ends (an idle process holds no memory of a run)
@@ -257,6 +258,8 @@ def serve(reply_fd: int, idle: float = IDLE_SECONDS, parent: int | None = None) 
     if sys.path and sys.path[0] in ("", os.getcwd()):  # as ipykernel_launcher: the caller's folder is not a path
         del sys.path[0]
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")  # as ipykernel sets it
+    # debugpy warns on the run's stderr, at import, that the interpreter's frozen modules may hide breakpoints
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     import importlib
     import pkgutil
 
