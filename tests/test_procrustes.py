@@ -113,3 +113,14 @@ def test_cpu_device_is_the_scipy_path():
     if not torch.cuda.is_available():
         auto = procrustes_align(A, B)
         assert np.array_equal(auto.rotation, R) and auto.disparity == fit.disparity
+
+
+def test_rotation_is_scipys_orthogonal_procrustes_bit_for_bit():
+    """procrustes_align's rotation (SciPy's steps, its SVD on one BLAS thread) equals SciPy's, padded or not."""
+    from embeval_report.metrics.procrustes import _rotation
+
+    rng = np.random.default_rng(3)
+    for n, d in [(50, 3), (400, 64), (130, 17)]:
+        A, B = rng.normal(size=(n, d)), rng.normal(size=(n, d))
+        B[:, -1] = 0.0  # a zero-padded column
+        assert np.array_equal(_rotation(B, A), orthogonal_procrustes(B, A)[0])

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from ..errors import UndefinedMetricWarning
 from ..io.snapshots import MIN_MATCHED, Snapshot
@@ -288,10 +289,12 @@ def _pair_statistics(A: np.ndarray, B: np.ndarray, *, n_boot: int, level: float,
         names = list(values)
         if plan.method == "bootstrap":  # all replicates' moments at once, one product a chunk of replicates at a time
             W = bootstrap_weights(plan.units, plan.n_boot, seed)
-            same = (W * W) @ cos_m.count
-            reps = np.array([[v[k] for k in names] for (rows, (N, s, G)), (_, (Nc, su, Gu)) in zip(
-                cov_m.replicate_totals(W), cos_m.replicate_totals(W))
-                for v in (compute(totals=t) for t in zip(N, s, G, Nc, su, Gu, same[rows]))])
+            same, reps = (W * W) @ cos_m.count, []
+            for (rows, (N, s, G)), (_, (Nc, su, Gu)) in zip(cov_m.replicate_totals(W), cos_m.replicate_totals(W)):
+                with threadpool_limits(1, user_api="blas"):  # small eigen/SVDs: threads only contend; same values
+                    reps += [[v[k] for k in names]
+                             for v in (compute(totals=t) for t in zip(N, s, G, Nc, su, Gu, same[rows]))]
+            reps = np.array(reps)
         else:
             reps = plan.replicates(lambda w: (lambda v: [v[k] for k in names])(compute(w)), seed=seed)
         for i, k in enumerate(names):
