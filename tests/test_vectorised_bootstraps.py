@@ -135,3 +135,21 @@ def test_fairness_replicates_equal_the_per_replicate_loop(monkeypatch, seed):
     # the within-group APCS: its weighted sums one product per group, rounded in another order
     np.testing.assert_allclose(got[:, -1], ref[:, -1], rtol=1e-12, atol=1e-15)
     assert np.isnan(ref[:, :-1]).any()
+
+
+@pytest.mark.parametrize("seed,n_events", [(0, 2), (1, 5), (2, 30), (3, 200)])
+def test_time_to_detection_replicates_equal_the_per_replicate_loop(seed, n_events):
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    detected = rng.random(n_events) < 0.6
+    detected[0] = True
+    events = pd.DataFrame({"duration": np.round(rng.exponential(3.0, n_events), 0),  # tied times
+                           "detected": detected})
+    events.loc[~detected, "duration"] = np.round(rng.uniform(0, 6, (~detected).sum()), 0)  # censored, ties with events
+    dur, obs = events["duration"].to_numpy(float), events["detected"].to_numpy(bool)
+    ref = stats.weighted_bootstrap(lambda w: np.array([an.km_median(dur, obs, w), np.average(obs, weights=w)]),
+                                   n_events, n_boot=300, seed=seed)
+    got = an._ttd_replicates(events, 300, seed)
+    assert got.shape == ref.shape
+    assert np.array_equal(got, ref, equal_nan=True)

@@ -63,7 +63,7 @@ from ..errors import InputError
 from ..kernels import as_numpy, knn
 from ..kernels.neighbours import usable_k
 from ..stats import DEFAULT_LEVEL, percentile_interval, weighted_bootstrap
-from .anomaly_replicates import curve_replicates, weighted_counts
+from .anomaly_replicates import curve_replicates, km_median_replicates, weighted_counts
 from .spec import MetricSpec, specs
 
 BASELINES = ("knn_distance", "centroid_distance", "lof", "isolation_forest")
@@ -512,8 +512,8 @@ def _replicates(ranked: list[Ranked], y: np.ndarray, *, cost_fn, cost_fp, n_boot
 
 def _ttd_replicates(events: pd.DataFrame, n_boot: int, seed: int) -> np.ndarray:
     dur, obs = events["duration"].to_numpy(float), events["detected"].to_numpy(bool)
-    return weighted_bootstrap(lambda w: np.array([km_median(dur, obs, w), np.average(obs, weights=w)]),
-                              len(events), n_boot=n_boot, seed=seed)
+    return weighted_bootstrap(lambda W: np.column_stack([km_median_replicates(dur, obs, W), W @ obs / W.sum(1)]),
+                              len(events), n_boot=n_boot, seed=seed, batch=max(1, 2**22 // len(events)))
 
 
 def evaluate_detectors(scores: dict, labels, *, cost_fn: float = 10_000.0, cost_fp: float = 100.0,

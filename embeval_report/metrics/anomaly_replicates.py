@@ -99,3 +99,20 @@ def curve_replicates(tp: np.ndarray, fp: np.ndarray, *, cost_fn: float, cost_fp:
         out[k] = np.full(len(ok), np.nan)
         out[k][ok] = v
     return out
+
+
+def km_median_replicates(durations, observed, W: np.ndarray) -> np.ndarray:
+    """``anomaly.km_median(durations, observed, w)`` for each row ``w`` of integer unit weights ``W``: the
+    weighted counts at risk and of events at every event time as exact products, a factor of exactly 1 where a
+    row has no event (so each row's survival curve is its own, bit for bit)."""
+    t, d = np.asarray(durations, float), np.asarray(observed, bool)
+    W = np.asarray(W, float)
+    times = np.unique(t[d])
+    if len(times) == 0:
+        return np.full(len(W), np.nan)
+    at_risk = W @ (t[:, None] >= times).astype(float)
+    events = W @ (d[:, None] & (t[:, None] == times)).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        S = np.cumprod(np.where(events > 0, 1 - events / at_risk, 1.0), axis=1)
+    hit = S <= 0.5 + 1e-12  # first reached at an event time: S only falls there
+    return np.where(hit.any(1), times[np.argmax(hit, axis=1)], np.nan)
