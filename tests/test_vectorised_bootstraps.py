@@ -153,3 +153,21 @@ def test_time_to_detection_replicates_equal_the_per_replicate_loop(seed, n_event
     got = an._ttd_replicates(events, 300, seed)
     assert got.shape == ref.shape
     assert np.array_equal(got, ref, equal_nan=True)
+
+
+def test_pair_moments_gram_products_do_not_depend_on_blas_threads():
+    """PairMoments.from_moments forms its block Gram products on one BLAS thread: the same values as with the
+    default threads (the demo's shape: 64 blocks, 64 + 64 dimensions)."""
+    from threadpoolctl import threadpool_limits
+
+    from embeval_report.metrics.pair_moments import PairMoments
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(64, 50, 128))
+    G = np.einsum("bni,bnj->bij", X, X)
+    s, qs, qG = X.sum(1), rng.random((64, 2)), rng.random((64, 2, 2))
+    flat = lambda M: M.reshape(len(M), -1)  # noqa: E731
+    with threadpool_limits(2, user_api="blas"):
+        ref = [flat(M) @ flat(M).T for M in (G[:, :64, :64], G[:, 64:, 64:], G[:, :64, 64:])]
+    pm = PairMoments.from_moments(np.full(64, 50.0), s, G, qs, qG, 64)
+    assert all(np.array_equal(a, b) for a, b in zip((pm.Kaa, pm.Kbb, pm.Kab), ref))

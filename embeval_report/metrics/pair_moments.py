@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ..kernels import as_numpy, block_moments, column_mean, resolve_device
 from ..kernels.moments import GroupedMoments
@@ -58,9 +59,10 @@ class PairMoments:
         """From per-block joint moments ``(count, s, G)`` of ``[a, b]`` and ``(qs, qG)`` of the squared norms."""
         Gaa, Gbb, Gab = G[:, :da, :da], G[:, da:, da:], G[:, :da, da:]
         flat = lambda M: M.reshape(len(M), -1)  # noqa: E731
-        return cls(count=np.asarray(count, float), sa=s[:, :da], sb=s[:, da:], Gab=Gab.copy(),
-                   Kaa=flat(Gaa) @ flat(Gaa).T, Kbb=flat(Gbb) @ flat(Gbb).T, Kab=flat(Gab) @ flat(Gab).T,
-                   q=np.column_stack([qs[:, 0], qs[:, 1], qG[:, 0, 0], qG[:, 1, 1], qG[:, 0, 1]]))
+        with threadpool_limits(1, user_api="blas"):  # B x B products: BLAS threads only contend (the same values)
+            K = [flat(M) @ flat(M).T for M in (Gaa, Gbb, Gab)]
+        return cls(count=np.asarray(count, float), sa=s[:, :da], sb=s[:, da:], Gab=Gab.copy(), Kaa=K[0], Kbb=K[1],
+                   Kab=K[2], q=np.column_stack([qs[:, 0], qs[:, 1], qG[:, 0, 0], qG[:, 1, 1], qG[:, 0, 1]]))
 
     @classmethod
     def from_totals(cls, totals, norm_totals, da: int) -> "PairMoments":
