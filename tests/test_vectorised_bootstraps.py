@@ -42,7 +42,7 @@ def _anomaly_loop(ranked, n, *, cost_fn, cost_fp, n_boot, seed):
 
 
 @pytest.mark.parametrize("n,prevalence,decimals,seed", [
-    (12, 0.25, 1, 0),      # tiny: many replicates lack a class; ties everywhere
+    (12, 0.1, 1, 1),       # tiny: many replicates lack a class (two anomalies); ties everywhere
     (40, 0.1, 1, 1),
     (300, 0.05, 2, 2),     # ties, > 128 thresholds
     (900, 0.02, 6, 3),     # few ties, ~900 thresholds
@@ -171,3 +171,30 @@ def test_pair_moments_gram_products_do_not_depend_on_blas_threads():
         ref = [flat(M) @ flat(M).T for M in (G[:, :64, :64], G[:, 64:, 64:], G[:, :64, 64:])]
     pm = PairMoments.from_moments(np.full(64, 50.0), s, G, qs, qG, 64)
     assert all(np.array_equal(a, b) for a, b in zip((pm.Kaa, pm.Kbb, pm.Kab), ref))
+
+
+def test_average_precision_replicates_equal_scikit_learn_on_the_drawn_rows():
+    """Each replicate's average precision is scikit-learn's on the resample itself (every row repeated as often as
+    drawn, undrawn rows absent), also when the top-scored rows are not drawn (a 0/0 precision there once made the
+    replicate NaN, and ~40 % of replicates were dropped), with tied scores."""
+    from sklearn.metrics import average_precision_score
+
+    from embeval_report.metrics.anomaly import Ranked
+    from embeval_report.metrics.anomaly_replicates import curve_replicates, weighted_counts
+
+    rng = np.random.default_rng(12)
+    n = 60
+    y = (rng.random(n) < 0.2).astype(float)
+    y[:2] = 1
+    scores = np.round(rng.standard_normal(n) + y, 1)  # ties
+    W = rng.multinomial(n, np.full(n, 1 / n), size=300).astype(float)
+    top = np.argsort(-scores, kind="stable")[:3]
+    W[:100, top] = 0  # the top-scored rows undrawn in a third of the replicates
+    ap = curve_replicates(*weighted_counts(Ranked.of(scores, y), W), cost_fn=1.0, cost_fp=1.0, targets={},
+                          max_fpr=0.1)["average_precision"]
+    for w, got in zip(W.astype(int), ap):
+        yy, ss = np.repeat(y, w), np.repeat(scores, w)
+        if 0 < yy.sum() < len(yy):
+            assert got == pytest.approx(average_precision_score(yy, ss), abs=1e-12)
+        else:
+            assert np.isnan(got)

@@ -237,11 +237,12 @@ def roc_auc(tp, fp) -> float:
 
 
 def average_precision(tp, fp) -> float:
-    """:math:`\\sum_t (R_t - R_{t-1}) P_t` over the distinct thresholds, from the cumulative counts of
-    :meth:`Ranked.counts`; NaN when a class is absent."""
+    """:math:`\\sum_t (R_t - R_{t-1}) P_t` over the distinct thresholds of :meth:`Ranked.counts`' cumulative counts;
+    NaN when a class is absent; a threshold flagging no weighted row (none above it drawn) adds no recall: 0."""
     if not len(tp) or tp[-1] <= 0 or fp[-1] <= 0:
         return float("nan")
-    recall, precision = tp / tp[-1], tp / (tp + fp)
+    flagged, recall = np.asarray(tp + fp, np.float64), tp / tp[-1]
+    precision = np.divide(tp, flagged, out=np.zeros_like(flagged), where=flagged > 0)
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 

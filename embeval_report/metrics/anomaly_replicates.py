@@ -77,7 +77,10 @@ def curve_replicates(tp: np.ndarray, fp: np.ndarray, *, cost_fn: float, cost_fp:
         fpr, tpr = _with_zero(fp, N), _with_zero(tp, P)
         terms = np.diff(fpr, axis=1) * (tpr[:, 1:] + tpr[:, :-1]) / 2.0  # np.trapezoid's
         flagged, rows = tp + fp, np.arange(len(tp))
-        vals = {"roc_auc": terms.sum(1), "average_precision": np.sum(np.diff(tpr, axis=1) * (tp / flagged), axis=1)}
+        # a threshold that flags no drawn row (every row above it undrawn) adds no recall: its precision term is 0,
+        # not 0/0 (which made the replicate NaN whenever the top-scored row was not drawn, ~40 % of them, dropped)
+        precision = np.divide(tp, flagged, out=np.zeros_like(tp), where=flagged > 0)
+        vals = {"roc_auc": terms.sum(1), "average_precision": np.sum(np.diff(tpr, axis=1) * precision, axis=1)}
         in_fp = _RowSearch(fp)
         for s, t in targets.items():  # the last threshold with fp <= t N (1 + 1e-12); none: recall 0
             i = in_fp.count(t * N * (1 + 1e-12)) - 1
