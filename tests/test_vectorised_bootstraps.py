@@ -77,16 +77,10 @@ def test_anomaly_replicates_are_batch_independent(monkeypatch):
 
 def _fairness_loop_statistic(X, groups, rows):
     """compare_groups' per-replicate statistic before it was vectorised (one weight vector at a time)."""
+    from embeval_report.metrics.fairness import grouped_rows
+
     G = len(groups.names)
-    sel = np.flatnonzero(groups.codes >= 0)
-    codes = groups.codes[sel]
-    order = np.argsort(codes, kind="stable")
-    sel, codes = sel[order], codes[order]
-    starts = np.searchsorted(codes, np.arange(G))
-    U = np.asarray(X[sel], np.float64)
-    nrm = np.linalg.norm(U, axis=1, keepdims=True)
-    U = np.divide(U, nrm, out=np.zeros_like(U), where=nrm > 0)
-    vals = {m: np.asarray(v, float)[sel] for m, v in rows.items()}
+    sel, codes, starts, U, vals = grouped_rows(X, groups, rows)
 
     def statistic(w):
         out = np.full((len(vals) + 1, G), np.nan)

@@ -67,7 +67,6 @@ from .graph_cache import folder as graph_folder
 from .prefetch import read_rows
 from .rescoring import MutualProximity
 from . import sweep
-from .sweep import collected_sweep
 from .tiles import RowPotential, RunningTopK, feed_views, first_columns, sweep_tiles, upper_triangle
 
 #: candidates per row beyond k in a search whose candidates come from bfloat16 or TF32 products, proven
@@ -224,7 +223,7 @@ def self_sweep(X, graphs: dict, *, device, desc: str | None, potential: bool | N
             t = SWEEP_POTENTIAL_T if wanted and stored_product(X, pot) is None else None  # summed once per space
             product = FP32 if rescored or t is not None else exact_product(dev)
             plans = [(missing[name], graphs[name][1]) for name in names]
-            collected = collected_sweep(X, plans, dev, desc, t, _Sweep) if product is FP32 and _collects(
+            collected = sweep.collected_sweep(X, plans, dev, desc, t, _Sweep) if product is FP32 and _collects(
                 X, plans, dev) else None  # limits from bfloat16, then one float32 pass
             if collected is not None:
                 found, rows = collected

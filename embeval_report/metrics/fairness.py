@@ -148,21 +148,28 @@ class GroupComparison:
     bias_corrected: dict = field(default_factory=dict)  # same keys: 2 x estimate - mean of the replicates
 
 
+def grouped_rows(X, groups: Groups, rows: dict[str, np.ndarray]) -> tuple:
+    """The compared entities grouped: ``(sel, codes, starts, U, vals)`` — the rows in a group (stably sorted by
+    group), their group codes, each group's first position, their unit rows (float64; a zero row stays zero) and
+    each measure's values on them."""
+    sel = np.flatnonzero(groups.codes >= 0)
+    codes = groups.codes[sel]
+    order = np.argsort(codes, kind="stable")
+    sel, codes = sel[order], codes[order]
+    starts = np.searchsorted(codes, np.arange(len(groups.names)))
+    U = np.asarray(X[sel], np.float64)
+    nrm = np.linalg.norm(U, axis=1, keepdims=True)
+    U = np.divide(U, nrm, out=np.zeros_like(U), where=nrm > 0)
+    return sel, codes, starts, U, {m: np.asarray(v, float)[sel] for m, v in rows.items()}
+
+
 def compare_groups(X, groups: Groups, rows: dict[str, np.ndarray], *, n_boot: int = N_BOOT, level: float = DEFAULT_LEVEL,
                    seed: int = 0) -> GroupComparison:
     """Compare the groups on every per-row measure in ``rows`` (name -> per-row values, NaN = not evaluated)
     and on the within-group APCS, with one bootstrap over the compared entities (module docstring)."""
     X = as_numpy(X)
     G = len(groups.names)
-    sel = np.flatnonzero(groups.codes >= 0)
-    codes = groups.codes[sel]
-    order = np.argsort(codes, kind="stable")
-    sel, codes = sel[order], codes[order]
-    starts = np.searchsorted(codes, np.arange(G))
-    U = np.asarray(X[sel], np.float64)
-    nrm = np.linalg.norm(U, axis=1, keepdims=True)
-    U = np.divide(U, nrm, out=np.zeros_like(U), where=nrm > 0)
-    vals = {m: np.asarray(v, float)[sel] for m, v in rows.items()}
+    sel, codes, starts, U, vals = grouped_rows(X, groups, rows)
     names = [*rows, "apcs"]
 
     ends = np.r_[starts[1:], len(sel)]
@@ -187,7 +194,7 @@ def compare_groups(X, groups: Groups, rows: dict[str, np.ndarray], *, n_boot: in
 
     est = statistic(np.ones((1, len(sel))))[0]
     for g in range(G):  # the point estimate through isotropy's own formula
-        rows_g = U[starts[g]:starts[g + 1] if g + 1 < G else len(U)]
+        rows_g = U[starts[g]:ends[g]]
         if len(rows_g) >= 2:
             est[-1, g] = cosine_moments(rows_g.sum(0), np.zeros((1, 1)), float(len(rows_g)))[0]
     B = boot_count(len(sel), X.shape[1], n_boot) if G >= 1 and len(sel) >= 2 else 0
