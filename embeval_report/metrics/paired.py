@@ -182,7 +182,8 @@ def paired_aggregate(fn, a: pd.DataFrame, b: pd.DataFrame, *, direction: str = "
             return resampled_values([t], fn, boot=boot, boot_exact=boot_exact, n_resamples=n_resamples,
                                     rng=np.random.default_rng([seed, 41]))[:, 0]
 
-        reps = replicates(b) - _held(("paired_aggregate", fn, boot, boot_exact, n_resamples, seed), a, replicates)
+        key = ("paired_aggregate", fn, boot, boot_exact, n_resamples, seed)
+        reps = _held(key, b, replicates) - _held(key, a, replicates)
     else:
         reps = np.full(n_resamples, math.nan)
     reps = reps[np.isfinite(reps)]
@@ -219,27 +220,80 @@ def resampled_values(tables: list[pd.DataFrame], fn, *, boot=None, boot_exact: b
     from their unit counts ``W``; the draws are the same with it or without. ``boot_exact``: ``boot``'s value for a
     draw does not depend on which draws share its call (integer counts, row-wise arithmetic), so it is called on
     :data:`BOOT_BATCH_VALUES` unit counts at a time rather than a few draws (a product ``W @ x`` of floats rounds
-    by the shape of ``W``: such a boot keeps the few draws its values were first computed with)."""
+    by the shape of ``W``: such a boot keeps the few draws its values were first computed with).
+
+    The draws of a batch come from one ``rng.integers`` call (the same values as one call per draw) and their counts
+    from one ``bincount``; with ``boot``, the counts of every draw are kept for the next call from the same
+    generator state with the same units and resamples (:func:`_draw_counts`), and ``rng`` is left where drawing
+    them would leave it."""
     n = len(tables[0])
     out = np.full((n_resamples, len(tables)), math.nan)
     step = max(1, min(n_resamples, BOOT_BATCH_VALUES // n if boot is not None and boot_exact else
                       BATCH_VALUES // (8 * n)))
+    counts = _draw_counts(rng, n, n_resamples) if boot is not None and n else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for s in range(0, n_resamples, step):
-            draws = [rng.integers(0, n, n) for _ in range(min(step, n_resamples - s))]
-            if boot is not None:
-                W = np.stack([np.bincount(idx, minlength=n) for idx in draws]).astype(float)
-                out[s:s + len(draws)] = np.column_stack([np.asarray(boot(t, W), float) for t in tables])
+            k = min(step, n_resamples - s)
+            if counts is not None:
+                W = counts[s:s + k].astype(float)
+            elif boot is not None:
+                W = _counts(rng.integers(0, n, (k, n)), n).astype(float)
             else:
-                out[s:s + len(draws)] = [[float(fn(t.iloc[idx])) for t in tables] for idx in draws]
+                draws = rng.integers(0, n, (k, n))
+                out[s:s + k] = [[float(fn(t.iloc[idx])) for t in tables] for idx in draws]
+                continue
+            out[s:s + k] = np.column_stack([np.asarray(boot(t, W), float) for t in tables])
     return out
 
 
+def _counts(draws: np.ndarray, n: int) -> np.ndarray:
+    """Each row's unit counts (rows × ``n``) of drawn unit indices (rows × draws), by one ``bincount``."""
+    rows = len(draws)
+    flat = (np.arange(rows, dtype=np.int64)[:, None] * n + draws).ravel()
+    return np.bincount(flat, minlength=rows * n).reshape(rows, n)
+
+
+#: the unit counts of bootstrap draws kept for the next :func:`resampled_values` call from the same generator state
+#: with the same units and resamples, as small integers, up to this many bytes in all (every whole-table metric of a
+#: task, and every remedy re-scoring it, resample its units with the same seed: 1,000 draws of 10,000 units 10 MB)
+DRAW_CACHE_BYTES = 48 * 2**20
+_DRAWS: dict = {}
+
+
+def _draw_counts(rng, n: int, n_resamples: int) -> np.ndarray | None:
+    """The unit counts (resamples × ``n``) of ``n_resamples`` draws of ``n`` units from ``rng``, kept (see
+    :data:`DRAW_CACHE_BYTES`) and read again by the next call from the same generator state; ``rng`` is left where
+    drawing them leaves it. None (nothing drawn) when they would take more than the budget."""
+    if n_resamples * n > DRAW_CACHE_BYTES:
+        return None
+    bits = rng.bit_generator
+    key = (type(bits).__name__, repr(bits.state), n, n_resamples)
+    if key in _DRAWS:
+        counts, end = _DRAWS.pop(key)
+        _DRAWS[key] = counts, end  # the latest used last
+        bits.state = end
+        return counts
+    step = max(1, BOOT_BATCH_VALUES // n)
+    counts = np.empty((n_resamples, n), np.uint8)
+    for s in range(0, n_resamples, step):
+        c = _counts(rng.integers(0, n, (min(step, n_resamples - s), n)), n)
+        if c.max(initial=0) > 255:  # a unit drawn 256 times: too many to keep as bytes
+            counts = counts.astype(np.int64)
+        counts[s:s + len(c)] = c
+    while _DRAWS and sum(c.nbytes for c, _ in _DRAWS.values()) + counts.nbytes > DRAW_CACHE_BYTES:
+        _DRAWS.pop(next(iter(_DRAWS)))
+    if counts.nbytes <= DRAW_CACHE_BYTES:
+        _DRAWS[key] = counts, bits.state
+    return counts
+
+
 #: tables' replicates kept for the next comparison with the same table (the remedy checks compare one task's
-#: recorded units with each remedy's: their draws are the same, so the recorded table's replicates are too)
+#: recorded units with each remedy's: their draws are the same, so the recorded table's replicates are too; a
+#: remedy the task's protocol undoes leaves its table as recorded). A table's replicates take 8 kB (1,000
+#: resamples): every whole-table metric of every task of a report is kept
 _HELD: dict = {}
-HELD_TABLES = 16
+HELD_TABLES = 256
 
 
 def _held(key: tuple, table: pd.DataFrame, compute):
