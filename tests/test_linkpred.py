@@ -235,6 +235,20 @@ def test_edge_operators():
         ep.edge_features(X, u, v, "cosine")
 
 
+def test_operator_probes_side_by_side_equal_one_after_the_other(monkeypatch):
+    # the operators' pipelines in threads (single-threaded BLAS) give the sequential run's numbers bit for bit
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((400, 48)).astype(np.float32)
+    pairs = [tuple(rng.integers(0, 400, (2, k))) for k in (3000, 3000, 800, 800)]
+    threaded = ep.operator_probes(X, *pairs, seed=2)
+    monkeypatch.setattr(ep, "PARALLEL_FEATURE_BYTES", 0)
+    sequential = ep.operator_probes(X, *pairs, seed=2)
+    assert threaded.table.equals(sequential.table) and threaded.best == sequential.best
+    assert list(threaded.table["name"]) == [*ep.OPERATORS, "score"]
+    for name, curve in sequential.curves.items():
+        assert all(np.array_equal(curve[k], threaded.curves[name][k]) for k in ("fpr", "tpr", "precision", "recall"))
+
+
 def test_mean_ci_methods():
     x = np.random.default_rng(0).random(500)
     lo, hi, how = stats.mean_ci(x)

@@ -276,17 +276,22 @@ def average_precision(y, s, weights=None) -> np.ndarray:
     W = W if np.issubdtype(W.dtype, np.integer) or W.dtype == np.float64 else W.astype(float)
     last = np.r_[np.flatnonzero(np.diff(s) != 0), len(s) - 1]  # last index of each distinct score
     counted = np.issubdtype(W.dtype, np.integer) and bool(np.isin(y, (0.0, 1.0)).all())
+    # counted: each class's cases (their columns of W in score order) and its count of cases up to each threshold
+    classes = [(order[m], np.cumsum(m)[last]) for m in (y == 1, y == 0)] if counted else None
     ap = np.empty(len(W))
     # blocks of 2 or more rows (a lone row is summed in another order than a row of a matrix: the last bit differs)
     for rows in np.array_split(np.arange(len(W)), -(-len(W) // _AP_ROWS)):
-        Wr = W[rows][:, order]
-        tp, fp = _class_counts(Wr, y == 1, last) if counted else (np.cumsum(Wr * y, axis=1)[:, last],
-                                                                    np.cumsum(Wr * (1 - y), axis=1)[:, last])
+        if counted:
+            tp, fp = (_class_counts(W, rows, cols, upto) for cols, upto in classes)
+        else:
+            Wr = W[rows][:, order]
+            tp, fp = np.cumsum(Wr * y, axis=1)[:, last], np.cumsum(Wr * (1 - y), axis=1)[:, last]
         cases = tp + fp
+        empty = ~(cases > 0)  # no case above the threshold yet: recall step 0
         with np.errstate(invalid="ignore", divide="ignore"):
-            precision = tp / cases
+            precision = np.divide(tp, cases, out=cases)
             recall = tp / tp[:, -1:]
-        precision[~(cases > 0)] = 0.0  # no case above the threshold yet: recall step 0
+        precision[empty] = 0.0
         step = np.empty_like(recall)  # R_k - R_{k-1}, R_0 = 0
         step[:, 0] = recall[:, 0]
         np.subtract(recall[:, 1:], recall[:, :-1], out=step[:, 1:])
@@ -295,16 +300,14 @@ def average_precision(y, s, weights=None) -> np.ndarray:
     return float(ap[0]) if weights is None else ap
 
 
-def _class_counts(W: np.ndarray, positive: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The weight of the positive and of the negative cases up to each index of ``last`` (cases in score order),
-    as floats: each class's integer cumulative sum over its own cases, read at its count of cases up to there."""
-    out = []
-    for mask in (positive, ~positive):
-        upto = np.cumsum(mask)[last]  # cases of this class up to each threshold
-        cum = np.zeros((len(W), int(mask.sum()) + 1), np.int64)
-        np.cumsum(W[:, mask], axis=1, out=cum[:, 1:])
-        out.append(cum[:, upto].astype(np.float64))
-    return out[0], out[1]
+def _class_counts(W: np.ndarray, rows: np.ndarray, cols: np.ndarray, upto: np.ndarray) -> np.ndarray:
+    """The weight of one class's cases (``cols``, in score order) up to each threshold, for the ``rows`` of the
+    integer weights ``W``, as floats: the integer cumulative sum over the class's cases (int32 when it fits, the same
+    integers), read at the class's count of cases up to each threshold (``upto``)."""
+    Wc = W[rows[:, None], cols]
+    cum = np.zeros((len(rows), len(cols) + 1), np.int32 if int(Wc.sum(1).max(initial=0)) < 2**31 else np.int64)
+    np.cumsum(Wc, axis=1, out=cum[:, 1:], dtype=cum.dtype)
+    return cum[:, upto].astype(np.float64)
 
 
 def _ap_draws(y, n_boot: int = 200, seed: int = 0) -> np.ndarray:
@@ -327,6 +330,11 @@ def _ap_ci(y, s, level, n_boot: int = 200, seed: int = 0, draws: np.ndarray | No
     return percentile_interval(average_precision(y, s, W), level)
 
 
+#: the operators' pipelines (fit, test scores, evaluation) run side by side, one per core (BLAS single-threaded),
+#: while one operator's training features take at most this many bytes (two in memory at once, with their copies)
+PARALLEL_FEATURE_BYTES = 256 * 2**20
+
+
 def operator_probes(X, train_pos, train_neg, test_pos, test_neg, *, score: str = "dot",
                     level: float = DEFAULT_LEVEL, seed: int = 0) -> ProbeResult:
     """Train a logistic-regression probe per operator on (train_pos vs train_neg) pairs and test it
@@ -335,11 +343,18 @@ def operator_probes(X, train_pos, train_neg, test_pos, test_neg, *, score: str =
     Features are standardised (fitted on the training pairs); ``LogisticRegression(max_iter=1000)``.
     The raw ``score`` of the pairs is evaluated on the same test pairs for comparison. AUC intervals
     are DeLong's, AP intervals a stratified percentile bootstrap (200 resamples).
+
+    The operators are independent: below :data:`PARALLEL_FEATURE_BYTES` of training features they run side by side
+    in threads (numpy, BLAS and the solver release the GIL), each with single-threaded BLAS and OpenMP, which gives
+    the same numbers bit for bit as one after the other with threaded BLAS (tested): the fits' matrix products split
+    their outputs, not their sums, among threads.
     """
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
+
+    from .labels import map_threads
 
     y_tr = np.r_[np.ones(len(train_pos[0])), np.zeros(len(train_neg[0]))]
     y_te = np.r_[np.ones(len(test_pos[0])), np.zeros(len(test_neg[0]))]
@@ -348,29 +363,34 @@ def operator_probes(X, train_pos, train_neg, test_pos, test_neg, *, score: str =
     X = as_numpy(X)
     ends_tr, ends_te = (X[tr_u], X[tr_v]), (X[te_u], X[te_v])  # each operator's features come from these rows
     draws = _ap_draws(y_te, seed=seed)  # the same resamples for every operator, as drawn one by one before
-    rows, curves = [], {}
 
-    def add(name, label, s):
+    def test_scores(op):
+        if op == "score":
+            return pair_scores(X, te_u, te_v, score)
+        # the scaler standardises the (temporary) features in place: the same numbers without a copy
+        clf = make_pipeline(StandardScaler(copy=False), LogisticRegression(max_iter=1000))
+        clf.fit(_operator(*ends_tr, op), y_tr)
+        return clf.decision_function(_operator(*ends_te, op))
+
+    def evaluated(op):
+        s = test_scores(op)
+        label = (f"raw score: {SCORE_NAMES[score]} (no training)" if op == "score" else
+                 f"probe: {OPERATOR_LABELS[op]}")
         auc, lo, hi = auc_delong(s[y_te == 1], s[y_te == 0], level)
         ap = float(average_precision_score(y_te, s))
         alo, ahi = _ap_ci(y_te, s, level, seed=seed, draws=draws)
         fpr, tpr, _ = roc_curve(y_te, s)
         prec, rec, _ = precision_recall_curve(y_te, s)
-        curves[name] = dict(fpr=fpr, tpr=tpr, precision=prec, recall=rec, label=label)
         assert abs(auc - roc_auc_score(y_te, s)) < 1e-9
-        rows.append({"name": name, "method": label, "ROC-AUC": auc, "average precision": ap, "_auc_ci": (lo, hi),
-                     "_ap_ci": (alo, ahi)})
+        return ({"name": op, "method": label, "ROC-AUC": auc, "average precision": ap, "_auc_ci": (lo, hi),
+                 "_ap_ci": (alo, ahi)}, dict(fpr=fpr, tpr=tpr, precision=prec, recall=rec, label=label))
 
-    for op in OPERATORS:
-        # the scaler standardises the (temporary) features in place: the same numbers without a copy
-        clf = make_pipeline(StandardScaler(copy=False), LogisticRegression(max_iter=1000))
-        clf.fit(_operator(*ends_tr, op), y_tr)
-        add(op, f"probe: {OPERATOR_LABELS[op]}", clf.decision_function(_operator(*ends_te, op)))
-    add("score", f"raw score: {SCORE_NAMES[score]} (no training)", pair_scores(X, te_u, te_v, score))
-    table = pd.DataFrame(rows)
+    side_by_side = len(y_tr) * X.shape[1] * 8 <= PARALLEL_FEATURE_BYTES
+    done = map_threads(evaluated, (*OPERATORS, "score"), parallel=side_by_side)
+    table = pd.DataFrame([row for row, _ in done])
+    curves = {row["name"]: curve for row, curve in done}
     probes = table[table["name"] != "score"]
     best = str(probes.loc[probes["ROC-AUC"].idxmax(), "name"])
     return ProbeResult(table, curves, best, len(y_tr), len(y_te),
                        f"ROC-AUC: {level:.0%} DeLong interval; AP: {level:.0%} stratified percentile bootstrap "
                        f"(200 resamples); {len(test_pos[0]):,} test edges vs as many negatives (1:1)")
-

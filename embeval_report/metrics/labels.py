@@ -237,16 +237,24 @@ def map_fits(fit, items, n: int, d: int) -> list:
     same numbers as one after the other, in a fraction of the time (the 5 probe folds of 8,000 x 384: 34 -> 24 s on
     a loaded 2-core machine; scikit-learn's solvers leave most cores idle at this size). The caller is inside
     ``threads(n, d)``; warnings raised in the fits reach the caller's filters and records."""
+    return map_threads(fit, items, parallel=n * d <= _SMALL_PROBLEM)
+
+
+def map_threads(fn, items, *, parallel: bool = True) -> list:
+    """``[fn(item) for item in items]``, with ``parallel`` side by side in threads, one per core, each with
+    single-threaded BLAS (for the process, while they run) and OpenMP (in its own thread). Items whose numbers do not
+    depend on the BLAS thread count (a matrix product that splits its outputs among threads, not its sums) come out
+    the same bit for bit; warnings raised in ``fn`` reach the caller's filters and records."""
     items = list(items)
     workers = min(len(items), _cores())
-    if workers < 2 or n * d > _SMALL_PROBLEM:
-        return [fit(item) for item in items]
+    if workers < 2 or not parallel:
+        return [fn(item) for item in items]
 
     def one(item):
         with threadpool_limits(1, user_api="openmp"):  # OpenMP's thread count is set per thread
-            return fit(item)
+            return fn(item)
 
-    with ThreadPoolExecutor(workers) as pool:
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
         return list(pool.map(one, items))
 
 
