@@ -172,6 +172,27 @@ def test_learning_curve_matches_manual_splits(noisy, noisy_result):
     assert list(nc_chapter.learning_display_table(r)["training entities"]) == [66, 154]
 
 
+def test_folds_and_curve_from_one_pool_equal_them_one_after_the_other(noisy, noisy_result, monkeypatch):
+    """probe_fits runs the folds' and the curve's fits in one pool, longest first: the folds' predictions and the
+    curve of evaluate_node_classification fitting them one after the other, bit for bit; so is a forced big problem
+    (the folds on threaded BLAS, the curve's sampled fits after them)."""
+    X, y = noisy
+    plan = mcl.probe_plan(mcl.as_labelset(y, len(X), 5, "label"), seed=4)
+    units, learning = mcl.probe_fits(X, plan, train_fractions=(0.3, 0.7), n_repeats=3)
+    pd.testing.assert_frame_equal(units, mcl.probe_units(X, plan))
+    pd.testing.assert_frame_equal(learning, noisy_result.learning)
+    r = mcl.evaluate_node_classification(X, y, train_fractions=(0.3, 0.7), n_repeats=3, seed=4, plan=plan,
+                                         units=units, learning=learning)
+    assert r.values == noisy_result.values and r.info == noisy_result.info
+    curve_only = mcl.probe_fits(X, plan, folds=False, train_fractions=(0.3, 0.7), n_repeats=3)
+    assert curve_only[0] is None
+    pd.testing.assert_frame_equal(curve_only[1], learning)
+    monkeypatch.setattr(mcl, "small_problem", lambda n, d: n < 150)  # the folds' problem big, the curve's small
+    separate = mcl.probe_fits(X, plan, train_fractions=(0.3, 0.7), n_repeats=3, curve_entities=100)
+    pd.testing.assert_frame_equal(separate[0], units)
+    assert list(separate[1]["n_train"]) == [30] * 3 + [70] * 3
+
+
 def test_fold_scores_equal_scikit_learn_bit_for_bit():
     """Accuracy and micro/macro-F1 from the class counts: scikit-learn's values exactly, absent classes included."""
     from sklearn.metrics import accuracy_score, f1_score

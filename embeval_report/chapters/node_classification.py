@@ -16,7 +16,7 @@ import pandas as pd
 from ..errors import ChapterSkipped, InputError
 from ..io import kind_column
 from ..metrics import classification as nc
-from ..metrics.scoring import Aggregate, TaskScorer
+from ..metrics.scoring import Aggregate, TaskScorer, check_units
 from ..present.display import definitions_markdown, escape, show_definitions, show_figure, show_markdown, show_table
 from ..present.format import interval, metric_text
 from ..present.plotting import PALETTE, WIDTH, share_heatmap
@@ -60,9 +60,11 @@ def compute(ctx: ChapterContext) -> NodeClassificationReport:
     es, meta = ctx.es, ctx.es.metadata
     inputs = SCORER.inputs(es, ctx.side, ctx.settings)
     plan = SCORER.plan(inputs, ctx.settings)
-    units = SCORER.units(es.vectors, inputs, plan)
+    # the scorer's units (its out-of-fold predictions) and the learning curve from one pool of fits
+    units, learning = nc.probe_fits(es.vectors, plan, train_fractions=nc.TRAIN_FRACTIONS)
+    units = check_units(units, SCORER.key, SCORER.columns)
     result = nc.evaluate_node_classification(es.vectors, inputs.labels, level=ctx.level, column=LABEL_COLUMN,
-                                             plan=plan, units=units)
+                                             plan=plan, units=units, learning=learning)
     col = kind_column(meta)
     by_kind = (nc.node_classification_by_group(es.vectors, meta[LABEL_COLUMN], meta[col], column=col,
                                                max_entities=probe_budget(ctx.settings), level=ctx.level,

@@ -45,7 +45,7 @@ from sklearn.preprocessing import StandardScaler
 from ..kernels import as_numpy
 from ..stats import t_interval
 from .labels import (N_FOLDS, LabelSet, OnLabels, as_labelset, map_fits, per_group, prepare_labels,  # noqa: F401
-                     stratified_subsample, threads)
+                     small_problem, stratified_subsample, threads)
 from .spec import MIN_INTERVAL_N, MetricSpec, specs
 
 TRAIN_FRACTIONS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -168,25 +168,56 @@ def probe_units(X, plan: ProbePlan) -> pd.DataFrame:
     """The probe's out-of-fold prediction of every evaluated entity: columns ``entity``, ``fold``, ``label`` and
     ``predicted`` (class names), ``y`` and ``y_pred`` (their codes, largest class first, as the plan's label set
     codes them) and ``correct`` (1/0). ``attrs["not_converged"]``: the fits that hit ``max_iter``."""
+    return probe_fits(X, plan)[0]
+
+
+def probe_fits(X, plan: ProbePlan, *, folds: bool = True, train_fractions=(), n_repeats: int = N_REPEATS,
+               curve_entities: int | None = MAX_CURVE_ENTITIES) -> tuple[pd.DataFrame | None, pd.DataFrame]:
+    """:func:`probe_units` (``None`` without ``folds``) and the learning curve of :func:`evaluate_node_classification` (``train_fractions``; empty:
+    none) from one pool of fits: every fit of a small problem (:func:`~.labels.map_fits`) side by side, the longest
+    (most training entities) first, so that no core waits for the last fold while curve fits remain; the same fits,
+    hence the same numbers bit for bit, as the folds then the curve. ``attrs["not_converged"]``: the fits that hit
+    ``max_iter``, the curve's counted with the folds' (on ``units``) when they shared the pool (a warning raised in a
+    pool's thread does not say which fit raised it); their sum is what the chapter reports."""
     X = as_numpy(X)
     ls = plan.labels
     Xl, y = np.asarray(X[ls.rows], dtype=np.float64), ls.codes
-    oof = np.empty(ls.n, dtype=np.int64)
-    def fold(split):
+    splits = list(fold_splits(plan.folds, plan.n_folds)) if folds else []
+    runs, sample = _curve_runs(y, train_fractions, n_repeats, plan.seed, curve_entities)
+
+    def fit(split):
         tr, te = split
         return make_probe(plan.C, plan.max_iter, plan.seed).fit(Xl[tr], y[tr]).predict(Xl[te])
 
-    splits = list(fold_splits(plan.folds, plan.n_folds))
-    with threads(*Xl.shape), warnings.catch_warnings(record=True) as caught:
+    curve_size = (len(y) if sample is None else sample, Xl.shape[1])
+    curve = [(tr, te) for *_, tr, te in runs]
+    with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
-        for (_, te), pred in zip(splits, map_fits(fold, splits, *Xl.shape)):
-            oof[te] = pred
-        not_converged = sum(issubclass(w.category, ConvergenceWarning) for w in caught)
+        if small_problem(*Xl.shape) == small_problem(*curve_size):  # one pool (or one after the other) for every fit
+            with threads(*Xl.shape):
+                preds = _longest_first(fit, splits + curve, *Xl.shape)
+            fold_preds, curve_preds = preds[:len(splits)], preds[len(splits):]
+            curve_warned = 0 if folds else _not_converged(caught)
+        else:  # the folds on threaded BLAS, then the curve's sampled (small) fits side by side
+            with threads(*Xl.shape):
+                fold_preds = map_fits(fit, splits, *Xl.shape)
+            before = len(caught)
+            with threads(*curve_size):
+                curve_preds = _longest_first(fit, curve, *curve_size)
+            curve_warned = _not_converged(caught[before:])
+        pool_warned = _not_converged(caught) - curve_warned
+    learning = _curve_table(runs, curve_preds, y)
+    learning.attrs["not_converged"] = curve_warned
+    if not folds:
+        return None, learning
+    oof = np.empty(ls.n, dtype=np.int64)
+    for (_, te), pred in zip(splits, fold_preds):
+        oof[te] = pred
     names = np.asarray(ls.classes, dtype=object)
     units = pd.DataFrame({"entity": plan.ids, "fold": plan.folds, "label": names[y], "predicted": names[oof],
                           "y": y, "y_pred": oof, "correct": (oof == y).astype(np.int64)})
-    units.attrs["not_converged"] = int(not_converged)
-    return units
+    units.attrs["not_converged"] = pool_warned
+    return units, learning
 
 
 def fold_accuracy(units: pd.DataFrame) -> float:
@@ -253,7 +284,8 @@ def evaluate_node_classification(X, labels, *, n_folds: int = N_FOLDS, train_fra
                                  max_entities: int | None = MAX_PROBE_ENTITIES,
                                  curve_entities: int | None = MAX_CURVE_ENTITIES, level: float = 0.95, seed: int = 0,
                                  column: str = "label", plan: ProbePlan | None = None,
-                                 units: pd.DataFrame | None = None) -> ClassificationResult:
+                                 units: pd.DataFrame | None = None,
+                                 learning: pd.DataFrame | None = None) -> ClassificationResult:
     r"""Linear-probe node classification with stratified k-fold CV, chance baselines and a learning curve.
 
     Parameters
@@ -268,6 +300,8 @@ def evaluate_node_classification(X, labels, *, n_folds: int = N_FOLDS, train_fra
     max_entities : stratified subsample above this many labelled entities (``None``: all)
     plan, units : the probe's plan (:func:`probe_plan`; made from the other arguments when ``None``) and its
         out-of-fold predictions (:func:`probe_units`; computed when ``None``)
+    learning : the learning curve when already fitted (:func:`probe_fits` with these ``train_fractions``,
+        ``n_repeats`` and ``curve_entities``); ``None``: fitted here
 
     Metrics (all higher is better; no seed threshold, so no verdict): ``accuracy``,
     ``micro_f1`` and ``macro_f1`` — means over the folds with a Student-t interval over folds.
@@ -287,8 +321,12 @@ def evaluate_node_classification(X, labels, *, n_folds: int = N_FOLDS, train_fra
         plan = probe_plan(as_labelset(labels, len(X), n_folds, column), n_folds=n_folds, max_entities=max_entities,
                           seed=seed, C=C, max_iter=max_iter)
     n_folds, seed, C, max_iter = plan.n_folds, plan.seed, plan.C, plan.max_iter
-    if units is None:
-        units = probe_units(X, plan)
+    if units is None or learning is None:
+        fitted, fitted_curve = probe_fits(X, plan, folds=units is None,
+                                          train_fractions=train_fractions if learning is None else (),
+                                          n_repeats=n_repeats, curve_entities=curve_entities)
+        units = fitted if units is None else units
+        learning = fitted_curve if learning is None else learning
     ls = plan.labels
     y, n_cls, oof = ls.codes, ls.n_classes, units["y_pred"].to_numpy(np.int64)
     Xl = np.asarray(X[ls.rows], dtype=np.float64)
@@ -301,9 +339,8 @@ def evaluate_node_classification(X, labels, *, n_folds: int = N_FOLDS, train_fra
                                 ("stratified", DummyClassifier(strategy="stratified", random_state=seed + f))):
                 pred = model.fit(Xl[tr], y[tr]).predict(Xl[te])
                 rows.append(dict(fold=f + 1, model=name, n_test=len(te), **fold_scores(y[te], pred, n_cls)))
-        learning = _learning_curve(Xl, y, train_fractions, n_repeats, C, max_iter, seed, curve_entities)
-        not_converged = units.attrs.get("not_converged", 0) + sum(issubclass(w.category, ConvergenceWarning)
-                                                                   for w in caught)
+        not_converged = (units.attrs.get("not_converged", 0) + learning.attrs.get("not_converged", 0)
+                         + _not_converged(caught))
     folds = pd.DataFrame(rows)
     values = {}
     ci_method = (f"{level:.0%} Student-t interval over the {n_folds} stratified CV folds (mean ± t·sd/√k; "
@@ -337,15 +374,13 @@ def curve_sample(n: int, curve_entities: int | None) -> int | None:
     return None if curve_entities is None or n <= curve_entities else int(curve_entities)
 
 
-def _learning_curve(Xl, y, fractions, n_repeats: int, C: float, max_iter: int, seed: int,
-                    curve_entities: int | None = None) -> pd.DataFrame:
-    """Probe scores on the held-out rest after training on a stratified fraction (seeded repeats); above
-    ``curve_entities`` entities each split is a stratified sample of that many (trained on the fraction of it, scored
-    on the rest of it).
+def _curve_runs(y, fractions, n_repeats: int, seed: int, curve_entities: int | None = None):
+    """The learning curve's splits ``(fraction, repeat, train, test)`` and its sample size (``None``: every entity):
+    a stratified fraction trained on and the held-out rest scored (seeded repeats); above ``curve_entities`` entities
+    each split is a stratified sample of that many (trained on the fraction of it, scored on the rest of it).
 
     A fraction whose training or test part cannot hold one entity of every class is skipped.
     """
-    n_cls = int(y.max()) + 1
     sample = curve_sample(len(y), curve_entities)
     runs = []
     for frac in fractions:
@@ -353,18 +388,17 @@ def _learning_curve(Xl, y, fractions, n_repeats: int, C: float, max_iter: int, s
                 dict(train_size=int(round(frac * sample)), test_size=sample - int(round(frac * sample))))
         splitter = StratifiedShuffleSplit(n_splits=n_repeats, random_state=seed, **size)
         try:
-            splits = list(splitter.split(Xl, y))
+            splits = list(splitter.split(np.zeros((len(y), 1)), y))
         except ValueError:  # too few entities for this fraction
             continue
         runs += [(float(frac), r, tr, te) for r, (tr, te) in enumerate(splits)]
+    return runs, sample
 
-    def fit(run):
-        _, _, tr, te = run
-        return make_probe(C, max_iter, seed).fit(Xl[tr], y[tr]).predict(Xl[te])
 
-    size = (len(y) if sample is None else sample, Xl.shape[1])  # the fits' problem: a sample's fits run as small ones
-    with threads(*size):
-        preds = map_fits(fit, runs, *size)
+def _curve_table(runs, preds, y) -> pd.DataFrame:
+    """One row per learning-curve split: its probe's accuracy and macro-F1 on the held-out part, and the majority
+    class's accuracy there."""
+    n_cls = int(y.max()) + 1
     rows = []
     for (frac, r, tr, te), pred in zip(runs, preds):
         majority = np.bincount(y[tr], minlength=n_cls).argmax()
@@ -373,6 +407,21 @@ def _learning_curve(Xl, y, fractions, n_repeats: int, C: float, max_iter: int, s
                          macro_f1=s["macro_f1"], majority_accuracy=float((y[te] == majority).mean())))
     return pd.DataFrame(rows, columns=["train_fraction", "n_train", "repeat", "accuracy", "macro_f1",
                                        "majority_accuracy"])
+
+
+def _not_converged(caught) -> int:
+    return sum(issubclass(w.category, ConvergenceWarning) for w in caught)
+
+
+def _longest_first(fit, splits, n: int, d: int) -> list:
+    """:func:`~.labels.map_fits` of the ``(train, test)`` splits, started longest training part first (the pool's
+    last fits are its shortest), returned in the order given."""
+    order = sorted(range(len(splits)), key=lambda i: -len(splits[i][0]))
+    preds = map_fits(fit, [splits[i] for i in order], n, d)
+    out = [None] * len(splits)
+    for i, pred in zip(order, preds):
+        out[i] = pred
+    return out
 
 
 def _per_class_table(ls: LabelSet, pred, conf) -> pd.DataFrame:

@@ -217,9 +217,14 @@ def label_array(labels) -> np.ndarray:
     return np.asarray(labels.to_numpy(dtype=object) if isinstance(labels, pd.Series) else labels, dtype=object)
 
 
+def small_problem(n: int, d: int) -> bool:
+    """Whether an n x d fit is small: run single-threaded (:func:`threads`), side by side (:func:`map_fits`)."""
+    return n * d <= _SMALL_PROBLEM
+
+
 def threads(n: int, d: int):
     """Single-threaded BLAS and OpenMP for small problems, where thread start-up dominates (and contends)."""
-    return threadpool_limits(1) if n * d <= _SMALL_PROBLEM else nullcontext()
+    return threadpool_limits(1) if small_problem(n, d) else nullcontext()
 
 
 def _cores() -> int:
@@ -237,7 +242,7 @@ def map_fits(fit, items, n: int, d: int) -> list:
     same numbers as one after the other, in a fraction of the time (the 5 probe folds of 8,000 x 384: 34 -> 24 s on
     a loaded 2-core machine; scikit-learn's solvers leave most cores idle at this size). The caller is inside
     ``threads(n, d)``; warnings raised in the fits reach the caller's filters and records."""
-    return map_threads(fit, items, parallel=n * d <= _SMALL_PROBLEM)
+    return map_threads(fit, items, parallel=small_problem(n, d))
 
 
 def map_threads(fn, items, *, parallel: bool = True) -> list:
