@@ -123,6 +123,24 @@ def pytest_configure(config):
         threads = int(os.environ["OMP_NUM_THREADS"])  # the caller's, if set
         torch.set_num_threads(threads)
         config._thread_limits = threadpool_limits(threads)  # numpy's and SciPy's BLAS in this process
+    keep_the_kernel_template()
+
+
+# ---------------------------------------------------------------------------------------------
+# One kernel template per test process for the whole session (issue 50): a run in a test process forks its chapter
+# kernels from that process's template (report/kernel_forks.py), which imports the chapters' modules once (about
+# 5 CPU-s) and ends after IDLE_SECONDS (120) without a request. Between two report-writing tests of a worker more
+# than two minutes often pass (a long test of another kind, or runs in subprocesses of their own), and the next
+# run paid the template's start again. The template still ends with its test process (it checks its parent every
+# second); the tests of the idle ending set their own IDLE_SECONDS.
+# ---------------------------------------------------------------------------------------------
+TEMPLATE_IDLE_SECONDS = 3600
+
+
+def keep_the_kernel_template():
+    from embeval_report.report import kernel_forks
+
+    kernel_forks.IDLE_SECONDS = max(kernel_forks.IDLE_SECONDS, TEMPLATE_IDLE_SECONDS)
 
 
 # ---------------------------------------------------------------------------------------------
