@@ -83,23 +83,41 @@ def package(tmp_path_factory):
     return root
 
 
-def _cli(package, *args):
+#: the copy's command line run for each argument list, in one process (the package and its chapters imported
+#: once, as one command would: a process per command imported them three times): a JSON list of [exit status,
+#: standard output] on the last line
+MANY = """
+import contextlib, io, json, sys
+from embeval_report.cli import main
+done = []
+for argv in json.loads(sys.argv[1]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        done.append([main(argv), out.getvalue()])
+print(json.dumps(done))
+"""
+
+
+def _cli_each(package, *commands):
+    """(exit status, standard output) of each command of the copy's command line, from one process (the copy's
+    folder first on its path), and that process's standard error."""
     env = dict(os.environ, PYTHONPATH=str(package), EMBEVAL_PROGRESS="0")
-    return subprocess.run([sys.executable, "-m", "embeval_report.cli", *args], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", MANY, json.dumps(commands)], capture_output=True, text=True,
                           env=env, cwd=package)
+    assert done.returncode == 0, done.stderr
+    return [tuple(r) for r in json.loads(done.stdout.strip().splitlines()[-1])], done.stderr
 
 
 def test_a_new_chapter_needs_its_own_files_only(package, tmp_path):
-    listed = _cli(package, "chapters")
-    assert listed.returncode == 0 and "toy" in listed.stdout and "Toy chapter" in listed.stdout
-    options = _cli(package, "options")
-    assert "toy_scale = 1.0" in options.stdout and "chapters: toy" in options.stdout
     X = np.random.default_rng(0).standard_normal((60, 4))
     np.save(tmp_path / "x.npy", X.astype(np.float32))
     out = tmp_path / "out"
-    run = _cli(package, "run", str(tmp_path / "x.npy"), "--out", str(out), "--chapters", "toy", "--formats", "html",
-               "--set", "toy_scale=2", "--fail-on", "problematic")
-    assert run.returncode == 3, run.stderr  # its flagged metric is a finding, and --fail-on gates on it
+    run = ["run", str(tmp_path / "x.npy"), "--out", str(out), "--chapters", "toy", "--formats", "html",
+           "--set", "toy_scale=2", "--fail-on", "problematic"]
+    ((code, listed), (_, options), (status, _)), err = _cli_each(package, ["chapters"], ["options"], run)
+    assert code == 0 and "toy" in listed and "Toy chapter" in listed
+    assert "toy_scale = 1.0" in options and "chapters: toy" in options
+    assert status == 3, err  # its flagged metric is a finding, and --fail-on gates on it
     doc = json.loads((out / "metrics.json").read_text())
     m = doc["chapters"]["toy"]["metrics"]["toy_norm"]
     expected = 2 * np.linalg.norm(X.astype(np.float32).astype(float), axis=1).mean()
