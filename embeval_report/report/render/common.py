@@ -67,7 +67,7 @@ def quarto_available() -> bool:
 def _pandoc(text: str, to: str, extra_args: list[str]) -> str:
     import pypandoc
     return pypandoc.convert_text(text, to, format=MARKDOWN_FORMAT, extra_args=["--wrap=none", "--quiet", *extra_args],
-                                 sandbox=False)
+                                 sandbox=False, verify_format=False)  # fixed formats: not two more pandoc runs each
 
 
 def strip_ansi(text: str) -> str:

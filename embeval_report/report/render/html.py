@@ -4,6 +4,7 @@ through the allow-list sanitizer with its Content-Security-Policy (:mod:`.saniti
 import html as _html
 import logging
 import re
+import threading
 from pathlib import Path
 
 from .common import (
@@ -80,28 +81,77 @@ def _html_text(fragment: str) -> str:
 
 
 class _Exporter:
-    """One nbconvert exporter with the report's template for every notebook of a report (its templates compiled
-    once: 40 compilations took 0.8 s), markdown converted by the current notebook's :class:`_MarkdownHTML`."""
+    """One nbconvert exporter with the report's template for every notebook rendered by this process (its templates
+    compiled once: 40 compilations took 0.8 s), markdown converted by the current notebook's :class:`_MarkdownHTML`.
+
+    The notebook is validated once, after nbconvert's preprocessors, not after each of them, and the page is not
+    parsed again with BeautifulSoup afterwards (nbconvert's HTML exporter does, to add a missing ``alt`` and
+    ``tabindex`` to markup this template does not write): 40 % of the demo's HTML rendering time. What that pass
+    changed that the sanitizer keeps, the order of a tag's attributes, is done by :func:`sorted_attributes`."""
+
+    _shared: dict = {}
+    _lock = threading.Lock()
 
     def __init__(self, tdir: Path):
         from nbconvert import HTMLExporter
         from traitlets.config import Config
+
+        class Exporter(HTMLExporter):
+            def from_notebook_node(self, nb, resources=None, **kw):
+                """:meth:`HTMLExporter.from_notebook_node` without its BeautifulSoup pass over the page."""
+                from nbconvert.exporters.templateexporter import TemplateExporter
+                from nbconvert.filters.highlight import Highlight2HTML
+                from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+
+                langinfo = nb.metadata.get("language_info", {})
+                lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
+                self.register_filter("highlight_code", self.filters.get(
+                    "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)))
+                resources = self._init_resources(resources)
+                self.register_filter("filter_data_type", WidgetsDataTypeFilter(
+                    notebook_metadata=self._nb_metadata, parent=self, resources=resources))
+                return TemplateExporter.from_notebook_node(self, nb, resources, **kw)
 
         self.tdir, self.markdown = tdir, None
         c = Config()
         c.HTMLExporter.exclude_input = True
         c.HTMLExporter.exclude_input_prompt = True
         c.HTMLExporter.exclude_output_prompt = True
-        self.exporter = HTMLExporter(config=c, template_name="embeval_html",
-                                     extra_template_basedirs=[str(tdir / "nbconvert")],
-                                     filters={"md2html": lambda text: self.markdown(text)})
+        c.HTMLExporter.optimistic_validation = True
+        self.exporter = Exporter(config=c, template_name="embeval_html",
+                                 extra_template_basedirs=[str(tdir / "nbconvert")],
+                                 filters={"md2html": lambda text: self.markdown(text)})
+
+    @classmethod
+    def shared(cls, tdir: Path) -> "_Exporter":
+        """This process's exporter for the templates in ``tdir`` (made on first use)."""
+        with cls._lock:
+            if tdir not in cls._shared:
+                cls._shared[tdir] = cls(tdir)
+            return cls._shared[tdir]
 
     def __call__(self, nb, id_prefix: str, chapter: str) -> str:
         """Executed cells as HTML (markdown through pandoc, one call per notebook)."""
-        self.markdown = _MarkdownHTML(id_prefix, self.tdir / "embeval.lua")
-        self.markdown.prime(_markdown_texts(nb))
-        body, _ = self.exporter.from_notebook_node(nb, resources={"embeval": {"chapter": chapter}})
-        return body.strip()
+        with self._lock:  # one notebook at a time: the markdown filter reads this notebook's conversions
+            self.markdown = _MarkdownHTML(id_prefix, self.tdir / "embeval.lua")
+            self.markdown.prime(_markdown_texts(nb))
+            body, _ = self.exporter.from_notebook_node(nb, resources={"embeval": {"chapter": chapter}})
+            return sorted_attributes(body).strip()
+
+
+#: a start tag with two or more attributes, each bare or double-quoted (as nbconvert, pandoc and the chapters write)
+_MULTI_ATTRIBUTE_TAG = re.compile(r'<([A-Za-z][^\s/>]*)((?:\s+[^\s"\'<>/=]+(?:="[^"]*")?){2,})\s*(/?)>')
+_ATTRIBUTE = re.compile(r'([^\s"\'<>/=]+)(?:="[^"]*")?')
+
+
+def sorted_attributes(page: str) -> str:
+    """``page`` with each tag's attributes in alphabetical order, as BeautifulSoup writes them (so the page is the
+    one nbconvert's HTML exporter wrote, byte for byte, once sanitized)."""
+    def one(m: re.Match) -> str:
+        attrs = sorted((a.group(0) for a in _ATTRIBUTE.finditer(m.group(2))),
+                       key=lambda a: a.partition("=")[0].lower())
+        return f"<{m.group(1)} {' '.join(attrs)}{m.group(3)}>"
+    return _MULTI_ATTRIBUTE_TAG.sub(one, page)
 
 
 def _chapter_html(ch: ChapterDoc, export: _Exporter) -> None:
@@ -135,7 +185,7 @@ def render_html(out_dir: Path, chapters: list[ChapterDoc], title: str, header_it
     from markupsafe import Markup
 
     tdir = templates_dir()
-    export = _Exporter(tdir)
+    export = _Exporter.shared(tdir)
     for ch in chapters:
         if ch.status != "ok":
             continue
