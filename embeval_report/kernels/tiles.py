@@ -36,7 +36,10 @@ class RunningTopK:
       numbers counted from the sweep's ``self_start``, or 0, broadcastable to ``products`` like
       ``cols``) and ``rescore.floor(rows, kth)`` a product at or below which no column can score above
       ``kth``: groups whose maximum is at or below it are skipped, and in the others only the products
-      above it are re-scored (for costly re-scorings: mutual proximity).
+      above it are re-scored (for costly re-scorings: mutual proximity). A re-scoring may also bound each
+      entry by its column: ``rescore.column_floor(kth)`` per row and ``rescore.can_beat(cols, products, floor)``,
+      whose false entries cannot beat the row's k-th score and are not re-scored (mutual proximity's
+      log Φ(z_y) ≤ kth: at 10,000 x 384, 2.0 of the 23.5 million entries above the rows' floors pass it).
     """
 
     def __init__(self, m: int, k: int, device: torch.device, rescore=None, dtype=torch.float32):
@@ -120,8 +123,12 @@ class RunningTopK:
         vals = groups[r, g]
         p, e = mask_indices(vals > limit[r, None])
         if len(p):
-            at, cols = r[p], offset + g[p] * GROUP + e
-            self._merge_entries(at, cols, self.scorer.scores(base + at, cols, vals[p, e]))
+            at, cols, vals = r[p], offset + g[p] * GROUP + e, vals[p, e]
+            if hasattr(self.scorer, "can_beat"):  # the columns' own bound (mutual proximity: log Φ(z_y) > kth)
+                keep = true_indices(self.scorer.can_beat(cols, vals, self.scorer.column_floor(self.values[:, -1])[at]))
+                at, cols, vals = at[keep], cols[keep], vals[keep]
+            if len(at):
+                self._merge_entries(at, cols, self.scorer.scores(base + at, cols, vals))
 
     def _merge_entries(self, at, cols, values) -> None:
         """Merge scored entries (``at``: their rows, in order) into the running top-k, rows in buckets by their
