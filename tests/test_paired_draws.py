@@ -116,3 +116,26 @@ def test_paired_aggregate_is_unchanged_by_kept_replicates():
     np.testing.assert_allclose(slow[1], first[1], rtol=0, atol=1e-12)
     same = paired.paired_aggregate(_mean, a, a.copy(), boot=_boot)
     assert same[0].diff == 0 and same[0].ci_low == same[0].ci_high == 0 and same[0].p_randomisation == 1
+
+
+@pytest.mark.parametrize("n", [2, 3, 10, 47, 500, 15_764])
+def test_the_mde_of_a_comparison_is_the_power_solvers(n):
+    from embeval_report.stats import minimum_detectable_effect
+
+    for sd in (0.0, 1e-9, 0.37, 1.0, 12.5, math.nan):
+        want = minimum_detectable_effect(sd, n) if np.isfinite(sd) else math.nan
+        got = paired._mde(sd, n)
+        assert got == want or (math.isnan(got) and math.isnan(want))
+
+
+def test_sign_flips_of_several_unit_counts_are_kept_together():
+    """The remedy checks return to each task's units after the other tasks': the flips of every (seed, units,
+    resamples) within the budget stay kept, and each test still equals scipy's."""
+    rng = np.random.default_rng(8)
+    paired._FLIP_CACHE.clear()
+    ds = {n: rng.normal(0.03, 1, n) for n in (300, 700, 1100)}
+    for n, d in ds.items():
+        assert paired._sign_flip_p(d, 999, 2) == paired._permutation_p(d, 999, 2)
+    assert set(paired._FLIP_CACHE) == {(2, n, 999) for n in ds}
+    for n, d in ds.items():
+        assert paired._sign_flip_p(-d, 999, 2) == paired._permutation_p(-d, 999, 2)

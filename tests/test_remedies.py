@@ -73,10 +73,11 @@ def test_a_probe_that_standardises_its_features_is_not_refitted_after_centring(m
     ctx = SimpleNamespace(es=None, side=None, settings=None, rec=SimpleNamespace(results_dir="."), level=0.95, seed=0)
     spec = SimpleNamespace(name="task", title="Task", scorer=scorer)
     record = {"info": {"units": {}}, "metrics": {"v": {"label": "V"}}}
-    rows = chapter._task_rows(ctx, spec, record, SimpleNamespace(name="centring"), None, {})
+    planned = chapter._task_plan(ctx, spec, record, {})
+    rows = chapter._task_rows(ctx, spec, record, SimpleNamespace(name="centring"), None, planned)
     assert [(r["metric"], r["result"].diff, r["result"].n) for r in rows] == [("v", 0.0, 3)]
     with pytest.raises(AssertionError, match="scored again"):
-        chapter._task_rows(ctx, spec, record, SimpleNamespace(name="whitening", apply=None), None, {})
+        chapter._task_rows(ctx, spec, record, SimpleNamespace(name="whitening", apply=None), None, planned)
 
 
 def test_the_remedy_checks_score_only_the_outcomes_they_compare():

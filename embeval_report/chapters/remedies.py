@@ -96,7 +96,7 @@ def compute(ctx: ChapterContext) -> RemediesReport:
     removed = records.get("correction", {}).get("info", {}).get("removed")
     if not tasks:  # nothing says what the geometry costs: what each remedy would do to the neighbour lists
         return _what_if(ctx, diagnostics, wanted, pcs, removed, effects)
-    rows, skipped, labels, seconds, unchanged = [], {}, {}, {}, {}
+    rows, skipped, labels, seconds, unchanged, plans = [], {}, {}, {}, {}, {}
     for name, answers in wanted.items():
         remedy = _fitted(ctx, name, removed, pcs, skipped)
         if remedy is None:
@@ -105,7 +105,9 @@ def compute(ctx: ChapterContext) -> RemediesReport:
         Y = remedied_rows(es.vectors, remedy)
         for spec in tasks:
             started = time.perf_counter()
-            scored = _task_rows(ctx, spec, records[spec.name], remedy, Y, skipped)
+            if spec.name not in plans:  # made once, for the first remedy: the same for every remedy
+                plans[spec.name] = _task_plan(ctx, spec, records[spec.name], skipped)
+            scored = _task_rows(ctx, spec, records[spec.name], remedy, Y, plans[spec.name])
             rows += scored
             seconds[f"{name} · {spec.name}"] = round(time.perf_counter() - started, 2)
             if scored and name in spec.scorer.invariant:
@@ -174,19 +176,28 @@ def _spec(chapters, name):
     return next(c for c in chapters if c.name == name)
 
 
-def _task_rows(ctx, spec, record: dict, remedy, Y, skipped: dict) -> list[dict]:
-    """The paired rows of one task chapter re-scored on the remedied set ``Y`` against its recorded units."""
+def _task_plan(ctx, spec, record: dict, skipped: dict):
+    """A task chapter's inputs, plan and recorded units, ``(inputs, plan, units)``, read once for every remedy; None,
+    with why in ``skipped``, when its plan cannot be made again as the chapter made it."""
     scorer, info = spec.scorer, record["info"]["units"]
     try:
         inputs = scorer.inputs(ctx.es, ctx.side, ctx.settings)
         plan = scorer.plan(inputs, ctx.settings)
     except ChapterSkipped as e:
         skipped[spec.name] = str(e)
-        return []
+        return None
     if info.get("plan") and plan_fingerprint(plan) != info["plan"]:
         skipped[spec.name] = "its plan could not be made again as the chapter made it"
+        return None
+    return inputs, plan, read_units(ctx.rec.results_dir, spec.name, info)
+
+
+def _task_rows(ctx, spec, record: dict, remedy, Y, planned) -> list[dict]:
+    """The paired rows of one task chapter re-scored on the remedied set ``Y`` against its recorded units
+    (``planned``: :func:`_task_plan`'s; none when it is None)."""
+    if planned is None:
         return []
-    original = read_units(ctx.rec.results_dir, spec.name, info)
+    scorer, (inputs, plan, original) = spec.scorer, planned
     if remedy.name in scorer.invariant:  # the protocol undoes the remedy: the recorded units are the remedied ones
         remedied = original.copy()
     else:

@@ -139,9 +139,7 @@ def paired_comparison(a, b, *, direction: str = "higher", level: float = DEFAULT
         nonzero = d[np.abs(d) > TIE]
         p_w = float(sps.wilcoxon(nonzero).pvalue) if len(nonzero) else 1.0
         p_r = randomisation_pvalue(d, n_resamples=n_resamples, seed=seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UndefinedMetricWarning)
-        mde = minimum_detectable_effect(sd, n) if np.isfinite(sd) else math.nan
+    mde = _mde(sd, n)
     return PairedComparison(n=n, mean_a=float(a.mean()) if n else math.nan, mean_b=float(b.mean()) if n else math.nan,
                             diff=float(d.mean()) if n else math.nan, ci_low=lo, ci_high=hi, ci_method=how, sd_diff=sd,
                             d_z=float(d.mean() / sd) if n >= 2 and sd > 0 else math.nan, wins=wins,
@@ -203,9 +201,7 @@ def paired_aggregate(fn, a: pd.DataFrame, b: pd.DataFrame, *, direction: str = "
         wins, losses = int((sign * d > TIE).sum()), int((sign * d < -TIE).sum())
         ties = len(d) - wins - losses
     sd = se * math.sqrt(n) if np.isfinite(se) else math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UndefinedMetricWarning)
-        mde = minimum_detectable_effect(sd, n) if np.isfinite(sd) and n >= 2 else math.nan
+    mde = _mde(sd, n) if n >= 2 else math.nan
     how = (f"{level:.0%} paired percentile bootstrap over the {n:,} shared {units} ({len(reps)} resamples)"
            if np.isfinite(lo) else "")
     return PairedComparison(n=n, mean_a=va, mean_b=vb, diff=diff, ci_low=lo, ci_high=hi, ci_method=how, sd_diff=sd,
@@ -369,33 +365,36 @@ def _sign_flip_p(d: np.ndarray, n_resamples: int, seed: int) -> float:
     return float(min(1.0, 2 * min(below + 1, above + 1) / (n_resamples + 1)))
 
 
-#: the sign flips of the last (seed, units, resamples) drawn, kept packed when they take at most this many bytes:
-#: the metrics of one comparison share their units and seed, so their tests draw the same flips (5 link-prediction
-#: metrics over 15,764 test edges: 9.9 MB, drawn once instead of five times)
+#: the sign flips of the latest (seed, units, resamples) drawn, kept packed up to this many bytes in all: the metrics
+#: of one comparison share their units and seed, so their tests draw the same flips (5 link-prediction metrics over
+#: 15,764 test edges: 9.9 MB, drawn once instead of five times), and the remedy checks return to each task's units
 FLIP_CACHE_BYTES = 32 * 2**20
 _FLIP_CACHE: dict = {}
 
 
 def _sign_flips(seed: int, n: int, n_resamples: int):
     """The sign flips of :func:`_sign_flip_p`, a batch (resamples × units, True: the sign flips) at a time: the low
-    bit of scipy's 32-bit draws, a full batch drawn each time; the last set drawn is kept (packed bits) and read
-    again by the next test with the same seed, units and resamples."""
+    bit of scipy's 32-bit draws, a full batch drawn each time; the latest sets drawn are kept (packed bits, within
+    :data:`FLIP_CACHE_BYTES`) and read again by the next test with the same seed, units and resamples."""
     key = (seed, n, n_resamples)
-    packed = _FLIP_CACHE.get(key)
+    packed = _FLIP_CACHE.pop(key, None)
     if packed is not None:
+        _FLIP_CACHE[key] = packed  # the latest used last
         for bits in packed:
             yield np.unpackbits(bits, axis=1, count=n).view(bool)
         return
     rng = np.random.default_rng(seed)
     batch = min(_sign_flip_batch(n), n_resamples)
-    keep = [] if n_resamples * n <= 8 * FLIP_CACHE_BYTES else None
+    size = n_resamples * -(-n // 8)
+    keep = [] if size <= FLIP_CACHE_BYTES else None
     for start in range(0, n_resamples, batch):
         flip = (rng.integers(0, 2 ** 32, size=(batch, n), dtype=np.uint32)[:min(batch, n_resamples - start)] & 1) == 0
         if keep is not None:
             keep.append(np.packbits(flip, axis=1))
         yield flip
     if keep is not None:
-        _FLIP_CACHE.clear()
+        while _FLIP_CACHE and sum(b.nbytes for v in _FLIP_CACHE.values() for b in v) + size > FLIP_CACHE_BYTES:
+            _FLIP_CACHE.pop(next(iter(_FLIP_CACHE)))
         _FLIP_CACHE[key] = keep
 
 
@@ -411,6 +410,14 @@ def verdict(direction: str, diff: float, p_adjusted: float, *, inside: bool, mde
     if not (np.isfinite(mde) and mde <= effect):
         return "underpowered"
     return "inconclusive"
+
+
+def _mde(sd: float, n: int) -> float:
+    """:func:`~embeval_report.stats.minimum_detectable_effect` of ``n`` paired units with sd ``sd`` at α = 0.05
+    (NaN for a sd that is not finite): its effect size solved once per ``n`` (:func:`_unit_mde`), times ``sd``."""
+    if not np.isfinite(sd):
+        return math.nan
+    return 0.0 if sd == 0 else _unit_mde(n, 0.05) * sd
 
 
 @lru_cache(maxsize=256)
