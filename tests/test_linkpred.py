@@ -247,6 +247,12 @@ def test_operator_probes_side_by_side_equal_one_after_the_other(monkeypatch):
     assert list(threaded.table["name"]) == [*ep.OPERATORS, "score"]
     for name, curve in sequential.curves.items():
         assert all(np.array_equal(curve[k], threaded.curves[name][k]) for k in ("fpr", "tpr", "precision", "recall"))
+    # the raw score's row: scikit-learn's average precision (the same step integral, bit for bit) and ROC-AUC
+    s = rk.pair_scores(X, np.r_[pairs[2][0], pairs[3][0]], np.r_[pairs[2][1], pairs[3][1]], "dot")
+    y = np.r_[np.ones(800), np.zeros(800)]
+    row = sequential.table.set_index("name").loc["score"]
+    assert row["average precision"] == average_precision_score(y, s)
+    assert row["ROC-AUC"] == pytest.approx(roc_auc_score(y, s), abs=1e-12)
 
 
 def test_mean_ci_methods():

@@ -350,7 +350,7 @@ def operator_probes(X, train_pos, train_neg, test_pos, test_neg, *, score: str =
     their outputs, not their sums, among threads.
     """
     from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score, roc_curve
+    from sklearn.metrics import precision_recall_curve, roc_curve
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
@@ -377,11 +377,12 @@ def operator_probes(X, train_pos, train_neg, test_pos, test_neg, *, score: str =
         label = (f"raw score: {SCORE_NAMES[score]} (no training)" if op == "score" else
                  f"probe: {OPERATOR_LABELS[op]}")
         auc, lo, hi = auc_delong(s[y_te == 1], s[y_te == 0], level)
-        ap = float(average_precision_score(y_te, s))
-        alo, ahi = _ap_ci(y_te, s, level, seed=seed, draws=draws)
         fpr, tpr, _ = roc_curve(y_te, s)
         prec, rec, _ = precision_recall_curve(y_te, s)
-        assert abs(auc - roc_auc_score(y_te, s)) < 1e-9
+        # scikit-learn's average_precision_score is this step integral of this curve: the same value, one curve
+        ap = float(max(0.0, -np.sum(np.diff(rec) * prec[:-1])))
+        alo, ahi = _ap_ci(y_te, s, level, seed=seed, draws=draws)
+        assert abs(auc - float(np.trapezoid(tpr, fpr))) < 1e-9  # DeLong's AUC is the ROC curve's area
         return ({"name": op, "method": label, "ROC-AUC": auc, "average precision": ap, "_auc_ci": (lo, hi),
                  "_ap_ci": (alo, ahi)}, dict(fpr=fpr, tpr=tpr, precision=prec, recall=rec, label=label))
 
