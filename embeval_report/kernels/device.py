@@ -197,6 +197,21 @@ def _setting(owner, name: str, value) -> Iterator[None]:
         setattr(owner, name, saved)
 
 
+@contextmanager
+def one_thread(device: torch.device) -> Iterator[None]:
+    """Torch's CPU operations on one thread inside the block (the count restored after it): for loops of small
+    operations, whose every call the pool's threads would otherwise synchronise on; the same results."""
+    if device.type != "cpu":
+        yield
+        return
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
 def _tf32():
     """TF32 products of float32 tensors on a GPU inside the block (the CPU multiplies them in IEEE float32)."""
     backend = torch.backends.cuda.matmul

@@ -9,8 +9,8 @@ from ..context import current
 from ..progress import progress
 from . import dask_engine
 from .dask_faults import falls_back
-from .device import (as_numpy, cache_rows, chunk_budget, chunk_rows, iter_chunks, resolve_device, to_tensor,
-                     unit_rows)
+from .device import (as_numpy, cache_rows, chunk_budget, chunk_rows, iter_chunks, one_thread, resolve_device,
+                     to_tensor, unit_rows)
 from .graph_cache import stored_product
 from .neighbours import potential_key
 from .prefetch import read_rows
@@ -161,14 +161,18 @@ def _square_block(n: int) -> int:
 
 def neighbour_distances(X, idx: np.ndarray, device) -> np.ndarray:
     """Ascending float64 Euclidean distances ``‖x_i − x_j‖`` of every row i to its neighbours ``idx[i]`` (no Gram
-    expansion, so small distances carry no cancellation error)."""
+    expansion, so small distances carry no cancellation error). Pieces of rows whose differences stay in cache, on
+    one CPU thread (the pieces' small operations on two threads took 7.7 instead of 0.6 CPU-s at 10,000 x 384,
+    k = 50; the same distances)."""
     Xt = torch.as_tensor(np.asarray(X, np.float64), device=device)
     it = torch.as_tensor(idx, device=device)
+    k, d = idx.shape[1], Xt.shape[1]
     out = np.empty(idx.shape)
-    step = cache_rows(len(X), idx.shape[1] * X.shape[1] * 8 * 2, device)  # each piece's differences in cache
-    for s in range(0, len(X), step):
-        diff = Xt[it[s:s + step]] - Xt[s:s + step, None, :]
-        out[s:s + step] = torch.sort(diff.norm(dim=2), dim=1).values.cpu().numpy()
+    step = cache_rows(len(X), k * d * 8 * 2, device)  # each piece's differences in cache
+    with one_thread(Xt.device):
+        for s in range(0, len(X), step):
+            diff = torch.index_select(Xt, 0, it[s:s + step].reshape(-1)).view(-1, k, d).sub_(Xt[s:s + step, None, :])
+            out[s:s + step] = torch.sort(torch.linalg.vector_norm(diff, dim=2), dim=1).values.cpu().numpy()
     return out
 
 
