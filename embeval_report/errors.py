@@ -73,6 +73,11 @@ class ChapterSkipped(Exception):
     at least 5 members; the label column has 1"); the chapter counts as skipped, not failed.
     """
 
+    def _render_traceback_(self) -> list[str]:
+        """What a notebook shows when a chapter is skipped: the reason, not a traceback (IPython asks for this;
+        formatting a traceback with its highlighted source took half a second of the kernel)."""
+        return [f"{type(self).__name__}: {self}"]
+
 
 class UndefinedMetricWarning(UserWarning):
     """A number is undefined for this input (one class, no spread, too few units, ...).

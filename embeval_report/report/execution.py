@@ -47,8 +47,9 @@ def error_text(exc: BaseException) -> str:
     return strip_ansi(text).strip()
 
 
-#: arguments of every chapter kernel
-KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+#: arguments of every chapter kernel: no input history (IPython's SQLite file, written by every kernel at start and
+#: after each cell: a tenth of a second of each kernel's start, and a file all of a run's kernels contend for)
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL", "--HistoryManager.enabled=False"]
 #: what a warm kernel imports before its chapter is handed to it (the chapters' common imports)
 WARM_IMPORTS = "import embeval_report.chapters.setup, matplotlib.pyplot, seaborn"
 #: what a kernel runs first: it ends with the process that started it (:func:`~.lifeline.arm`), whatever it imported

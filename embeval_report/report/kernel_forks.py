@@ -38,9 +38,10 @@ LAUNCHER = ["-m", "ipykernel_launcher"]
 #: what the template imports before it forks (the chapters' common imports, then every chapter module). The
 #: progress bars' ``tqdm.auto`` comes before IPython: imported after it, it looks for notebook widgets and warns
 #: on the run's stderr that they are missing (and falls back to the same console bars). ``ipykernel.ipkernel`` brings
-#: the kernel class and its debugger (debugpy, which each kernel imported at start: 0.1 s of CPU each)
+#: the kernel class; ``ipykernel.debugger`` its debugger (debugpy and pydevd: ipykernel 7 imports it when a kernel
+#: starts, half of each kernel's start, about 0.15 s of CPU; importing it starts no thread)
 PRELOAD = ("embeval_report.progress", "embeval_report.chapters.setup", "matplotlib.pyplot", "seaborn",
-           "ipykernel.kernelapp", "ipykernel.ipkernel")
+           "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger")
 #: seconds the runner waits for the template to answer a fork (its imports included)
 START_TIMEOUT = 120
 #: seconds a template waits for its next request before it ends (an idle process holds no memory of a run)
