@@ -76,12 +76,12 @@ def rank_candidates(X: np.ndarray, src: np.ndarray, cand: np.ndarray, *, score: 
     rows = chunk_rows(B, c * d * 4 * (3 if score == "neg_l2" else 2) + c * 64,
                       CPU_CHUNK_BYTES if dev.type == "cpu" else None)
     for s in range(0, B, rows):
+        if engine == "numpy":  # scores, ranks and the filter in numpy: torch's per-op cost is most of a small chunk's
+            _rank_chunk_numpy(Xn, src, cand, score, s, rows, out, S, removed if cpu_filter else None)
+            continue
         ct = torch.as_tensor(cand[s:s + rows], device=dev)
         valid = ct[:, 1:] >= 0
-        if engine == "numpy":
-            sc = torch.from_numpy(_chunk_scores_numpy(Xn, src[s:s + rows], cand[s:s + rows], score))
-        else:
-            sc = _chunk_scores_torch(Xt, torch.as_tensor(src[s:s + rows], device=dev), ct, score)
+        sc = _chunk_scores_torch(Xt, torch.as_tensor(src[s:s + rows], device=dev), ct, score)
         o, p, m = rank_columns(sc, valid)
         out["ro"][s:s + rows], out["rp"][s:s + rows], out["rn"][s:s + rows] = o.cpu(), p.cpu(), m.cpu()
         if cpu_filter:
@@ -101,6 +101,25 @@ def rank_candidates(X: np.ndarray, src: np.ndarray, cand: np.ndarray, *, score: 
             if not bool(valid.all()):
                 S[s:s + rows, 1:][~valid.cpu().numpy()] = np.nan
     return out, S, removed
+
+
+def _rank_chunk_numpy(X: np.ndarray, src: np.ndarray, cand: np.ndarray, score: str, s: int, rows: int, out: dict,
+                     S: np.ndarray | None, removed: np.ndarray | None) -> None:
+    """:func:`rank_candidates`' chunk ``s:s + rows`` with the numpy engine, all in numpy (the same scores, integer
+    counts and NaN padding as through torch tensors): the raw and (``removed``: the known negatives, already found)
+    filtered ranks into ``out``, the scores into ``S``."""
+    c = cand[s:s + rows]
+    sc = _chunk_scores_numpy(X, src[s:s + rows], c, score)
+    valid = c[:, 1:] >= 0
+    raw = rank_columns(sc, valid)
+    filtered = raw if removed is None else rank_columns(sc, valid & ~removed[s:s + rows])
+    for keys, ranks in (("ro", "rp", "rn"), raw), (("fo", "fp", "fn"), filtered):
+        for k, r in zip(keys, ranks):
+            out[k][s:s + rows] = r
+    if S is not None:
+        S[s:s + rows] = sc
+        if not bool(valid.all()):
+            S[s:s + rows, 1:][~valid] = np.nan
 
 
 #: candidate keys per block of the CPU filter (:func:`known_candidates`; 8 MiB of int64)
