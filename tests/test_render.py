@@ -380,3 +380,20 @@ def test_set_intersection_survives_into_the_pdf(tmp_path):
     files = render_report(tmp_path, title="t", formats=("pdf",), renderer="builtin")
     text = " ".join(p.extract_text() for p in PdfReader(files["pdf"]).pages)
     assert "could not be typeset" not in text and "∩" in text
+
+
+def test_sorted_attributes_keeps_the_page_beautifulsoup_wrote():
+    """The HTML exporter skips nbconvert's BeautifulSoup pass; once sanitized, the page is the same bytes."""
+    from bs4 import BeautifulSoup
+
+    from embeval_report.report.render.html import sorted_attributes
+    from embeval_report.report.render.sanitize import sanitize_page
+
+    body = ('<figure id="fig-a" class="figure"><img src="data:image/png;base64,AAAA" alt="a > b, &quot;q&quot;" '
+            'width="40"></figure><math><mo stretchy="true" form="prefix">(</mo></math><p data-x="1" class=c>'
+            'x &lt; y &amp; <a title="t" href="#fig-a">z</a><br/></p><section id="s" class="k" aria-labelledby="h">'
+            '</section>')
+    page = f"<!DOCTYPE html><html><head><title>t</title></head><body><main>{{}}</main></body></html>"
+    soup = str(BeautifulSoup(body, features="html.parser"))
+    assert sorted_attributes(body) != body
+    assert sanitize_page(page.format(sorted_attributes(body))) == sanitize_page(page.format(soup))

@@ -139,9 +139,11 @@ class _Exporter:
             return sorted_attributes(body).strip()
 
 
-#: a start tag with two or more attributes, each bare or double-quoted (as nbconvert, pandoc and the chapters write)
-_MULTI_ATTRIBUTE_TAG = re.compile(r'<([A-Za-z][^\s/>]*)((?:\s+[^\s"\'<>/=]+(?:="[^"]*")?){2,})\s*(/?)>')
-_ATTRIBUTE = re.compile(r'([^\s"\'<>/=]+)(?:="[^"]*")?')
+#: one attribute of a start tag: bare, or its value double-quoted, single-quoted or unquoted
+_ATTRIBUTE_TEXT = r"""[^\s"'<>/=]+(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'=<>`]+))?"""
+#: a start tag with two or more attributes
+_MULTI_ATTRIBUTE_TAG = re.compile(rf"<([A-Za-z][^\s/>]*)((?:\s+{_ATTRIBUTE_TEXT}){{2,}})\s*(/?)>")
+_ATTRIBUTE = re.compile(_ATTRIBUTE_TEXT)
 
 
 def sorted_attributes(page: str) -> str:
@@ -149,7 +151,7 @@ def sorted_attributes(page: str) -> str:
     one nbconvert's HTML exporter wrote, byte for byte, once sanitized)."""
     def one(m: re.Match) -> str:
         attrs = sorted((a.group(0) for a in _ATTRIBUTE.finditer(m.group(2))),
-                       key=lambda a: a.partition("=")[0].lower())
+                       key=lambda a: a.partition("=")[0].strip().lower())
         return f"<{m.group(1)} {' '.join(attrs)}{m.group(3)}>"
     return _MULTI_ATTRIBUTE_TAG.sub(one, page)
 
