@@ -20,12 +20,15 @@ from __future__ import annotations
 import importlib
 import os
 
-#: OpenMP's threads (torch's, scikit-learn's) sleep once a parallel region ends instead of spinning for the next: a
-#: spinning thread holds a core that another process (a chapter kernel, a test worker, the user's own jobs) or
-#: this process's other thread needs; on a loaded two-core machine the isotropy metrics of 10,000 x 384 took 8.9-10.7
-#: CPU-s spinning and 3.7-5.5 passive. Read when OpenMP loads (with torch), so set before; a user's setting is kept.
+#: OpenMP's threads (torch's, scikit-learn's) and OpenBLAS' (NumPy's, SciPy's) sleep once their work ends instead of
+#: spinning for the next: a spinning thread holds a core that another process (a chapter kernel, a test worker, the
+#: user's own jobs) or this process's other thread needs. On a loaded two-core machine the isotropy metrics of
+#: 10,000 x 384 took 8.9-10.7 CPU-s with OpenMP spinning and 3.7-5.5 passive; ten eigh of 384 x 384 on two OpenBLAS
+#: threads 3.1-4.6 CPU-s and 0.6-0.9 with a timeout of 2^4 cycles. The same threads compute the same numbers. Read
+#: when the libraries load (with torch, NumPy), so set before; a user's own setting is kept.
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 #: the names importable from here -> the module that defines them, imported on first use (PEP 562), so that the
 #: command line starts without torch and can start the chapter kernels' template while it imports the rest

@@ -21,6 +21,7 @@ from .device import (
     candidate_mm,
     chunk_rows,
     mask_indices,
+    one_thread,
     round_down,
     step_budget,
     true_indices,
@@ -54,15 +55,16 @@ class _Rows64:
         self.X32, self.unit = X32, unit
         self.step = cache_rows(len(X32), X32.shape[1] * 8 * 4, X32.device)  # pieces in cache (row by row: same values)
         self.norms = None
-        if unit:  # written in place: a small result allocated after each chunk's float64 copy would keep the
-            # allocator from reusing the copy's memory (a 2M x 768 corpus under a 1 GiB budget held 11.6 GiB)
-            self.norms = torch.empty(len(X32), dtype=torch.float64, device=X32.device)
-            for s in range(0, len(X32), self.step):
-                self.norms[s:s + self.step] = X32[s:s + self.step].double().norm(dim=1)
-            self.norms.clamp_min_(torch.finfo(torch.float64).tiny)
-        self.whole = None  # the float64 rows themselves, when they fit in the budget: gathered without a pass
-        if current().fits(X32.numel() * 8):
-            self.whole = torch.cat(list(self._chunks())) if len(X32) else X32.double()
+        with one_thread(X32.device):  # cache-sized pieces (see :func:`~.device.one_thread`)
+            if unit:  # written in place: a small result allocated after each chunk's float64 copy would keep the
+                # allocator from reusing the copy's memory (a 2M x 768 corpus under a 1 GiB budget held 11.6 GiB)
+                self.norms = torch.empty(len(X32), dtype=torch.float64, device=X32.device)
+                for s in range(0, len(X32), self.step):
+                    self.norms[s:s + self.step] = X32[s:s + self.step].double().norm(dim=1)
+                self.norms.clamp_min_(torch.finfo(torch.float64).tiny)
+            self.whole = None  # the float64 rows themselves, when they fit in the budget: gathered without a pass
+            if current().fits(X32.numel() * 8):
+                self.whole = torch.cat(list(self._chunks())) if len(X32) else X32.double()
 
     def __getitem__(self, idx) -> torch.Tensor:
         if self.whole is not None:
@@ -95,8 +97,9 @@ class _Rows64:
 
     def squared_norms(self) -> torch.Tensor:
         out = torch.empty(len(self.X32), dtype=torch.float64, device=self.X32.device)
-        for s, r in zip(range(0, len(self.X32), self.step), self._chunks()):  # in place (see ``norms``)
-            out[s:s + len(r)] = (r * r).sum(1)
+        with one_thread(self.X32.device):
+            for s, r in zip(range(0, len(self.X32), self.step), self._chunks()):  # in place (see ``norms``)
+                out[s:s + len(r)] = (r * r).sum(1)
         return out
 
     def _chunks(self):
@@ -129,10 +132,11 @@ class _Rows64:
         out = torch.empty((d, len(self.X32)), dtype=torch.bfloat16 if product is None else product.dtype,
                           device=self.X32.device)
         stats = (0.0, 0.0, 0.0)
-        for s in range(0, len(self.X32), self.step):
-            r, st = self.inputs(slice(s, s + self.step), sq64, product)
-            out[:, s:s + len(r)] = r.T
-            stats = tuple(map(max, stats, st))
+        with one_thread(self.X32.device):
+            for s in range(0, len(self.X32), self.step):
+                r, st = self.inputs(slice(s, s + self.step), sq64, product)
+                out[:, s:s + len(r)] = r.T
+                stats = tuple(map(max, stats, st))
         return out, stats
 
     @functools.cached_property
@@ -172,18 +176,20 @@ class _Rows64:
         d = self.X32.shape[1]
         norm, grow = 1.0 + (d + 2) * 2.0**-52, 1.0 + (d + 1) * 2.0**-23
         residual = rounded_norm = 0.0
-        for s in range(0, len(self.X32), self.step):
-            v, r = self._unit32(slice(s, s + self.step), product)
-            residual = max(residual, float((r - v).norm(dim=1).max()))
-            rounded_norm = max(rounded_norm, float(r.norm(dim=1).max()))
+        with one_thread(self.X32.device):
+            for s in range(0, len(self.X32), self.step):
+                v, r = self._unit32(slice(s, s + self.step), product)
+                residual = max(residual, float((r - v).norm(dim=1).max()))
+                rounded_norm = max(rounded_norm, float(r.norm(dim=1).max()))
         err = residual * grow + 2.0**-22 * norm + 2.0**-149 * d**0.5
         return norm, err, rounded_norm * grow
 
     def stats(self, sq64, product: Product) -> tuple[float, float, float]:
         """The input maxima of :meth:`transposed` without keeping the transposed corpus (one pass)."""
         stats = (0.0, 0.0, 0.0)
-        for s in range(0, len(self.X32), self.step):
-            stats = tuple(map(max, stats, self.inputs(slice(s, s + self.step), sq64, product)[1]))
+        with one_thread(self.X32.device):
+            for s in range(0, len(self.X32), self.step):
+                stats = tuple(map(max, stats, self.inputs(slice(s, s + self.step), sq64, product)[1]))
         return stats
 
 

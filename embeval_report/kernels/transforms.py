@@ -15,7 +15,7 @@ import torch
 from ..context import current
 from . import dask_engine
 from .dask_faults import falls_back
-from .device import RowMap, as_numpy, cache_rows, iter_chunks, resolve_device, unit_rows
+from .device import RowMap, as_numpy, cache_rows, iter_chunks, one_thread, resolve_device, unit_rows
 from .moments import block_moments
 
 Transform = Callable[[torch.Tensor], torch.Tensor]
@@ -87,9 +87,10 @@ def apply_rows(X, transform: Transform, *, device="auto") -> np.ndarray | RowMap
     rows = torch.from_numpy(out)
     step = cache_rows(len(X), X.shape[1] * 8 * 4, dev)
     for s, x in iter_chunks(X, device=dev):  # in cache-sized pieces (each row transformed alone: the same rows)
-        for p in range(0, len(x), step):
-            piece = x[p:p + step]
-            rows[s + p:s + p + len(piece)] = transform(piece).cpu()
+        with one_thread(dev):
+            for p in range(0, len(x), step):
+                piece = x[p:p + step]
+                rows[s + p:s + p + len(piece)] = transform(piece).cpu()
     return out
 
 
@@ -125,8 +126,9 @@ def removed_unit_moments(X, mean: np.ndarray, vectors: np.ndarray, removals: lis
         u = torch.empty_like(x)
         step = cache_rows(len(x), d * 8 * 4, device)
         for D, f in removers.items():
-            for p in range(0, len(x), step):
-                u[p:p + step] = unit_rows(f(x[p:p + step]))
+            with one_thread(device):  # the pieces' small products; the Gram below on every thread
+                for p in range(0, len(x), step):
+                    u[p:p + step] = unit_rows(f(x[p:p + step]))
             s, G = moments[D]
             s += u.sum(0)
             G += u.T @ u
