@@ -147,11 +147,16 @@ def test_sigterm_removes_staging_and_exits_130(tmp_path, jobs):
     vecs = small_set(tmp_path / "in", n=300, d=16)
     out = tmp_path / "o"
     proc = _run_cli(["run", str(vecs), "--out", str(out), "--formats", "html", "--jobs", jobs])
-    deadline = time.time() + 120
-    while time.time() < deadline and not list(tmp_path.glob(".o.partial-*/chapters/*.ipynb")):
-        time.sleep(0.2)  # wait until a chapter kernel is running
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not list(tmp_path.glob(".o.partial-*/chapters/*.ipynb")):
+            time.sleep(0.2)  # wait until a chapter kernel is running
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:  # a run that did not end is not left behind (its kernels and template end with it)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert not out.exists() and not list(tmp_path.glob(".o.*"))
