@@ -192,10 +192,21 @@ def _papermill_engine() -> str:
     class Client(PapermillNotebookClient):
         def execute(self, **kwargs):
             try:
-                return super().execute(**kwargs)
-            finally:  # nbclient stops its client's channels only on a kernel it started: a run leaked ~12 fds
-                if getattr(self, "kc", None) is not None and not self.owns_km:  # (a heartbeat thread) per chapter
-                    self.kc.stop_channels()
+                result = super().execute(**kwargs)
+            except KeyboardInterrupt:
+                # Ctrl-C or SIGTERM: the process is ending, so its channels are left to it and the kernel to its
+                # lifeline (stopping them here once waited 73 minutes in ZeroMQ's term, for a heartbeat thread still
+                # polling, on a busy machine)
+                raise
+            except BaseException:
+                self._stop_channels()
+                raise
+            self._stop_channels()
+            return result
+
+        def _stop_channels(self):  # nbclient stops its client's channels only on a kernel it started: a run leaked
+            if getattr(self, "kc", None) is not None and not self.owns_km:  # ~12 fds (a heartbeat thread) per chapter
+                self.kc.stop_channels()
 
     class Engine(NBClientEngine):
         @classmethod
