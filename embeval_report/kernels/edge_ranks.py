@@ -82,10 +82,9 @@ def rank_candidates(X: np.ndarray, src: np.ndarray, cand: np.ndarray, *, score: 
         ct = torch.as_tensor(cand[s:s + rows], device=dev)
         valid = ct[:, 1:] >= 0
         sc = _chunk_scores_torch(Xt, torch.as_tensor(src[s:s + rows], device=dev), ct, score)
-        o, p, m = rank_columns(sc, valid)
-        out["ro"][s:s + rows], out["rp"][s:s + rows], out["rn"][s:s + rows] = o.cpu(), p.cpu(), m.cpu()
+        raw = filtered = rank_columns(sc, valid)
         if cpu_filter:
-            o, p, m = rank_columns(sc, valid & ~torch.from_numpy(removed[s:s + rows]))
+            filtered = rank_columns(sc, valid & ~torch.from_numpy(removed[s:s + rows]))
         elif keys is not None:
             u = torch.as_tensor(src[s:s + rows], device=dev)[:, None]
             v = ct[:, 1:].clamp_min(0)
@@ -94,12 +93,9 @@ def rank_candidates(X: np.ndarray, src: np.ndarray, cand: np.ndarray, *, score: 
             i = torch.searchsorted(keys, k).clamp_max(len(keys) - 1)
             gone = (keys[i] == k) & valid
             removed[s:s + rows] = gone.cpu().numpy()
-            o, p, m = rank_columns(sc, valid & ~gone)
-        out["fo"][s:s + rows], out["fp"][s:s + rows], out["fn"][s:s + rows] = o.cpu(), p.cpu(), m.cpu()
-        if S is not None:
-            S[s:s + rows] = sc.cpu().numpy()
-            if not bool(valid.all()):
-                S[s:s + rows, 1:][~valid.cpu().numpy()] = np.nan
+            filtered = rank_columns(sc, valid & ~gone)
+        _store_chunk(out, S, s, [t.cpu() for t in raw], [t.cpu() for t in filtered],
+                     None if S is None else sc.cpu().numpy(), valid.cpu().numpy())
     return out, S, removed
 
 
@@ -113,11 +109,19 @@ def _rank_chunk_numpy(X: np.ndarray, src: np.ndarray, cand: np.ndarray, score: s
     valid = c[:, 1:] >= 0
     raw = rank_columns(sc, valid)
     filtered = raw if removed is None else rank_columns(sc, valid & ~removed[s:s + rows])
+    _store_chunk(out, S, s, raw, filtered, sc, valid)
+
+
+def _store_chunk(out: dict, S: np.ndarray | None, s: int, raw, filtered, scores: np.ndarray | None,
+                 valid: np.ndarray) -> None:
+    """One scored chunk (rows from ``s``) into :func:`rank_candidates`' outputs: the raw and filtered ranks (numpy
+    arrays or CPU tensors) into ``out``, the scores into ``S`` (when kept) with NaN where ``valid`` is False."""
+    rows = len(valid)
     for keys, ranks in (("ro", "rp", "rn"), raw), (("fo", "fp", "fn"), filtered):
         for k, r in zip(keys, ranks):
             out[k][s:s + rows] = r
     if S is not None:
-        S[s:s + rows] = sc
+        S[s:s + rows] = scores
         if not bool(valid.all()):
             S[s:s + rows, 1:][~valid] = np.nan
 
