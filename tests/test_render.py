@@ -393,7 +393,7 @@ def test_sorted_attributes_keeps_the_page_beautifulsoup_wrote():
             'width="40"></figure><math><mo stretchy="true" form="prefix">(</mo></math><p data-x="1" class=c>'
             'x &lt; y &amp; <a title="t" href="#fig-a">z</a><br/></p><section id="s" class="k" aria-labelledby="h">'
             '</section>')
-    page = f"<!DOCTYPE html><html><head><title>t</title></head><body><main>{{}}</main></body></html>"
+    page = "<!DOCTYPE html><html><head><title>t</title></head><body><main>{}</main></body></html>"
     soup = str(BeautifulSoup(body, features="html.parser"))
     assert sorted_attributes(body) != body
     assert sanitize_page(page.format(sorted_attributes(body))) == sanitize_page(page.format(soup))

@@ -277,11 +277,17 @@ def _draw_counts(rng, n: int, n_resamples: int) -> np.ndarray | None:
         if c.max(initial=0) > 255:  # a unit drawn 256 times: too many to keep as bytes
             counts = counts.astype(np.int64)
         counts[s:s + len(c)] = c
-    while _DRAWS and sum(c.nbytes for c, _ in _DRAWS.values()) + counts.nbytes > DRAW_CACHE_BYTES:
-        _DRAWS.pop(next(iter(_DRAWS)))
     if counts.nbytes <= DRAW_CACHE_BYTES:
-        _DRAWS[key] = counts, bits.state
+        _keep_within(_DRAWS, key, (counts, bits.state), lambda kept: kept[0].nbytes, DRAW_CACHE_BYTES)
     return counts
+
+
+def _keep_within(cache: dict, key, value, size, budget: int) -> None:
+    """``cache[key] = value``, the entries kept longest dropped first so that the ``size`` of all stays within
+    ``budget`` (a cache that moves an entry it reads to the end drops the least recently used)."""
+    while cache and sum(map(size, cache.values())) + size(value) > budget:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
 
 
 #: tables' replicates kept for the next comparison with the same table (the remedy checks compare one task's
@@ -303,9 +309,7 @@ def _held(key: tuple, table: pd.DataFrame, compute):
     full = key + (tuple(map(str, table.columns)), tuple(map(str, table.dtypes)), len(table),
                   hashlib.blake2b(rows.tobytes(), digest_size=32).digest())
     if full not in _HELD:
-        while len(_HELD) >= HELD_TABLES:
-            _HELD.pop(next(iter(_HELD)))
-        _HELD[full] = compute(table)
+        _keep_within(_HELD, full, compute(table), lambda _: 1, HELD_TABLES)
     return _HELD[full]
 
 
@@ -393,9 +397,7 @@ def _sign_flips(seed: int, n: int, n_resamples: int):
             keep.append(np.packbits(flip, axis=1))
         yield flip
     if keep is not None:
-        while _FLIP_CACHE and sum(b.nbytes for v in _FLIP_CACHE.values() for b in v) + size > FLIP_CACHE_BYTES:
-            _FLIP_CACHE.pop(next(iter(_FLIP_CACHE)))
-        _FLIP_CACHE[key] = keep
+        _keep_within(_FLIP_CACHE, key, keep, lambda packed: sum(b.nbytes for b in packed), FLIP_CACHE_BYTES)
 
 
 def verdict(direction: str, diff: float, p_adjusted: float, *, inside: bool, mde: float, effect: float,
