@@ -10,7 +10,7 @@ n x n x d float32 GEMM (the machine's pace, to compare runs on a shared machine)
 The target of issue 44 on the 2-core CPU machine: the chapters of a 10,000 x 384 report under 30 s in all.
 
 Usage: ``python benchmarks/bench_user_size.py [--n 10000] [--d 384] [--labels 24] [--queries 500]
-[--timestamps] [--chapters a,b] [--set NAME=VALUE ...] [--keep OUT] [--repeat 1]``
+[--timestamps] [--chapters a,b] [--set NAME=VALUE ...] [--keep OUT] [--repeat 1] [--jobs 1]``
 """
 from __future__ import annotations
 
@@ -94,6 +94,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="a chapter option NAME=VALUE (repeatable)")
     ap.add_argument("--keep", help="write the report here instead of a temporary folder")
     ap.add_argument("--repeat", type=int, default=1, help="run the report this many times (each chapter's best)")
+    ap.add_argument("--jobs", type=int, default=1, help="the run's --jobs (chapters at once; their seconds then overlap)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         manifest = write_set(tmp, a.n, a.d, a.labels, a.queries, a.timestamps)
@@ -102,7 +103,7 @@ def main() -> None:
         for r in range(a.repeat):
             out = a.keep or os.path.join(tmp, f"report{r}")
             cmd = [sys.executable, "-m", "embeval_report.cli", "run", manifest, "--out", out, "--formats", "html",
-                   "--device", "cpu", "--force"]
+                   "--device", "cpu", "--force", "--jobs", str(a.jobs)]
             cmd += ["--chapters", a.chapters] if a.chapters else []
             for s in a.set:
                 cmd += ["--set", s]
@@ -112,7 +113,7 @@ def main() -> None:
             with open(os.path.join(out, "run.json")) as f:
                 runs.append(json.load(f))
     print(f"user-size report, n = {a.n}, d = {a.d}, {a.labels} labels, {a.queries} queries, "
-          f"timestamps = {a.timestamps}, best of {a.repeat}")
+          f"timestamps = {a.timestamps}, --jobs {a.jobs}, best of {a.repeat}")
     print(f"one {a.n} x {a.n} x {a.d} float32 GEMM: {gemm:.2f} s ({2 * a.n * a.n * a.d / gemm / 1e9:.0f} GFLOP/s)")
     print(f"{'chapter':<28} {'status':<8} {'seconds':>8} {'GEMMs':>7}")
     best = {}
