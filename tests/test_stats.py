@@ -56,6 +56,30 @@ def test_mean_ci_methods_and_undefined_case():
     assert math.isnan(lo) and math.isnan(hi)
 
 
+def _scipy_mean_ci(x, level, seed):
+    """mean_ci's BCa interval as it was: scipy.stats.bootstrap through bootstrap_ci."""
+    return stats.bootstrap_ci(np.mean, x, level=level, n_boot=stats.MEAN_CI_RESAMPLES, seed=seed)
+
+
+@pytest.mark.parametrize("case", range(14))
+def test_mean_ci_bca_equals_scipy_bit_for_bit(case):
+    """mean_ci's own BCa (the jackknife rows selected, not gathered) gives SciPy's interval bit for bit: continuous,
+    0/1 (ties everywhere), few distinct values, a few units, sizes where the batches do not divide the units and
+    BCA_MAX; and where BCa is undefined (every resample below the estimate) the same percentile fallback."""
+    rng = np.random.default_rng(case)
+    n = [2, 3, 7, 30, 257, 999, 1001, 2500, stats.BCA_MAX, 400, 64, 5, 1500, 12][case]
+    x = [rng.standard_normal(n), (rng.uniform(size=n) < 0.1).astype(float), rng.integers(0, 4, n) / 3.0,
+         rng.exponential(size=n) ** 3][case % 4]
+    if np.ptp(x) == 0:
+        x[0] += 1.0
+    for level, seed in ((0.95, case), (0.9, 7)):
+        lo, hi, method = stats.mean_ci(x, level, seed=seed)
+        assert "BCa" in method
+        assert (lo, hi) == _scipy_mean_ci(x, level, seed), (n, level, seed)
+    y = np.r_[np.zeros(40), 1e-300]  # the estimate below every resample's but one: z0 infinite, percentile fallback
+    assert stats.mean_ci(y, seed=3)[:2] == _scipy_mean_ci(y, 0.95, 3)
+
+
 def test_plan_falls_back_to_the_jackknife_when_blocks_do_not_fit():
     assert stats.ResamplingPlan.choose(10_000, 64, 200).method == "bootstrap"
     big_d = stats.ResamplingPlan.choose(10_000, 1300, 200)  # the old rule gave no interval above d = 1295

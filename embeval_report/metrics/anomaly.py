@@ -55,6 +55,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -64,6 +65,7 @@ from ..kernels import as_numpy, knn
 from ..kernels.neighbours import usable_k
 from ..stats import DEFAULT_LEVEL, percentile_interval, weighted_bootstrap
 from .anomaly_replicates import curve_replicates, km_median_replicates, weighted_counts
+from .scoring import PreparedBoot
 from .spec import MetricSpec, specs
 
 BASELINES = ("knn_distance", "centroid_distance", "lof", "isolation_forest")
@@ -325,10 +327,9 @@ def _unit_ranks(units: pd.DataFrame) -> Ranked:
     return Ranked.of(units["knn_distance"].to_numpy(np.float64), units["label"].to_numpy(np.float64))
 
 
-def _weighted_curve(units: pd.DataFrame, W: np.ndarray):
+def _weighted_curve(r: Ranked, W: np.ndarray):
     """Recall, false-positive rate and precision (0 before the first flagged row) at every threshold under each
-    row of unit weights ``W`` (draws × units), the table sorted once; and which rows hold both classes."""
-    r = _unit_ranks(units)
+    row of unit weights ``W`` (draws × units), of the table sorted once (``r``); and which rows hold both classes."""
     tp, fp = weighted_counts(r, W)  # counts: exact
     P, N, flagged, zero = tp[:, -1:], fp[:, -1:], tp + fp, np.zeros((len(tp), 1))
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -336,16 +337,15 @@ def _weighted_curve(units: pd.DataFrame, W: np.ndarray):
                 (P[:, 0] > 0) & (N[:, 0] > 0))
 
 
-def units_roc_auc_weighted(units: pd.DataFrame, W: np.ndarray) -> np.ndarray:
-    """:func:`units_roc_auc` under each row of unit weights ``W`` (the counts of bootstrap draws), all at once."""
-    tpr, fpr, _, ok = _weighted_curve(units, W)
-    return np.where(ok, np.trapezoid(tpr, fpr, axis=1), np.nan)
+def _curve_value(average_precision: bool, r: Ranked, W: np.ndarray) -> np.ndarray:
+    recall, fpr, precision, ok = _weighted_curve(r, W)
+    return np.where(ok, np.sum(np.diff(recall, axis=1) * precision, axis=1) if average_precision else
+                    np.trapezoid(recall, fpr, axis=1), np.nan)
 
 
-def units_average_precision_weighted(units: pd.DataFrame, W: np.ndarray) -> np.ndarray:
-    """:func:`units_average_precision` under each row of unit weights ``W``, all at once."""
-    recall, _, precision, ok = _weighted_curve(units, W)
-    return np.where(ok, np.sum(np.diff(recall, axis=1) * precision, axis=1), np.nan)
+#: :func:`units_roc_auc`, :func:`units_average_precision` under each row of unit weights ``W`` (the table sorted once)
+units_roc_auc_weighted, units_average_precision_weighted = (PreparedBoot(_unit_ranks, partial(_curve_value, False)),
+                                                            PreparedBoot(_unit_ranks, partial(_curve_value, True)))
 
 
 # ---------------------------------------------------------------------------------------------

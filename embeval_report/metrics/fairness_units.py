@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -32,7 +33,7 @@ from ..kernels.neighbours import usable_k
 from .classification import MAX_PROBE_ENTITIES, N_FOLDS, ProbePlan, probe_plan, probe_units
 from .hubness_measures import k_occurrence
 from .labels import as_labelset, label_problem
-from .scoring import Aggregate
+from .scoring import Aggregate, PreparedBoot
 
 #: the per-entity measures of the unit table, in the order the chapter records them
 MEASURES = ("probe_accuracy", "label_agreement", "k_occurrence")
@@ -241,11 +242,10 @@ def attribute_gaps(units: pd.DataFrame, measure: str) -> list[tuple[float, float
     return out
 
 
-def _weighted_gaps(units: pd.DataFrame, measure: str, W: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """:func:`attribute_gaps` under each row of unit weights ``W`` (draws × units), all at once: per attribute the
-    differences and ratios of the draws (NaN where fewer than two groups hold a value)."""
+def _gap_terms(units: pd.DataFrame, measure: str) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """What :func:`_weighted_gaps` reads of a unit table, once: per attribute with a value, the units holding one
+    (their indices), their values and their groups as a one-hot (units × groups)."""
     v = pd.to_numeric(units[measure], errors="coerce").to_numpy(float)
-    W = np.asarray(W, float)
     out = []
     for codes in _attribute_codes(units):
         ok = (codes >= 0) & np.isfinite(v)
@@ -253,7 +253,19 @@ def _weighted_gaps(units: pd.DataFrame, measure: str, W: np.ndarray) -> list[tup
             continue
         onehot = np.zeros((int(ok.sum()), int(codes[ok].max()) + 1))
         onehot[np.arange(len(onehot)), codes[ok]] = 1.0
-        num, den = (W[:, ok] * v[ok]) @ onehot, W[:, ok] @ onehot
+        out.append((np.flatnonzero(ok), v[ok], onehot))
+    return out
+
+
+def _weighted_gaps(terms: list, W: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`attribute_gaps` under each row of unit weights ``W`` (draws × units), all at once, from
+    :func:`_gap_terms`: per attribute the differences and ratios of the draws (NaN where fewer than two groups hold a
+    value)."""
+    W = np.asarray(W, float)
+    out = []
+    for rows, v, onehot in terms:
+        Wk = W[:, rows]
+        num, den = (Wk * v) @ onehot, Wk @ onehot
         with np.errstate(invalid="ignore", divide="ignore"):
             means = np.where(den > 0, num / np.where(den > 0, den, 1), np.inf)
             hi, lo = np.where(np.isinf(means), -np.inf, means).max(1), means.min(1)
@@ -274,8 +286,8 @@ def gap_aggregates() -> tuple:
             values = [g[j] for g in attribute_gaps(units, measure) if math.isfinite(g[j])]
             return worst(values) if values else math.nan
 
-        def boot(units: pd.DataFrame, W: np.ndarray) -> np.ndarray:
-            gaps = [g[j] for g in _weighted_gaps(units, measure, W)]
+        def boot(terms: list, W: np.ndarray) -> np.ndarray:
+            gaps = [g[j] for g in _weighted_gaps(terms, W)]
             if not gaps:
                 return np.full(len(W), np.nan)
             M = np.stack(gaps)
@@ -283,6 +295,7 @@ def gap_aggregates() -> tuple:
             best = (np.max if kind == "difference" else np.min)(np.where(np.isfinite(M), M, fill), axis=0)
             return np.where(np.isfinite(M).any(0), best, np.nan)
 
-        return Aggregate(f"{measure}_{kind}", "lower" if kind == "difference" else "higher", fn=fn, boot=boot)
+        return Aggregate(f"{measure}_{kind}", "lower" if kind == "difference" else "higher", fn=fn,
+                         boot=PreparedBoot(partial(_gap_terms, measure=measure), boot))
 
     return tuple(aggregate(m, kind) for m in MEASURES for kind in ("difference", "ratio"))

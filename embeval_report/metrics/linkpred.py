@@ -58,6 +58,7 @@ from .ranks import (
     ranks_from_scores,
     score_candidates,
 )
+from .scoring import PreparedBoot
 from .spec import MetricSpec, record_metrics, specs
 from .thresholds import THRESHOLDS
 
@@ -217,12 +218,20 @@ def adjusted(table: pd.DataFrame, name: str, prefix: str = "") -> float:
     return adjust(name, value, expected_metrics(np.asarray(table["n_candidates"], float)), warn=False)
 
 
-def adjusted_weighted(table: pd.DataFrame, W: np.ndarray, name: str, prefix: str = "") -> np.ndarray:
-    """:func:`adjusted` under each row of unit weights ``W`` (resamples × test edges): the paired bootstrap's
-    ``boot``."""
+def _adjusted_terms(table: pd.DataFrame, name: str, prefix: str = "") -> tuple[str, np.ndarray, np.ndarray]:
+    return name, np.asarray(table[prefix + name], float), chance_terms(np.asarray(table["n_candidates"], float), name)
+
+
+def _adjusted_of(terms: tuple[str, np.ndarray, np.ndarray], W: np.ndarray) -> np.ndarray:
+    name, values, chance = terms
     total = W.sum(1)
-    value = (W @ np.asarray(table[prefix + name], float)) / total
-    return adjusted_index(name, value, (W @ chance_terms(np.asarray(table["n_candidates"], float), name)) / total)
+    return adjusted_index(name, (W @ values) / total, (W @ chance) / total)
+
+
+#: ``adjusted_weighted(table, W, name, prefix="")``: :func:`adjusted` under each row of unit weights ``W`` (resamples ×
+#: test edges), the paired bootstrap's ``boot`` (a :class:`~.scoring.PreparedBoot`: the column and the edges' chance
+#: terms read once per table)
+adjusted_weighted = PreparedBoot(_adjusted_terms, _adjusted_of)
 
 
 def placement_auc(table: pd.DataFrame) -> float:

@@ -43,7 +43,7 @@ import hashlib
 import math
 import warnings
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 import pandas as pd
@@ -111,11 +111,13 @@ def paired_differences(a, b) -> np.ndarray:
 
 
 def paired_comparison(a, b, *, direction: str = "higher", level: float = DEFAULT_LEVEL, seed: int = 0,
-                      n_resamples: int = RANDOMISATION_RESAMPLES, units: str = "units") -> PairedComparison:
+                      n_resamples: int = RANDOMISATION_RESAMPLES, units: str = "units",
+                      unit_tests: bool = True) -> PairedComparison:
     """Compare per-unit values ``a`` (model A) and ``b`` (model B) of the same units (see the module docstring).
 
     ``direction``: which way the metric is better (``"higher"``/``"lower"``), for wins and losses.
-    Units where either value is missing are dropped.
+    Units where either value is missing are dropped. ``unit_tests=False``: no t-test and no Wilcoxon test (``p_t``
+    and ``p_wilcoxon`` NaN; a caller that shows neither, the remedy checks), every other field the same.
     """
     if direction not in ("higher", "lower"):
         raise ValueError(f"direction must be 'higher' or 'lower', not {direction!r}")
@@ -135,9 +137,11 @@ def paired_comparison(a, b, *, direction: str = "higher", level: float = DEFAULT
     elif sd == 0:  # every unit moved by the same amount (or none did): no spread to test against
         p_t = p_w = p_r = 1.0 if abs(d[0]) <= TIE else 0.0
     else:
-        p_t = float(sps.ttest_1samp(d, 0.0).pvalue)
-        nonzero = d[np.abs(d) > TIE]
-        p_w = float(sps.wilcoxon(nonzero).pvalue) if len(nonzero) else 1.0
+        p_t = p_w = math.nan
+        if unit_tests:
+            p_t = float(sps.ttest_1samp(d, 0.0).pvalue)
+            nonzero = d[np.abs(d) > TIE]
+            p_w = float(sps.wilcoxon(nonzero).pvalue) if len(nonzero) else 1.0
         p_r = randomisation_pvalue(d, n_resamples=n_resamples, seed=seed)
     mde = _mde(sd, n)
     return PairedComparison(n=n, mean_a=float(a.mean()) if n else math.nan, mean_b=float(b.mean()) if n else math.nan,
@@ -219,14 +223,15 @@ def resampled_values(tables: list[pd.DataFrame], fn, *, boot=None, boot_exact: b
     by the shape of ``W``: such a boot keeps the few draws its values were first computed with).
 
     The draws of a batch come from one ``rng.integers`` call (the same values as one call per draw) and their counts
-    from one ``bincount``; with ``boot``, the counts of every draw are kept for the next call from the same
-    generator state with the same units and resamples (:func:`_draw_counts`), and ``rng`` is left where drawing
-    them would leave it."""
+    from one ``bincount``; ``boot`` is bound to each table once (:func:`bound_boot`: its table read once); the
+    counts of every draw are kept for the next call from the same generator state with the same units and resamples
+    (:func:`_draw_counts`), and ``rng`` is left where drawing them would leave it."""
     n = len(tables[0])
     out = np.full((n_resamples, len(tables)), math.nan)
     step = max(1, min(n_resamples, BOOT_BATCH_VALUES // n if boot is not None and boot_exact else
                       BATCH_VALUES // (8 * n)))
     counts = _draw_counts(rng, n, n_resamples) if boot is not None and n else None
+    boots = [bound_boot(boot, t) for t in tables] if boot is not None else []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for s in range(0, n_resamples, step):
@@ -239,8 +244,19 @@ def resampled_values(tables: list[pd.DataFrame], fn, *, boot=None, boot_exact: b
                 draws = rng.integers(0, n, (k, n))
                 out[s:s + k] = [[float(fn(t.iloc[idx])) for t in tables] for idx in draws]
                 continue
-            out[s:s + k] = np.column_stack([np.asarray(boot(t, W), float) for t in tables])
+            out[s:s + k] = np.column_stack([np.asarray(b(W), float) for b in boots])
     return out
+
+
+def bound_boot(boot, table: pd.DataFrame):
+    """``W -> boot(table, W)``: a boot with a ``bind`` (:class:`~embeval_report.metrics.scoring.PreparedBoot`, or a
+    ``functools.partial`` of one with keywords only) bound to ``table`` once, its table read once for every batch of
+    draws; any other ``boot`` called as it is."""
+    if isinstance(boot, partial) and hasattr(boot.func, "bind") and not boot.args:
+        return boot.func.bind(table, **boot.keywords)
+    if hasattr(boot, "bind"):
+        return boot.bind(table)
+    return lambda W: boot(table, W)
 
 
 def _counts(draws: np.ndarray, n: int) -> np.ndarray:

@@ -217,13 +217,42 @@ def _plain(obj):
     return obj
 
 
-def weighted_mean(table: pd.DataFrame, W: np.ndarray, column: str) -> np.ndarray:
-    """An :class:`Aggregate`'s ``boot`` for a whole-table metric that is a mean over units: the mean of ``column``
-    over its finite values under each row of unit weights ``W`` (resamples × units); NaN for a row without any."""
+@dataclass(frozen=True)
+class PreparedBoot:
+    """An :class:`Aggregate`'s ``boot`` in two steps: ``prepare(table, **kw)`` reads the unit table once (its columns
+    as arrays, codes, one-hots, chance terms: whatever does not depend on the draws) and ``weighted(prepared, W)``
+    computes the values of the draws of ``W`` from it. Called as ``boot(table, W, **kw)`` it does both; the paired
+    bootstrap calls :meth:`bind` once per table and the bound function once per batch of draws
+    (:func:`~embeval_report.metrics.paired.resampled_values`), with the same values (the same arithmetic)."""
+
+    prepare: Callable[..., Any]
+    weighted: Callable[[Any, np.ndarray], np.ndarray]
+
+    def __call__(self, table: pd.DataFrame, W: np.ndarray, *args, **kw) -> np.ndarray:
+        return self.weighted(self.prepare(table, *args, **kw), W)
+
+    def bind(self, table: pd.DataFrame, *args, **kw) -> Callable[[np.ndarray], np.ndarray]:
+        """``W -> boot(table, W, *args, **kw)``, the table read once."""
+        prepared = self.prepare(table, *args, **kw)
+        return lambda W: self.weighted(prepared, W)
+
+
+def _mean_terms(table: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
     x = pd.to_numeric(table[column], errors="coerce").to_numpy(float)
     ok = np.isfinite(x)
+    return np.where(ok, x, 0.0), ok.astype(float)
+
+
+def _weighted_mean(terms: tuple[np.ndarray, np.ndarray], W: np.ndarray) -> np.ndarray:
+    values, finite = terms
     with np.errstate(divide="ignore", invalid="ignore"):
-        return (W @ np.where(ok, x, 0.0)) / (W @ ok.astype(float))
+        return (W @ values) / (W @ finite)
+
+
+#: ``weighted_mean(table, W, column)``: an :class:`Aggregate`'s ``boot`` for a whole-table metric that is a mean over
+#: units: the mean of ``column`` over its finite values under each row of unit weights ``W`` (resamples × units); NaN
+#: for a row without any (a :class:`PreparedBoot`: ``partial(weighted_mean, column=c)`` reads the column once per table)
+weighted_mean = PreparedBoot(_mean_terms, _weighted_mean)
 
 
 def joined_units(a: pd.DataFrame, b: pd.DataFrame, key: str) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -235,13 +264,14 @@ def joined_units(a: pd.DataFrame, b: pd.DataFrame, key: str) -> tuple[pd.DataFra
 
 
 def compare_units(a: pd.DataFrame, b: pd.DataFrame, *, key: str, metric: str, direction: str = "higher",
-                  aggregate: Aggregate | None = None, level: float = 0.95, seed: int = 0, units: str = "units"):
+                  aggregate: Aggregate | None = None, level: float = 0.95, seed: int = 0, units: str = "units",
+                  unit_tests: bool = True):
     """One metric of two unit tables (model A, model B) over the units both hold: ``(comparison, differences)``.
 
     A mean metric (``aggregate`` None or a ``mean_of`` aggregate; the column named ``metric``) is compared unit by
-    unit (:func:`~embeval_report.metrics.paired.paired_comparison`; ``differences``: the per-unit B − A), a
-    whole-table one by the paired bootstrap of its function (:func:`~embeval_report.metrics.paired.paired_aggregate`;
-    ``differences`` None)."""
+    unit (:func:`~embeval_report.metrics.paired.paired_comparison`; ``differences``: the per-unit B − A;
+    ``unit_tests=False``: without its t and Wilcoxon tests), a whole-table one by the paired bootstrap of its
+    function (:func:`~embeval_report.metrics.paired.paired_aggregate`; ``differences`` None)."""
     from . import paired
 
     if aggregate is not None and not aggregate.is_mean:
@@ -257,6 +287,7 @@ def compare_units(a: pd.DataFrame, b: pd.DataFrame, *, key: str, metric: str, di
     column = aggregate.mean_of if aggregate is not None else metric
     joined = a[[key, column]].merge(b[[key, column]], on=key, suffixes=("_a", "_b"))
     x, y = joined[f"{column}_a"], joined[f"{column}_b"]
-    return (paired.paired_comparison(x, y, direction=direction, level=level, seed=seed, units=units),
+    return (paired.paired_comparison(x, y, direction=direction, level=level, seed=seed, units=units,
+                                     unit_tests=unit_tests),
             paired.paired_differences(x, y))
 

@@ -37,6 +37,7 @@ from .linkpred import (
     sample_rows,
 )
 from .ranks import CandidateScores, Ranks, adjust, auc_delong, rank_metrics, rank_values, score_candidates
+from .scoring import PreparedBoot
 from .spec import MetricSpec, record_metrics, specs
 
 SPECS = specs(
@@ -189,21 +190,31 @@ def horizon_change(table: pd.DataFrame) -> float:
     return float(float(rr[b == present[-1]].mean()) - float(rr[b == present[0]].mean()))
 
 
-def horizon_change_weighted(table: pd.DataFrame, W: np.ndarray) -> np.ndarray:
-    """:func:`horizon_change` under each row of unit weights ``W`` (resamples × test edges): the paired bootstrap's
-    ``boot``."""
+def _horizon_terms(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
+    """What :data:`horizon_change_weighted` reads of a unit table, once: each test edge's horizon as a one-hot (test
+    edges × horizons present), the same times its reciprocal rank, and the number of horizons."""
     b = np.asarray(pd.to_numeric(table["bin"]), np.int64)
     rr = np.asarray(table[PREFIX + "mrr"], float)
     bins = np.unique(b)
     onehot = (b[:, None] == bins[None, :]).astype(float)          # test edges × bins
+    return onehot, onehot * rr[:, None], len(bins)
+
+
+def _horizon_change_of(terms: tuple[np.ndarray, np.ndarray, int], W: np.ndarray) -> np.ndarray:
+    onehot, weighted_rr, n_bins = terms
     count = W @ onehot
     with np.errstate(divide="ignore", invalid="ignore"):
-        mean = (W @ (onehot * rr[:, None])) / count               # resamples × bins; NaN where a bin is empty
+        mean = (W @ weighted_rr) / count                          # resamples × bins; NaN where a bin is empty
     present = count > 0
     first = np.argmax(present, axis=1)
-    last = len(bins) - 1 - np.argmax(present[:, ::-1], axis=1)
+    last = n_bins - 1 - np.argmax(present[:, ::-1], axis=1)
     rows = np.arange(len(W))
     return np.where(present.sum(1) >= 2, mean[rows, last] - mean[rows, first], np.nan)
+
+
+#: ``horizon_change_weighted(table, W)``: :func:`horizon_change` under each row of unit weights ``W`` (resamples ×
+#: test edges), the paired bootstrap's ``boot`` (a :class:`~.scoring.PreparedBoot`: the one-hots made once per table)
+horizon_change_weighted = PreparedBoot(_horizon_terms, _horizon_change_of)
 
 
 def _same_split(a: LinkData, b: LinkData) -> bool:
