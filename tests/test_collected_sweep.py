@@ -173,3 +173,38 @@ def test_a_crowded_plain_search_takes_float32_products(monkeypatch):
         (a, av), (b, bv) = found.values()
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(av, bv)
+
+
+@pytest.mark.parametrize("name", ["anisotropic", "clustered", "duplicated"])
+def test_mutual_proximitys_column_bound_in_the_collected_sweep_keeps_the_lists(name, monkeypatch):
+    """The collected sweep scores a mutual-proximity entry only where its column can reach the row's k-th score too
+    (log Φ(z_y) ≥ τ, the z of the row's limit): fewer entries scored in float64, the same lists and scores as without
+    the column bound and as the tile sweep's."""
+    monkeypatch.setattr(dv, "CANDIDATES", "bf16")
+    rng = np.random.default_rng(8)
+    X = {"anisotropic": _anisotropic(1200, 48, 1.0), "clustered": _anisotropic(1200, 48, 0.0, seed=6),
+         "duplicated": np.repeat(rng.standard_normal((300, 32)), 4, 0) + 0.5}[name].astype(np.float32)
+    found, scored = {}, {}
+    limit_block, exact = sweep._limit_block, hr._MutualProximity.exact
+    for bound in (True, False):
+        def no_column_bound(s, blk, entries, plans, limits, corpus64, zs):
+            limit_block(s, blk, entries, plans, limits, corpus64, zs)
+            for z in zs:
+                if z is not None:
+                    z[s:s + len(blk.q)] = -torch.inf  # every column passes
+        monkeypatch.setattr(sweep, "_limit_block", limit_block if bound else no_column_bound)
+        scored[bound] = 0
+
+        def counted(self, rows, cols, cos64, _b=bound):
+            scored[_b] += cos64.numel()
+            return exact(self, rows, cols, cos64)
+        monkeypatch.setattr(hr._MutualProximity, "exact", counted)
+        found[bound], stats, _ = _sweep(X, True, monkeypatch)
+        assert stats["sweep"] == "collected"
+    monkeypatch.setattr(hr._MutualProximity, "exact", exact)
+    old, _, _ = _sweep(X, False, monkeypatch)
+    assert scored[True] < scored[False]
+    for graph in ("cosine", "mutual_proximity"):
+        for got in (found[True], old):
+            np.testing.assert_array_equal(got[graph][0], found[False][graph][0])
+            np.testing.assert_array_equal(got[graph][1], found[False][graph][1])

@@ -14,8 +14,10 @@ scores of the whole Gram are never computed).
    sweep that merged running top-k lists, so the potential is the same bit for bit): every entry of a tile at or
    above its row's limit (less the float32 bound) is kept, from the tile and from its transpose.
 3. **Float64 lists** (:func:`_best_of`): per row, the entries within twice the float32 bound of the k-th float32
-   product (cosine), or whose score interval reaches the k-th lowest score (mutual proximity), are scored in
-   float64; the k best (exact ties: the lower index) are the list. So both lists are the float64 top-k, proven.
+   product (cosine), or whose score interval reaches the k-th lowest score (mutual proximity; only entries whose
+   column can reach the row's limit too, :math:`\log\Phi(z_y) \ge \tau`, as :math:`\log\Phi(z_x) \le 0`), are
+   scored in float64; the k best (exact ties: the lower index) are the list. So both lists are the float64 top-k,
+   proven.
 """
 from __future__ import annotations
 
@@ -65,7 +67,8 @@ def collected_sweep(X: np.ndarray, plans: list, dev: torch.device, desc: str | N
     if crowded(pre, max(k for k, _ in plans)):
         return None
     limits = [torch.full((n,), torch.inf, dtype=torch.float64) for _ in plans]  # per plan
-    pre.on_block = lambda s, blk, entries: _limit_block(s, blk, entries, plans, limits, pre.corpus64)
+    zs = [None if rescore is None else torch.empty(n, dtype=torch.float64) for _, rescore in plans]
+    pre.on_block = lambda s, blk, entries: _limit_block(s, blk, entries, plans, limits, pre.corpus64, zs)
     pre.run()
     limit = torch.stack(limits).amin(0)
     if _kept_per_row(pre, limit) > KEPT_PER_ROW:
@@ -76,7 +79,7 @@ def collected_sweep(X: np.ndarray, plans: list, dev: torch.device, desc: str | N
     kept: dict = {s: [] for s in tiles.starts}
     out = [(np.empty((n, k), dtype=np.int64), np.empty((n, k), dtype=np.float32)) for k, _ in plans]
     tiles.on_tile = lambda tile, s, t: _keep(tile, s, t, limit32, kept)
-    tiles.on_row = lambda s, q64: _lists_block(s, q64, kept.pop(s), plans, limits, bound32, tiles.corpus64, out)
+    tiles.on_row = lambda s, q64: _lists_block(s, q64, kept.pop(s), plans, limits, bound32, tiles.corpus64, out, zs)
     tiles.run()
     return out, tiles.log_potential
 
@@ -155,9 +158,11 @@ def _kth(r: torch.Tensor, v: torch.Tensor, counts: torch.Tensor, starts: torch.T
     return out
 
 
-def _limit_block(s: int, blk, entries, plans: list, limits: list, corpus64) -> None:
+def _limit_block(s: int, blk, entries, plans: list, limits: list, corpus64, zs: list) -> None:
     """Each plan's limits of the rows of block ``s`` (see the module, step 1): the first K entries of each row by
-    bfloat16 product (K: the longest list) scored in float64; any k of them bound the row's k-th score from below."""
+    bfloat16 product (K: the longest list) scored in float64; any k of them bound the row's k-th score from below.
+    A mutual-proximity plan also keeps in ``zs`` its rows' z = Φ⁻¹(e^τ), which bounds the columns too
+    (:func:`_lists_block`)."""
     m = len(blk.q)
     r, c, p, counts, starts = _grouped(*entries, m)
     if int(counts.min()) < max(k for k, _ in plans):  # cannot happen: the pass keeps each row's largest products
@@ -166,7 +171,7 @@ def _limit_block(s: int, blk, entries, plans: list, limits: list, corpus64) -> N
     cand = c[starts[:, None] + torch.arange(K)[None, :]]
     cos64 = _exact_scores(corpus64, None, blk.q64, cand, "cosine")
     rows = torch.arange(s, s + m)
-    for (k, rescore), limit in zip(plans, limits):
+    for (k, rescore), limit, zrows in zip(plans, limits, zs):
         if rescore is None:
             limit[s:s + m] = torch.topk(cos64, k, dim=1).values[:, -1]
             continue
@@ -174,6 +179,7 @@ def _limit_block(s: int, blk, entries, plans: list, limits: list, corpus64) -> N
         # 1 - Φ(z) = -expm1(τ), well conditioned where τ is near 0; at least the smallest double (z ≈ 37.5)
         z = -torch.special.ndtri((-torch.expm1(tau)).clamp_min(torch.finfo(torch.float64).tiny))
         limit[s:s + m] = rescore.mu64[rows] + rescore.sd64[rows] * z - MP_MARGIN
+        zrows[s:s + m] = z
 
 
 def _keep(tile: torch.Tensor, s: int, t: int, limit32: torch.Tensor, kept: dict) -> None:
@@ -208,16 +214,19 @@ def _keep(tile: torch.Tensor, s: int, t: int, limit32: torch.Tensor, kept: dict)
 
 
 def _lists_block(s: int, q64: torch.Tensor, entries: list, plans: list, limits: list, bound32: float, corpus64,
-                 out: list) -> None:
+                 out: list, zs: list) -> None:
     """The float64 lists of the rows of block ``s`` from their float32 kept entries (see the module, step 3)."""
     m = len(q64)
     r, c, p, counts, starts = _grouped(*(torch.cat(x) for x in zip(*entries)), m)
-    for (k, rescore), limit, (idx, val) in zip(plans, limits, out):
+    for (k, rescore), limit, zrows, (idx, val) in zip(plans, limits, zs, out):
         if rescore is None:  # within 2 B32 of the row's k-th float32 product
             keep = p >= (p[starts + k - 1] - 2 * bound32)[r]
-        else:  # above the row's limit, and the score interval of cosines within B32 reaches the k-th lower score
+        else:  # above the row's limit and the column's (log Φ(z_y) ≥ τ: the same z), and the score interval of
+            # cosines within B32 reaches the k-th lower score
             keep = true_indices(p >= limit[s:s + m][r] - bound32)
             rk, ck, pk = r[keep], c[keep], p[keep]
+            col = true_indices(pk >= rescore.mu64[ck] + rescore.sd64[ck] * zrows[s:s + m][rk] - MP_MARGIN - bound32)
+            keep, rk, ck, pk = keep[col], rk[col], ck[col], pk[col]
             n_keep = torch.bincount(rk, minlength=m)
             lo = rescore.exact(rk + s, ck, pk - bound32)
             kth = _kth(rk, lo, n_keep, torch.cumsum(n_keep, 0) - n_keep, k)
