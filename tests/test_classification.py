@@ -480,9 +480,32 @@ def test_clustering_narrative_figures_and_record(noisy, noisy_clusters):
     assert "bootstrap resamples of the entities, the partition held fixed" in text  # the interval says what it is over
     proj = mclu.project(X, r.labels, method="tsne", sample_size=80, seed=0)
     assert proj.coords.shape == (80, 2)
+    assert f"Barnes–Hut angle {mclu.TSNE_ANGLE:g}" in proj.protocol and f"{mclu.TSNE_ITERATIONS} iterations" in proj.protocol
     for fig in (cl_chapter.projection_figure(r, proj, kinds), cl_chapter.contingency_figure(r), cl_chapter.sweep_figure(r)):
         fig.canvas.draw()
     json.dumps(cl_chapter.clustering_record(r, kind_agreement=ka, column="kind"), default=str)
+
+
+@pytest.mark.parametrize("case", ["plain", "offset", "constant", "float32", "nan", "weights"])
+def test_standardiser_fits_as_standard_scaler_bit_for_bit(case):
+    """The probes' scaler: StandardScaler's mean_, var_, scale_, n_samples_seen_ and transform, bit for bit (its fast
+    path on float64 rows without NaN; scikit-learn's own fit for anything else)."""
+    from sklearn.preprocessing import StandardScaler
+    from embeval_report.metrics.labels import Standardiser
+    rng = np.random.default_rng(3)
+    X = {"plain": rng.standard_normal((301, 17)), "offset": 3 * rng.standard_normal((2000, 40)) + 1e3,
+         "constant": np.c_[np.ones(60), rng.standard_normal(60), np.full(60, -0.0), np.full(60, 1e-300)],
+         "float32": rng.standard_normal((50, 3)).astype(np.float32),
+         "nan": np.where(rng.random((80, 4)) < 0.1, np.nan, rng.standard_normal((80, 4))),
+         "weights": rng.standard_normal((40, 3))}[case]
+    w = rng.random(len(X)) if case == "weights" else None
+    a, b = StandardScaler().fit(X, sample_weight=w), Standardiser().fit(X, sample_weight=w)
+    for name in ("mean_", "var_", "scale_", "n_samples_seen_"):
+        va, vb = getattr(a, name), getattr(b, name)
+        assert type(va) is type(vb) and np.array_equal(va, vb, equal_nan=True), name
+        assert np.array_equal(np.signbit(va), np.signbit(vb)), name
+    assert b.n_features_in_ == a.n_features_in_
+    assert np.array_equal(a.transform(X), b.transform(X), equal_nan=True)
 
 
 def test_recorded_probe_reads_the_node_classification_results(tmp_path, noisy_result):

@@ -449,7 +449,8 @@ def show_metrics(rep: ClusteringReport) -> None:
 def show_projection(rep: ClusteringReport) -> None:
     p = rep.projection
     show_figure(projection_figure(rep.result, p, rep.kinds),
-                caption=f"t-SNE of {len(p.positions):,} sampled entities. Left: coloured by class. Right: coloured "
+                caption=f"t-SNE of {len(p.positions):,} sampled entities"
+                        + (f" ({p.protocol})" if p.protocol else "") + ". Left: coloured by class. Right: coloured "
                         "by k-means cluster, each cluster in the colour of the class it is matched to (one-to-one, most "
                         "entities in common), its number at its median position"
                         + (f"; marker shape: {rep.kind_column}." if rep.kind_column else "."),

@@ -40,12 +40,11 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
 from sklearn.model_selection import StratifiedKFold, StratifiedShuffleSplit
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
 from ..kernels import as_numpy
 from ..stats import t_interval
-from .labels import (N_FOLDS, LabelSet, OnLabels, as_labelset, map_fits, per_group, prepare_labels,  # noqa: F401
-                     small_problem, stratified_subsample, threads)
+from .labels import (N_FOLDS, LabelSet, OnLabels, Standardiser, as_labelset, map_fits, per_group,  # noqa: F401
+                     prepare_labels, small_problem, stratified_subsample, threads)
 from .spec import MIN_INTERVAL_N, MetricSpec, specs
 
 TRAIN_FRACTIONS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -79,8 +78,9 @@ MODEL_NAMES = {"probe": "logistic-regression probe", "majority": "majority class
 
 
 def make_probe(C: float = PROBE_C, max_iter: int = PROBE_MAX_ITER, seed: int = 0):
-    """The probe: standardisation then multinomial L2 logistic regression (lbfgs)."""
-    return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=max_iter, random_state=seed))
+    """The probe: standardisation (scikit-learn's ``StandardScaler``, fitted as :class:`~.labels.Standardiser` fits it:
+    the same numbers) then multinomial L2 logistic regression (lbfgs)."""
+    return make_pipeline(Standardiser(), LogisticRegression(C=C, max_iter=max_iter, random_state=seed))
 
 
 def fold_scores(y_true, y_pred, n_classes: int) -> dict[str, float]:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import StandardScaler
+from sklearn.preprocessing._data import _handle_zeros_in_scale, _is_constant_feature
 from threadpoolctl import threadpool_limits
 
 from ..errors import InputError
@@ -282,3 +284,34 @@ def per_group(X, labels, groups, column: str, evaluate, summarise) -> pd.DataFra
 def drop_empty_note(df: pd.DataFrame) -> pd.DataFrame:
     """A per-group table without its ``note`` column when no group has a note."""
     return df.drop(columns=["note"]) if "note" in df and not df["note"].fillna("").astype(bool).any() else df
+
+
+class Standardiser(StandardScaler):
+    """scikit-learn's ``StandardScaler`` (centring and scaling) whose ``fit`` on dense float64 rows without NaN takes
+    the column means and variances in three passes over the rows instead of scikit-learn's seven (it builds, casts and
+    sums a NaN mask to count each column): the same sums in the same order as the first call of scikit-learn's
+    ``_incremental_mean_and_var``, so the same ``mean_``, ``var_``, ``scale_`` and ``n_samples_seen_`` bit for bit
+    (tested), hence the same probes. The link-prediction operator probes standardise 40,000 x 384 features four times
+    (0.3 of 0.4 s per fit went to the scaler); other input (NaN, float32, sample weights) is scikit-learn's own fit."""
+
+    def fit(self, X, y=None, sample_weight=None):
+        if not (self.with_mean and self.with_std and sample_weight is None and isinstance(X, np.ndarray)
+                and X.dtype == np.float64 and X.ndim == 2 and len(X) >= 2 and X.shape[1] >= 1):
+            return super().fit(X, y, sample_weight)
+        total = X.sum(axis=0)
+        if not np.isfinite(total).all():  # a NaN (or an infinity) somewhere: scikit-learn's checks and NaN handling
+            return super().fit(X, y, sample_weight)
+        super().fit(X[:2], y)  # scikit-learn's validation and attributes (feature count), then the statistics
+        count = np.full(X.shape[1], float(len(X)))
+        mean = (np.zeros(X.shape[1]) + total) / count
+        centred = X - total / count
+        correction = centred.sum(axis=0)
+        centred **= 2
+        spread = centred.sum(axis=0)
+        spread -= correction ** 2 / count
+        var = spread / count
+        self.mean_, self.var_, self.n_samples_seen_ = mean, var, count[0]
+        self.scale_ = _handle_zeros_in_scale(np.sqrt(var), copy=False,
+                                             constant_mask=_is_constant_feature(var, mean, count[0]))
+        return self
+
