@@ -209,3 +209,29 @@ def test_paired_comparison_without_unit_tests_keeps_every_other_field(n):
     assert math.isnan(lean.p_t) and math.isnan(lean.p_wilcoxon) and np.isfinite(full.p_wilcoxon)
     keep = {k: v for k, v in full.__dict__.items() if k not in ("p_t", "p_wilcoxon")}
     assert {k: v for k, v in lean.__dict__.items() if k in keep} == keep
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_compare_units_on_tables_joined_once_equals_joining_per_metric(seed):
+    """The remedy checks join a task's two unit tables once (joined_units) and compare every metric on them
+    (aligned=True): the same comparisons and differences as joining per metric, with b's rows shuffled and some
+    units only in one table."""
+    from embeval_report.metrics.scoring import Aggregate, compare_units, joined_units
+
+    rng = np.random.default_rng(seed)
+    a = _edges(rng, 300)
+    b = _edges(rng, 300).sample(frac=1.0, random_state=seed).iloc[:280].reset_index(drop=True)
+    b["edge"] = rng.permutation(a["edge"].to_numpy())[:280]
+    a = pd.concat([a, _edges(rng, 5).assign(edge=[f"x{i}" for i in range(5)])], ignore_index=True)
+    aggregates = [Aggregate("mrr", mean_of="mrr"), Aggregate("hits_at_10", mean_of="hits_at_10"),
+                  Aggregate("auc", fn=lp.placement_auc, boot=partial(weighted_mean, column="auc_placement")),
+                  Aggregate("adjusted_mrr", fn=partial(lp.adjusted, name="mrr"),
+                            boot=partial(lp.adjusted_weighted, name="mrr"))]
+    pair = joined_units(a, b, "edge")
+    for agg in aggregates:
+        kw = dict(key="edge", metric=agg.metric, aggregate=agg, seed=seed, units="test edges", unit_tests=False)
+        per_metric, d0 = compare_units(a, b, **kw)
+        once, d1 = compare_units(*pair, aligned=True, **kw)
+        assert per_metric.__dict__ == once.__dict__ or all(
+            x == y or (x != x and y != y) for x, y in zip(per_metric.__dict__.values(), once.__dict__.values()))
+        assert (d0 is None and d1 is None) or d0.tobytes() == d1.tobytes()

@@ -21,7 +21,7 @@ from ..metrics import paired
 from ..metrics.effects import Effects
 from ..metrics.isotropy import PrincipalDirections
 from ..metrics.remedies import REMEDIES, fit_remedy, remedied_rows
-from ..metrics.scoring import compare_units, plan_fingerprint
+from ..metrics.scoring import compare_units, joined_units, plan_fingerprint
 from ..metrics.spec import Metric
 from ..metrics.swap import neighbour_swap
 from ..present.display import escape, show_figure, show_markdown, show_table
@@ -205,14 +205,14 @@ def _task_rows(ctx, spec, record: dict, remedy, Y, planned) -> list[dict]:
             inputs = scorer.map_inputs(inputs, remedy.apply)
         remedied = scorer.task_units(Y, inputs, plan)  # the outcomes compared below (not a silhouette)
         remedied[scorer.key] = remedied[scorer.key].astype(str)
-    rows = []
+    rows, pair = [], joined_units(original, remedied, scorer.key)  # joined once for every metric
     for agg in scorer.aggregates:
         m = record["metrics"].get(agg.metric)
         if m is None or not agg.task:
             continue
-        result, differences = compare_units(original, remedied, key=scorer.key, metric=agg.metric,
-                                            direction=agg.direction, aggregate=agg, level=ctx.level, seed=ctx.seed,
-                                            units=scorer.unit, unit_tests=False)  # the table shows neither
+        result, differences = compare_units(*pair, key=scorer.key, metric=agg.metric, direction=agg.direction,
+                                            aggregate=agg, level=ctx.level, seed=ctx.seed, units=scorer.unit,
+                                            unit_tests=False, aligned=True)  # the table shows no t/Wilcoxon test
         if result.n < 2:
             continue
         rows.append(dict(a="original", b=remedy.name, chapter=spec.name, metric=agg.metric,

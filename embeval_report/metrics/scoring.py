@@ -265,17 +265,19 @@ def joined_units(a: pd.DataFrame, b: pd.DataFrame, key: str) -> tuple[pd.DataFra
 
 def compare_units(a: pd.DataFrame, b: pd.DataFrame, *, key: str, metric: str, direction: str = "higher",
                   aggregate: Aggregate | None = None, level: float = 0.95, seed: int = 0, units: str = "units",
-                  unit_tests: bool = True):
+                  unit_tests: bool = True, aligned: bool = False):
     """One metric of two unit tables (model A, model B) over the units both hold: ``(comparison, differences)``.
 
     A mean metric (``aggregate`` None or a ``mean_of`` aggregate; the column named ``metric``) is compared unit by
     unit (:func:`~embeval_report.metrics.paired.paired_comparison`; ``differences``: the per-unit B − A;
     ``unit_tests=False``: without its t and Wilcoxon tests), a whole-table one by the paired bootstrap of its
-    function (:func:`~embeval_report.metrics.paired.paired_aggregate`; ``differences`` None)."""
+    function (:func:`~embeval_report.metrics.paired.paired_aggregate`; ``differences`` None). ``aligned``: ``a``
+    and ``b`` are already :func:`joined_units`'s (the same units, row for row, ``a``'s order, as the join keeps
+    them), so they are not joined again (the remedy checks join a task's tables once for all of its metrics)."""
     from . import paired
 
     if aggregate is not None and not aggregate.is_mean:
-        ta, tb = joined_units(a, b, key)
+        ta, tb = (a, b) if aligned else joined_units(a, b, key)
         if aggregate.over is not None:  # the units the metric reads, in both tables (a file's blanks: not finite)
             keep = np.logical_and(*(np.isfinite(pd.to_numeric(t[aggregate.over], errors="coerce").to_numpy(float))
                                     for t in (ta, tb)))
@@ -285,8 +287,11 @@ def compare_units(a: pd.DataFrame, b: pd.DataFrame, *, key: str, metric: str, di
                                             boot_exact=aggregate.boot_exact)
         return result, None
     column = aggregate.mean_of if aggregate is not None else metric
-    joined = a[[key, column]].merge(b[[key, column]], on=key, suffixes=("_a", "_b"))
-    x, y = joined[f"{column}_a"], joined[f"{column}_b"]
+    if aligned:
+        x, y = a[column], b[column]
+    else:
+        joined = a[[key, column]].merge(b[[key, column]], on=key, suffixes=("_a", "_b"))
+        x, y = joined[f"{column}_a"], joined[f"{column}_b"]
     return (paired.paired_comparison(x, y, direction=direction, level=level, seed=seed, units=units,
                                      unit_tests=unit_tests),
             paired.paired_differences(x, y))
