@@ -70,7 +70,7 @@ def _demo_snapshots(seed, refresh, pull, fan_refresh, n_new, n_departed, mean_vi
         probs = world.view_probabilities(p, items, unavailable=retired)
         share = np.where(fans, fan_refresh[t], refresh)
         kept = mrng.binomial(counts0, (1 - share)[:, None])
-        fresh = np.stack([mrng.multinomial(v, q) for v, q in zip(mrng.poisson(share * mean_views), probs)])
+        fresh = mrng.multinomial(mrng.poisson(share * mean_views), probs)  # row by row, as a loop over users
         counts = kept + fresh
         empty = counts.sum(1) == 0
         counts[empty] = counts0[empty]

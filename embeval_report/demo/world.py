@@ -98,7 +98,7 @@ def streaming_world(n_users: int = 4000, n_items: int = 1000, dim: int = 64, *, 
                            popularity_weight)
     probs = world.view_probabilities()
     views = np.maximum(rng.poisson(mean_views, n_users), 1)
-    counts = np.stack([rng.multinomial(v, p) for v, p in zip(views, probs)]).astype(float)
+    counts = rng.multinomial(views, probs).astype(float)  # row by row, as a loop over the users draws them
     world = replace(world, counts=counts)
     for f in fields(world):
         value = getattr(world, f.name)
