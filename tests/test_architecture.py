@@ -14,7 +14,7 @@ ROOT = PACKAGE.name
 
 #: bottom (0) to top: a module may import from its own layer and the layers below
 LAYERS = {
-    "errors": 0, "progress": 0, "resources": 0, "version": 0, "context": 0, "safe_files": 0,
+    "errors": 0, "progress": 0, "resources": 0, "version": 0, "context": 0, "safe_files": 0, "threads": 0,
     "io": 1,
     "kernels": 2,
     "stats": 3, "metrics": 3, "monitoring": 3,

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
-from threadpoolctl import threadpool_limits
 
 from ..errors import UndefinedMetricWarning
 from ..io.snapshots import MIN_MATCHED, Snapshot
@@ -44,6 +43,7 @@ from ..kernels import dask_engine
 from ..kernels.moments import resampled_moments
 from ..kernels.transforms import unit_halves
 from ..stats import HypothesisTest, ResamplingPlan, bootstrap_weights, normal_ci, wilson_ci
+from ..threads import blas_threads
 from .isotropy import cosine_moments, covariance_from_moments, no_variance, spectral_metrics
 from .procrustes import knn_overlap, procrustes_align, row_cosines
 from .spec import MetricSpec, specs
@@ -291,7 +291,7 @@ def _pair_statistics(A: np.ndarray, B: np.ndarray, *, n_boot: int, level: float,
             W = bootstrap_weights(plan.units, plan.n_boot, seed)
             same, reps = (W * W) @ cos_m.count, []
             for (rows, (N, s, G)), (_, (Nc, su, Gu)) in zip(cov_m.replicate_totals(W), cos_m.replicate_totals(W)):
-                with threadpool_limits(1, user_api="blas"):  # small eigen/SVDs: threads only contend; same values
+                with blas_threads(1):  # small eigen/SVDs: threads only contend; same values
                     reps += [[v[k] for k in names]
                              for v in (compute(totals=t) for t in zip(N, s, G, Nc, su, Gu, same[rows]))]
             reps = np.array(reps)

@@ -307,12 +307,11 @@ def stacked_eigvalsh(M: np.ndarray) -> np.ndarray:
     1.1 s single-threaded; a single-threaded decomposition is also the same on a machine of any core count."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from threadpoolctl import threadpool_limits
-
+    from ..threads import blas_threads
     from .labels import _cores
 
     parts = min(_cores(), len(M))
-    with threadpool_limits(1, user_api="blas"):
+    with blas_threads(1):
         if parts < 2:
             return np.linalg.eigvalsh(M)
         pieces = np.array_split(M, parts)

@@ -14,13 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from ..kernels import as_numpy, block_moments, column_mean, resolve_device
 from ..kernels.moments import GroupedMoments
 from ..kernels.spectra import weighted_nuclear_norms
 from ..kernels.transforms import split_squared_norms
 from ..stats import ResamplingPlan
+from ..threads import blas_threads
 
 
 def _joint(A, B, dev):
@@ -59,7 +59,7 @@ class PairMoments:
         """From per-block joint moments ``(count, s, G)`` of ``[a, b]`` and ``(qs, qG)`` of the squared norms."""
         Gaa, Gbb, Gab = G[:, :da, :da], G[:, da:, da:], G[:, :da, da:]
         flat = lambda M: M.reshape(len(M), -1)  # noqa: E731
-        with threadpool_limits(1, user_api="blas"):  # B x B products: BLAS threads only contend (the same values)
+        with blas_threads(1):  # B x B products: BLAS threads only contend (the same values)
             K = [flat(M) @ flat(M).T for M in (Gaa, Gbb, Gab)]
         return cls(count=np.asarray(count, float), sa=s[:, :da], sb=s[:, da:], Gab=Gab.copy(), Kaa=K[0], Kbb=K[1],
                    Kab=K[2], q=np.column_stack([qs[:, 0], qs[:, 1], qG[:, 0, 0], qG[:, 1, 1], qG[:, 0, 1]]))

@@ -8,14 +8,15 @@ alignment at all, such as the overlap of each entity's k nearest neighbours.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import svd
-from threadpoolctl import threadpool_limits
 
 from ..kernels import as_numpy, knn, neighbour_sets_overlap, resolve_device
 from ..kernels.procrustes import cuda_device_of, procrustes_on_device
+from ..threads import blas_threads
 
 
 @dataclass(frozen=True)
@@ -69,12 +70,20 @@ def procrustes_align(A, B, *, center: bool = True, device="auto") -> ProcrustesF
     return ProcrustesFit(R, aligned, A, disparity)
 
 
+#: up to this many multiply-adds (n d^2), the cross product of :func:`_rotation` runs on one BLAS thread
+ONE_THREAD_PRODUCT = 2_000_000_000
+
+
 def _rotation(B: np.ndarray, A: np.ndarray) -> np.ndarray:
-    """:func:`scipy.linalg.orthogonal_procrustes` ``(B, A)``'s rotation, step for step (the same values), its d x d
-    SVD on one BLAS thread: threads only contend on so small a matrix (10x its CPU time on a busy machine), and
-    its result does not depend on their number (the n x d product, whose rounding does, keeps them)."""
-    M = (A.T @ B).T
-    with threadpool_limits(1, user_api="blas"):
+    """:func:`scipy.linalg.orthogonal_procrustes` ``(B, A)``'s rotation, step for step, its d x d SVD on one BLAS
+    thread: threads only contend on so small a matrix (10x its CPU time on a busy machine). The n x d x d cross
+    product also runs on one thread up to :data:`ONE_THREAD_PRODUCT` multiply-adds (a 13,000 x 384 set): OpenBLAS
+    splits its long sum over its threads, so its rounding depended on the machine's core count, and two threads
+    on a 5,000 x 64 set took 38-107 ms of CPU on a busy machine against 2 ms on one. Larger products keep the
+    threads (there they pay)."""
+    with blas_threads(1) if B.shape[0] * B.shape[1] * A.shape[1] <= ONE_THREAD_PRODUCT else nullcontext():
+        M = (A.T @ B).T
+    with blas_threads(1):
         u, _, vt = svd(M)
     return u @ vt
 
