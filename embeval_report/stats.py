@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+import scipy
 from scipy import stats
 
 from .context import current
@@ -200,10 +201,15 @@ def mean_ci(values, level: float = DEFAULT_LEVEL, *, seed: int = 0, units: str =
     if np.ptp(x) == 0:
         return float(x[0]), float(x[0]), "constant values: no spread to resample"
     if len(x) <= BCA_MAX:
-        lo, hi = _mean_bca(x, level, MEAN_CI_RESAMPLES, seed)
+        lo, hi = (_mean_bca(x, level, MEAN_CI_RESAMPLES, seed) if _BCA_STEPS_OF_THIS_SCIPY
+                  else bootstrap_ci(np.mean, x, level=level, n_boot=MEAN_CI_RESAMPLES, seed=seed))
         return lo, hi, f"{level:.0%} BCa bootstrap over the {len(x):,} {units} ({MEAN_CI_RESAMPLES} resamples)"
     lo, hi = normal_ci(float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x))), level)
     return lo, hi, f"{level:.0%} normal interval over the {len(x):,} {units} (mean ± z·sd/√n)"
+
+
+#: :func:`_mean_bca` repeats the steps of SciPy 1.17's ``bootstrap``; with another SciPy, mean_ci calls SciPy's own
+_BCA_STEPS_OF_THIS_SCIPY = scipy.__version__.split(".")[:2] == ["1", "17"]
 
 
 def _mean_bca(x: np.ndarray, level: float, n_boot: int, seed: int) -> tuple[float, float]:
