@@ -89,12 +89,14 @@ def test_the_t_sne_map_made_aside_equals_the_one_made_in_turn(monkeypatch):
     :func:`project` called in turn (single-threaded BLAS and OpenMP), here with the BLAS threads left as
     they are, as the chapter's other work leaves them."""
     from embeval_report.metrics import clustering as mclu
+    from embeval_report.metrics import labels as mlab
     from embeval_report.metrics.labels import as_labelset
 
     X = _set(400, 16)
     labels = as_labelset(np.arange(400) % 4, 400, 2, "label")
     turn = mclu.project(X, labels, method="tsne", sample_size=150, seed=2)
-    monkeypatch.setattr(mclu, "_cores", lambda: 2)  # a thread even on a one-core runner
+    for module in (mclu, mlab):  # a thread even on a one-core runner (labels.aside starts it)
+        monkeypatch.setattr(module, "_cores", lambda: 2)
     aside = mclu.project_aside(X, labels, method="tsne", sample_size=150, seed=2)
     got = aside()
     np.testing.assert_array_equal(got.positions, turn.positions)

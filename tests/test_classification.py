@@ -285,6 +285,31 @@ def test_narrative_and_tables_escape_labels(noisy):
     assert rec["baselines"]["majority"]["accuracy"] == r.values["majority_accuracy"]
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+def test_aside_runs_with_the_callers_context_and_reraises(cores, monkeypatch):
+    """labels.aside: the result of the call, in the caller's context variables (the chapter's compute context), in
+    another thread on two cores (in turn on one), and the call's exception raised when collected."""
+    import contextvars
+    import threading
+    from embeval_report.metrics import labels as mlab
+
+    monkeypatch.setattr(mlab, "_cores", lambda: cores)
+    var = contextvars.ContextVar("var", default="unset")
+    var.set("caller")
+    got = mlab.aside(lambda a, b=0: (a + b, var.get(), threading.get_ident()), 1, b=2)()
+    assert got[:2] == (3, "caller") and (got[2] != threading.get_ident()) == (cores == 2)
+
+    def fails():
+        raise ValueError("inside")
+    if cores == 2:
+        done = mlab.aside(fails)
+        with pytest.raises(ValueError, match="inside"):
+            done()
+    else:
+        with pytest.raises(ValueError, match="inside"):
+            mlab.aside(fails)
+
+
 def test_fits_side_by_side_equal_one_after_the_other(noisy, monkeypatch):
     """The probe's fits run two at a time (each single-threaded) for a small problem: the same predictions, scores and
     learning curve as one after the other, and every fit that hits max_iter is counted."""

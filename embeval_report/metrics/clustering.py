@@ -32,10 +32,8 @@ warm-started from its neighbour towards the true k (:data:`SWEEP_METHOD`).
 """
 from __future__ import annotations
 
-import contextvars
 import math
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
@@ -53,7 +51,7 @@ from ..kernels.transforms import unit_vectors
 from ..stats import bootstrap_ci, bootstrap_weights, percentile_interval
 from .kmeans import (KMEANS_N_INIT, MINIBATCH_SIZE, MINIBATCH_THRESHOLD, SWEEP_METHOD, kmeans_fit,  # noqa: F401
                      kmeans_restarts, sweep_fits)
-from .labels import N_FOLDS, LabelSet, OnLabels, _cores, as_labelset, per_group, threads
+from .labels import N_FOLDS, LabelSet, OnLabels, _cores, as_labelset, aside, per_group, threads
 from .spec import MetricSpec, specs
 
 N_SEED_RUNS = 20  # MiniBatchKMeans (at most N_SEED_RUNS_LARGE of them); with Lloyd, not 0: the fit's restarts
@@ -552,17 +550,9 @@ def project_aside(X, labels: LabelSet, **kw) -> Callable[[], Projection]:
     clustering chapter of 10,000 x 384 took 21.4 s of CPU, 6.9 s of it t-SNE. The thread runs OpenMP
     single-threaded (its own setting) and leaves the process's BLAS threads to the caller (a limit set there
     is process-wide); t-SNE's coordinates do not depend on the BLAS thread count (tested), so they are those
-    of :func:`project` called in turn. On one core it is :func:`project` called now."""
-    if _cores() < 2:
-        done = project(X, labels, **kw)
-        return lambda: done
-    context = contextvars.copy_context()  # the chapter's compute context, in the thread too
-
+    of :func:`project` called in turn (:func:`~.labels.aside`). On one core it is :func:`project` called now."""
     def run() -> Projection:
         with threadpool_limits(1, user_api="openmp"):
             return project(X, labels, in_thread=True, **kw)
 
-    pool = ThreadPoolExecutor(1)
-    future = pool.submit(context.run, run)
-    pool.shutdown(wait=False)
-    return future.result
+    return aside(run) if _cores() >= 2 else aside(project, X, labels, **kw)

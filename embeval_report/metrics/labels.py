@@ -8,6 +8,7 @@ than 2 classes with enough members), the reason the chapters are skipped with.
 """
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -263,6 +264,22 @@ def map_threads(fn, items, *, parallel: bool = True) -> list:
 
     with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(workers) as pool:
         return list(pool.map(one, items))
+
+
+def aside(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` started now in a thread of its own (with the caller's context variables: the chapter's
+    compute context), collected by calling the function returned (which raises what ``fn`` raised); on one core
+    ``fn`` called now. For work that would leave a core idle while the caller does other work meanwhile: its
+    numbers are those of the call in turn where they do not depend on the BLAS thread count (a limit that ``fn``
+    sets with threadpoolctl holds for the whole process while it runs)."""
+    if _cores() < 2:
+        done = fn(*args, **kwargs)
+        return lambda: done
+    context = contextvars.copy_context()
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(context.run, fn, *args, **kwargs)
+    pool.shutdown(wait=False)
+    return future.result
 
 
 def per_group(X, labels, groups, column: str, evaluate, summarise) -> pd.DataFrame:

@@ -42,6 +42,7 @@ from .edge_probes import (
     suspected_false_negatives,
 )
 from .graph import HEURISTIC_SHORT, HEURISTICS, LinkData, adjacency, heuristic_scores, sample_non_edges
+from .labels import aside
 from .ranks import (
     KS,
     TIES,
@@ -337,6 +338,9 @@ def evaluate_link_prediction(X, data: LinkData, *, score: str = "dot", ties: str
     if cs is None:
         cs = score_candidates(X, test.src, data.candidates, score=score, known=data.known, rel=data.test_rel,
                               device=dev)
+    # the edge-operator probes (two threads) start now, the rest is computed meanwhile on the core they leave idle
+    probes_done = (aside(_run_probes, X, data, score=score, max_edges=max_probe_edges, level=level, seed=seed)
+                   if probe else lambda: None)
     rk = cs.ranks(filtered)
     r = rk.get(ties)
     values, expected = rank_values(rk, ties)
@@ -361,14 +365,14 @@ def evaluate_link_prediction(X, data: LinkData, *, score: str = "dot", ties: str
     suspects = suspected_false_negatives(cs.scores, cs.removed, level=level)
     values["negatives_above_most_positives"] = suspects.rate
     cis["negatives_above_most_positives"] = (*suspects.ci, f"{level:.0%} Wilson interval over the {n_neg:,} negatives")
-    probes = _run_probes(X, data, score=score, max_edges=max_probe_edges, level=level, seed=seed) if probe else None
+    baselines, n_bq = (baseline_table(data, cs, ties=ties, filtered=filtered, max_queries=max_heuristic_queries,
+                                      seed=seed, level=level) if heuristics else (None, 0))
+    probes = probes_done()
     if probes is not None:
         b = probes.table.set_index("name").loc[probes.best]
         values["probe_roc_auc"], values["probe_average_precision"] = float(b["ROC-AUC"]), float(b["average precision"])
         cis["probe_roc_auc"] = (*b["_auc_ci"], probes.ci_method)
         cis["probe_average_precision"] = (*b["_ap_ci"], probes.ci_method)
-    baselines, n_bq = (baseline_table(data, cs, ties=ties, filtered=filtered, max_queries=max_heuristic_queries,
-                                      seed=seed, level=level) if heuristics else (None, 0))
     tag = protocol_tag(score, ties, filtered, data)
     settings = {"negative_score_cohens_d": f"{score} score, raw negatives",
                 "false_negative_rate": f"{score} score, raw negatives",
