@@ -65,6 +65,39 @@ def demo_report(tmp_path_factory) -> DemoReport:
     return DemoReport(folder, done["returncode"], done["stderr"])
 
 
+@dataclass(frozen=True)
+class DaskReference:
+    """The local run (no engine) of isotropy and uniformity on an 8,300 x 64 set (more rows than one chunk of a 256
+    MiB budget): the reference numbers of the Dask runs on that set. ``folder`` holds the set (``vecs.npy``,
+    ``ids.txt``, ``m.yaml``), ``out`` the report."""
+    folder: Path
+    out: Path
+
+    #: the runs' arguments after the manifest and --out
+    ARGS = ("--chapters", "isotropy,uniformity", "--formats", "html", "--device", "cpu", "--memory-budget", "256MiB")
+
+
+@pytest.fixture(scope="session")
+def dask_reference(tmp_path_factory) -> DaskReference:
+    """:class:`DaskReference`, written once per session (:func:`built_once`) for the Dask runs that compare with it
+    (test_dask_engine, test_dask_no_shared_disk: the same set, chapters and options; each test ran it itself before).
+    Read it; copy the set's files to run on them elsewhere."""
+    import numpy as np
+
+    from embeval_report.cli import main
+
+    def build(folder):
+        X = np.random.default_rng(0).standard_normal((8300, 64)).astype(np.float32)
+        np.save(folder / "vecs.npy", X)
+        (folder / "ids.txt").write_text("\n".join(f"e{i}" for i in range(len(X))))
+        (folder / "m.yaml").write_text("name: tiny\nvectors: vecs.npy\nids: ids.txt\n")
+        return {"rc": main(["run", str(folder / "m.yaml"), "--out", str(folder / "local"), *DaskReference.ARGS])}
+
+    folder, done = built_once(tmp_path_factory, "dask-reference", build)
+    assert done["rc"] == 0
+    return DaskReference(folder, folder / "local")
+
+
 @pytest.fixture(scope="session")
 def demo_data(demo_report) -> Path:
     """The demo's manifest with every chapter's side data (``write_demo(seed=0)``), as the demo report holds it."""

@@ -288,10 +288,12 @@ def _numbers(doc, path=""):
     return {path: doc}
 
 
-def test_run_with_dask_sends_the_chapters_passes_and_equals_the_local_run(tmp_path, monkeypatch):
+def test_run_with_dask_sends_the_chapters_passes_and_equals_the_local_run(dask_reference, tmp_path, monkeypatch):
+    """The local run is conftest's ``dask_reference`` (written once per session, as test_dask_no_shared_disk
+    compares with it too): the same set (8,300 x 64: more rows than one chunk of a 256 MiB budget, 8,192 of 64),
+    chapters (isotropy and uniformity; collapse reads the same moments, the run's moments cache) and options."""
     from embeval_report.report import runner, shared_graph
 
-    manifest = write_set(tmp_path, n=8300, d=64)  # more rows than one chunk of a 256 MiB budget (8,192 of 64)
     prefixes = []
     real = shared_graph.dask_client
 
@@ -310,11 +312,9 @@ def test_run_with_dask_sends_the_chapters_passes_and_equals_the_local_run(tmp_pa
         return client, info
 
     monkeypatch.setattr(runner, "dask_client", spy)
-    outs, chapters = {}, "isotropy,uniformity"  # collapse reads the same moments (the run's moments cache)
-    for name, extra in (("local", []), ("dask", ["--dask"])):
-        outs[name] = tmp_path / name
-        assert main(["run", str(manifest), "--out", str(outs[name]), "--chapters", chapters, "--formats", "html",
-                     "--device", "cpu", "--memory-budget", "256MiB", *extra]) == 0
+    outs, chapters = {"local": dask_reference.out, "dask": tmp_path / "dask"}, "isotropy,uniformity"
+    assert main(["run", str(dask_reference.folder / "m.yaml"), "--out", str(outs["dask"]), *dask_reference.ARGS,
+                 "--dask"]) == 0
     docs = {name: json.loads((out / "metrics.json").read_text())["chapters"] for name, out in outs.items()}
     worst = 0.0
     for ch in chapters.split(","):

@@ -9,6 +9,7 @@ usual."""
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -109,22 +110,21 @@ def _numbers(doc, path=""):
     return {path: doc}
 
 
-def test_a_run_on_a_cluster_without_the_runners_disk_equals_the_local_run(hidden):
+def test_a_run_on_a_cluster_without_the_runners_disk_equals_the_local_run(hidden, dask_reference):
     """``run --scheduler`` on the cluster whose workers cannot open the manifest, the report or its prepared cache:
     the shared graph's rows and each chapter's rows are sent to them, the chapters' tasks run there, and every
-    number of metrics.json is the local run's (to 1e-9)."""
+    number of metrics.json is the local run's (to 1e-9). The set (8,300 x 64: more than one 256 MiB chunk) and the
+    local run are conftest's ``dask_reference`` (written once per session; test_dask_engine compares with it too):
+    its files are copied into the folder the workers cannot read."""
     client, folder = hidden
     base = os.path.join(folder, "run")
     os.makedirs(base)
-    X = np.random.default_rng(0).standard_normal((8300, 64)).astype(np.float32)  # more than one 256 MiB chunk
-    np.save(os.path.join(base, "vecs.npy"), X)
-    with open(os.path.join(base, "m.yaml"), "w") as f:
-        f.write("name: no shared disk\nvectors: vecs.npy\n")
-    outs = {name: os.path.join(base, name) for name in ("local", "cluster")}
+    for name in ("vecs.npy", "ids.txt", "m.yaml"):
+        shutil.copyfile(dask_reference.folder / name, os.path.join(base, name))
+    outs = {"local": str(dask_reference.out), "cluster": os.path.join(base, "cluster")}
     before = _tasks(client)
-    for name, extra in (("local", []), ("cluster", ["--scheduler", client.scheduler.address])):
-        assert main(["run", os.path.join(base, "m.yaml"), "--out", outs[name], "--chapters", "isotropy,uniformity",
-                     "--formats", "html", "--device", "cpu", "--memory-budget", "256MiB", *extra]) == 0
+    assert main(["run", os.path.join(base, "m.yaml"), "--out", outs["cluster"], *dask_reference.ARGS, "--scheduler",
+                 client.scheduler.address]) == 0
     assert not any(client.run(de._can_read, os.path.join(outs["cluster"], "metrics.json")).values())
     assert {"moment_partials", "potential_pair"} <= _ran_since(client, before)  # the chapters' passes ran there
     docs = {name: json.load(open(os.path.join(out, "metrics.json")))["chapters"] for name, out in outs.items()}
