@@ -19,12 +19,16 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
-from sklearn.preprocessing._data import _handle_zeros_in_scale, _is_constant_feature
 from threadpoolctl import threadpool_limits
 
 from ..errors import InputError
 from ..io import iter_groups
 from ..kernels import as_numpy
+
+try:  # scikit-learn's private helpers of StandardScaler's scale: without them, Standardiser is StandardScaler
+    from sklearn.preprocessing._data import _handle_zeros_in_scale, _is_constant_feature
+except ImportError:  # pragma: no cover - a scikit-learn that moved them
+    _handle_zeros_in_scale = _is_constant_feature = None
 
 #: folds of the stratified cross-validation, and so the smallest class that can be evaluated
 N_FOLDS = 5
@@ -312,8 +316,8 @@ class Standardiser(StandardScaler):
     (0.3 of 0.4 s per fit went to the scaler); other input (NaN, float32, sample weights) is scikit-learn's own fit."""
 
     def fit(self, X, y=None, sample_weight=None):
-        if not (self.with_mean and self.with_std and sample_weight is None and isinstance(X, np.ndarray)
-                and X.dtype == np.float64 and X.ndim == 2 and len(X) >= 2 and X.shape[1] >= 1):
+        if not (_handle_zeros_in_scale is not None and self.with_mean and self.with_std and sample_weight is None
+                and isinstance(X, np.ndarray) and X.dtype == np.float64 and X.ndim == 2 and len(X) >= 2 and X.shape[1] >= 1):
             return super().fit(X, y, sample_weight)
         total = X.sum(axis=0)
         if not np.isfinite(total).all():  # a NaN (or an infinity) somewhere: scikit-learn's checks and NaN handling
