@@ -404,7 +404,7 @@ def _rows_to_padded(r: torch.Tensor, c: torch.Tensor, p: torch.Tensor, m: int):
     return cols, vals, counts
 
 
-def _collect(k: int, blk: _Block, corpus_t, tile_cols: int, buffer: torch.Tensor):
+def _collect(k: int, blk: _Block, corpus_t, tile_cols: int, buffer: torch.Tensor, slack: bool = True):
     r"""One pass over the products of a block's rows against the corpus, keeping every entry that can be in a
     row's float64 top-k.
 
@@ -418,7 +418,9 @@ def _collect(k: int, blk: _Block, corpus_t, tile_cols: int, buffer: torch.Tensor
     rises; the limit rounded down to the products' format) is kept, read from the groups whose maximum
     reaches it. For bfloat16 products and a positive limit the group maxima are taken over the raw 16-bit
     patterns (integer order is float order for positive values; negative values stay below any positive
-    limit). Returns the kept ``(rows, columns, products)``.
+    limit). ``slack=False``: every entry at or above the row's k-th group maximum (v itself), which holds the row's k
+    largest products, for a caller that needs only k entries of large product, not the list (the limits of
+    :mod:`.sweep`). Returns the kept ``(rows, columns, products)``.
     """
     q = blk.q
     m, n = len(q), corpus_t.shape[1]
@@ -426,12 +428,12 @@ def _collect(k: int, blk: _Block, corpus_t, tile_cols: int, buffer: torch.Tensor
     W = min(tile_cols, n)
     rows = torch.arange(m, device=dev)
     best = torch.full((m, k), -torch.inf, device=dev)  # k entries' products (a lower bound on the k-th)
-    slack = 2 * blk.bound
     out16 = q.dtype == torch.bfloat16
+    margin = 2 * blk.bound if slack else 0.0
 
     def below(v):  # v - 2B - delta in float64, rounded down to the products' dtype: no entry above it is lost
         v = v.double()
-        return round_down(v - slack - (v.abs() * (2.0**-7 * 1.01) if out16 else 0.0), q.dtype)
+        return round_down(v - margin - (v.abs() * (2.0**-7 * 1.01) if out16 and slack else 0.0), q.dtype)
 
     parts = []
     for j in range(0, n, W):

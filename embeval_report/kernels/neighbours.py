@@ -406,6 +406,7 @@ class _Sweep:
         #: instead of its lists; ``on_tile(tile, s, t)`` sees each tile of the upper triangle before the potential
         #: and ``on_row(s, q64)`` is called when block s is finished
         self.on_block = self.on_tile = self.on_row = None
+        self.tight = False  # on_block takes each row's k largest products only (:func:`~.candidates._collect`)
 
     def _choose_pass(self) -> None:
         """Kept entries (one plain plan, or one linear re-scoring such as CSLS, on a product with a bound) or fixed
@@ -470,7 +471,8 @@ class _Sweep:
         try:
             q64, q, blk = self.inputs(s)
             if self.collect and self.on_block is not None:
-                self.on_block(s, blk, _collect(self.plans[0][0], blk, self.corpus_t, self.cols, buffer))
+                self.on_block(s, blk, _collect(self.plans[0][0], blk, self.corpus_t, self.cols, buffer,
+                                               slack=not self.tight))
                 return 0
             if self.collect:  # one plain plan: kept entries instead of a fixed pool
                 self.write(s, [_collected_lists(self.plans[0][0], blk, self.corpus64, self.sq64, self.corpus_t,

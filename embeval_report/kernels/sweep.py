@@ -3,8 +3,9 @@ all-pairs potential from one float32 pass over the upper triangle of the Gram, w
 per-row limits set beforehand by a bfloat16 pass (no running top-k is merged tile by tile, the mutual-proximity
 scores of the whole Gram are never computed).
 
-1. **Limits** (:func:`_limit_block`): the kept-entry pass of a plain search on bfloat16 products
-   (:func:`~.candidates._collect`) gives each row its K entries of largest product (K: the longest list), scored in
+1. **Limits** (:func:`_limit_block`): the kept-entry pass of a plain search on bfloat16 products without its slack
+   (:func:`~.candidates._collect`: only entries at or above the row's K-th group maximum, not every entry within the
+   products' error of it) gives each row its K entries of largest product (K: :func:`_entries`), scored in
    float64. Any k entries bound the row's k-th float64 score from below, so the k-th cosine among them is a limit
    no entry of the cosine list falls below. For mutual proximity :math:`\log MP(x, y) = \log\Phi(z_x) +
    \log\Phi(z_y)`, increasing in the cosine, the k-th of their scores, :math:`\tau`, is at most the row's k-th;
@@ -63,9 +64,11 @@ def collected_sweep(X: np.ndarray, plans: list, dev: torch.device, desc: str | N
     :class:`~.neighbours._Sweep`. Returns what :func:`~.neighbours._search` returns, or None when the rows would keep
     more than :data:`KEPT_PER_ROW` entries each (the caller then merges lists tile by tile)."""
     n = len(X)
-    pre = sweep_class(X, X, [(max(k for k, _ in plans), None)], "cosine", True, dev, None, None, BF16)
-    if crowded(pre, max(k for k, _ in plans)):
+    longest = max(k for k, _ in plans)
+    pre = sweep_class(X, X, [(_entries(plans, n - 1), None)], "cosine", True, dev, None, None, BF16)
+    if crowded(pre, longest):
         return None
+    pre.tight = True  # each row's K largest products (K: :func:`_entries`), not every entry near them
     limits = [torch.full((n,), torch.inf, dtype=torch.float64) for _ in plans]  # per plan
     zs = [None if rescore is None else torch.empty(n, dtype=torch.float64) for _, rescore in plans]
     pre.on_block = lambda s, blk, entries: _limit_block(s, blk, entries, plans, limits, pre.corpus64, zs)
