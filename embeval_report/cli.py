@@ -473,12 +473,20 @@ def _terminate(signum, frame):
 UNUSED_MODULES = ("rfc3987_syntax",)
 
 
-def _start_chapter_kernels() -> None:
-    """Start the chapter kernels' template (:mod:`.report.kernel_forks`) before this process imports torch and the
-    rest: its imports (about 3 s of CPU) run beside this process's own instead of beside the run's first pass."""
+def _start_chapter_kernels(command_line: bool) -> None:
+    """Start the chapter kernels' template (:mod:`.report.kernel_forks`). As this process's own command line
+    (``main()`` without arguments: ``embeval-report``, ``python -m embeval_report.cli``), the template is a fork of
+    this process once it has imported the chapters (their declarations; nothing computed yet), which spares the
+    template's own import of the same modules (about 5 s of CPU); called in a process that runs other work
+    (``main([...])``: tests, a notebook), it is started anew, before this process imports torch and the rest, so
+    that its imports run beside this process's own."""
     from .report.kernel_forks import KernelForks
 
-    KernelForks.shared()
+    if command_line:
+        from .chapters.registry import options
+
+        options()  # every chapter module imported, as the run's settings need them anyway
+    KernelForks.shared(here=command_line)
 
 
 def _dispatch(args) -> int:
@@ -521,7 +529,7 @@ def main(argv=None) -> int:
                 from .context import check_scheduler
 
                 check_scheduler(args.scheduler)
-            _start_chapter_kernels()
+            _start_chapter_kernels(command_line=argv is None)
         from .io.policy import input_policy
 
         with input_policy(**input_options(args)):  # --allow-outside, --trust-pickles: for the whole command

@@ -2,6 +2,8 @@
 the usual way, and the usual way whenever the template cannot serve."""
 import json
 import os
+import signal
+import sys
 
 import pytest
 
@@ -115,3 +117,58 @@ def test_one_template_serves_the_runs_of_a_process_until_it_idles(tmp_path, monk
     assert second is not first and second.alive
     monkeypatch.setenv(kernel_forks.SWITCH, "0")
     assert KernelForks.shared().proc is None
+
+
+_FORK_HERE = r"""
+import fcntl, json, os, signal, sys, time
+from embeval_report.chapters.registry import options
+options()  # as the command line: every chapter module imported, nothing computed
+lock = open(sys.argv[1] + "/lock", "w")
+fcntl.flock(lock, fcntl.LOCK_EX)  # an output folder's lock, held while the template is forked
+signal.signal(signal.SIGTERM, lambda *a: None)  # the command line's own handler
+from embeval_report.report.execution import WarmKernel
+from embeval_report.report.kernel_forks import KernelForks, _Template
+forks = KernelForks(here=True)
+out = {"forked": isinstance(forks.proc, _Template) and forks.alive}
+kernel = WarmKernel(sys.argv[1], forks)
+try:
+    code = ("import json, os, matplotlib; json.dump({'backend': matplotlib.rcParams['backend'], "
+            "'parent': os.getppid()}, open(%r, 'w'))" % (sys.argv[1] + "/kernel.json"))
+    out["status"] = kernel.kc.execute_interactive(code, timeout=120)["content"]["status"]
+finally:
+    kernel.release()
+out.update(json.load(open(sys.argv[1] + "/kernel.json")), template=forks.proc.pid)
+lock.close()  # this process's hold released: the template must not hold the lock
+other = open(sys.argv[1] + "/lock", "w")
+try:
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    out["lock_free"] = True
+except BlockingIOError:
+    out["lock_free"] = False
+os.kill(forks.proc.pid, signal.SIGTERM)  # the default handler in the template: it ends by the signal
+for _ in range(300):
+    if forks.proc.poll() is not None:
+        break
+    time.sleep(0.1)
+out["template_exit"] = forks.proc.poll()
+forks.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the command line forks its template on Linux only")
+def test_the_command_lines_template_is_a_fork_of_it_like_a_fresh_one(tmp_path):
+    """``embeval-report`` forks its template from itself once it has imported the chapters (their import, about
+    5 s of CPU, is not paid again by a new template). The fork looks like a template started anew: its kernels
+    draw with the inline backend, it holds none of the command's files (an output folder's lock taken before the
+    fork is free once the command lets it go) and keeps none of its signal handlers (SIGTERM ends it)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _FORK_HERE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["forked"] and out["status"] == "ok" and out["parent"] == out["template"]
+    assert out["backend"] == "module://matplotlib_inline.backend_inline"
+    assert out["lock_free"]
+    assert out["template_exit"] == -signal.SIGTERM

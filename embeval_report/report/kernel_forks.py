@@ -18,6 +18,15 @@ The template never runs a parallel region (no OpenMP or BLAS thread pool is used
 libraries create at import are fork-safe through their ``pthread_atfork`` handlers, as with ``multiprocessing``'s
 fork start). Where ``os.fork`` is missing, the template cannot start, or ``EMBEVAL_FORK_KERNELS=0`` is set, kernels
 start the usual way.
+
+**The command line's template is a fork of the command itself** (``KernelForks.shared(here=True)``, Linux): the
+``embeval-report`` process imports every chapter module anyway (their declarations), so once it has, and before it
+has computed anything, it forks the template instead of starting a new Python that imports the same modules again
+(about 5 s of CPU per report). It does so only while nothing could make the fork unsafe or the kernels differ
+(:func:`_may_fork_here`: no other Python thread, matplotlib's backend not yet chosen); the child then looks like a
+template started the usual way (:func:`_become_template`): default signal handlers, every inherited file other than
+its pipes and the standard streams replaced by ``/dev/null`` (an output folder's lock is never held by a template),
+the kernels' matplotlib backend. Anything else, and any later template of the process, starts the usual way.
 """
 from __future__ import annotations
 
@@ -104,13 +113,19 @@ class KernelForks:
     Use as a context manager (the template ends with the block; kernels it forked end with their own
     managers, or with the template: :func:`~.lifeline.arm`). The template ends with the process that started it."""
 
-    def __init__(self):
-        self.proc: subprocess.Popen | None = None
+    def __init__(self, here: bool = False):
+        self.proc: subprocess.Popen | _Template | None = None
         self._lock = threading.Lock()
         self._replies = None
         if not enabled():
             return
         read, write = os.pipe()
+        if here and _may_fork_here():
+            self.proc = _fork_template(write)
+            if self.proc is not None:
+                os.close(write)
+                self._replies = os.fdopen(read, "r")
+                return
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(write), str(IDLE_SECONDS), str(os.getpid())],
                                          stdin=subprocess.PIPE, pass_fds=(write,), text=True)
@@ -123,16 +138,18 @@ class KernelForks:
         self._replies = os.fdopen(read, "r")
 
     @classmethod
-    def shared(cls) -> KernelForks:
+    def shared(cls, here: bool = False) -> KernelForks:
         """This process's template, started on first use and again when it has ended (idle, or killed with an
-        interrupted run); a template that cannot serve (switched off, no ``fork``) where forking is off."""
+        interrupted run); a template that cannot serve (switched off, no ``fork``) where forking is off. ``here``:
+        the first one may be a fork of this process (the command line, once it has imported the chapters and
+        computed nothing; see the module docstring)."""
         with _SHARED_LOCK:
             pid = os.getpid()
             forks = _SHARED.get(pid)
             if forks is None or not forks.alive or not enabled():
                 if forks is not None:
                     forks.close()
-                _SHARED[pid] = forks = cls()
+                _SHARED[pid] = forks = cls(here=here and forks is None)
             return forks
 
     def __enter__(self) -> KernelForks:
@@ -197,6 +214,94 @@ class KernelForks:
         if self._replies is not None:
             self._replies.close()
             self._replies = None
+
+
+class _Template:
+    """The handle on a template forked from this process (as much of :class:`subprocess.Popen` as is used)."""
+
+    def __init__(self, pid: int, stdin):
+        self.pid, self.stdin, self.returncode = pid, stdin, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere
+                pid, status = self.pid, 0
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            except ChildProcessError:
+                self.returncode = 0
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def _may_fork_here() -> bool:
+    """Whether this process may fork the template itself: Linux (``/proc``: its open files), no other Python
+    thread (one holding a lock would leave it held in the child), and matplotlib's backend not yet chosen."""
+    if not sys.platform.startswith("linux") or not os.path.isdir("/proc/self/fd") or threading.active_count() > 1:
+        return False
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    return pyplot is None or getattr(pyplot, "_backend_mod", None) is None
+
+
+def _fork_template(reply: int) -> _Template | None:
+    """Fork the template from this process, answering on ``reply``; None when it cannot fork."""
+    requests, feed = os.pipe()
+    for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    parent = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(requests)
+        os.close(feed)
+        return None
+    if pid == 0:
+        try:
+            os.close(feed)
+            _become_template(requests, reply)
+            serve(reply, IDLE_SECONDS, parent)
+        finally:
+            os._exit(0)
+    os.close(requests)
+    return _Template(pid, os.fdopen(feed, "w"))
+
+
+def _become_template(requests: int, reply: int) -> None:
+    """In a template forked from the command line: what a template started the usual way has. Its requests on
+    stdin; every other inherited file (an output folder's lock, a log) replaced by ``/dev/null`` (the descriptors
+    stay taken, so an object that closes one later closes that); Python's default signal handlers; the script's
+    folder off the module path (as ``-m`` leaves the working folder, which :func:`serve` removes); the kernels'
+    matplotlib backend, which a template started the usual way reads from ``MPLBACKEND`` at import."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.dup2(requests, 0)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        if fd > 2 and fd not in (reply, null):
+            try:
+                os.dup2(null, fd)
+            except OSError:  # the listing's own descriptor, already closed
+                pass
+    script = os.path.dirname(os.path.abspath(sys.argv[0])) if sys.argv and sys.argv[0] else None
+    if sys.path and script and sys.path[0] == script:
+        del sys.path[0]
+    backend = os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    if "matplotlib" in sys.modules:
+        sys.modules["matplotlib"].rcParams["backend"] = backend
 
 
 #: the template of each process (:meth:`KernelForks.shared`), by process id (a forked process starts its own)
