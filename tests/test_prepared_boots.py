@@ -235,3 +235,155 @@ def test_compare_units_on_tables_joined_once_equals_joining_per_metric(seed):
         assert per_metric.__dict__ == once.__dict__ or all(
             x == y or (x != x and y != y) for x, y in zip(per_metric.__dict__.values(), once.__dict__.values()))
         assert (d0 is None and d1 is None) or d0.tobytes() == d1.tobytes()
+
+
+# --- node classification's and clustering's boots, as they were before they read their table once ------------------
+
+def _old_fold_counts(units, W, codes, size, weights=None):
+    from scipy import sparse
+    onehot = sparse.csr_matrix((np.ones(len(units)) if weights is None else np.asarray(weights, float),
+                                (np.arange(len(units)), codes)), shape=(len(units), size))
+    return np.asarray(onehot.T @ np.asarray(W, float).T).T
+
+
+def _old_fold_accuracy_weighted(units, W):
+    f = units["fold"].to_numpy()
+    F = int(f.max()) + 1
+    counts = _old_fold_counts(units, W, f, F)
+    per_fold = _old_fold_counts(units, W, f, F, units["correct"].to_numpy(float)) / np.maximum(counts, 1)
+    return np.array([row[c > 0].mean() for row, c in zip(per_fold, counts)])
+
+
+def _old_fold_macro_f1_weighted(units, W):
+    f, y, p = (units[c].to_numpy(np.int64) for c in ("fold", "y", "y_pred"))
+    C, F = int(max(y.max(), p.max())) + 1, int(f.max()) + 1
+    tp = _old_fold_counts(units, W, f * C + y, F * C, (y == p).astype(float)).reshape(-1, F, C)
+    denom = (_old_fold_counts(units, W, f * C + y, F * C)
+             + _old_fold_counts(units, W, f * C + p, F * C)).reshape(-1, F, C)
+    present = _old_fold_counts(units, W, f, F) > 0
+    out = np.empty(len(W))
+    for r in range(len(W)):
+        classes = np.flatnonzero(np.bincount(y, weights=W[r], minlength=C) > 0)
+        f1 = np.divide(2.0 * tp[r], denom[r], out=np.zeros((F, C)), where=denom[r] > 0)[:, classes]
+        out[r] = np.mean([row.mean() for row in f1[present[r]]])
+    return out
+
+
+def _old_weighted_partition_scores(units, W):
+    from scipy import sparse
+    from sklearn.metrics.cluster import contingency_matrix
+    from sklearn.metrics.cluster._expected_mutual_info_fast import expected_mutual_information
+
+    y, c = units["y"].to_numpy(np.int64), units["cluster"].to_numpy(np.int64)
+    ky, kc = int(y.max()) + 1, int(c.max()) + 1
+    onehot = sparse.csr_matrix((np.ones(len(y)), (np.arange(len(y)), y * kc + c)), shape=(len(y), ky * kc))
+    N = np.asarray(onehot.T @ np.asarray(W, float).T).T.reshape(len(W), ky, kc)
+    a, b, n = N.sum(2), N.sum(1), N.sum((1, 2))
+
+    def comb2(x):
+        return (x * (x - 1) / 2).sum(-1)
+
+    s_ij, s_a, s_b, s_n = comb2(N.reshape(len(W), -1)), comb2(a), comb2(b), n * (n - 1) / 2
+    expected = s_a * s_b / s_n
+    top = (s_a + s_b) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ari = np.where(top == expected, 1.0, (s_ij - expected) / (top - expected))
+        p = N / n[:, None, None]
+        outer = a[:, :, None] * b[:, None, :] / n[:, None, None] ** 2
+        mi = np.where(N > 0, p * np.log(np.where(N > 0, p, 1.0) / np.where(N > 0, outer, 1.0)), 0.0).sum((1, 2))
+        mi = np.clip(mi, 0.0, None)
+
+        def entropy(m):
+            q = m / n[:, None]
+            return -np.where(m > 0, q * np.log(np.where(m > 0, q, 1.0)), 0.0).sum(1)
+
+        mean_h = (entropy(a) + entropy(b)) / 2
+        nmi = np.where(mean_h > 0, mi / mean_h, 1.0)
+        emi = float(expected_mutual_information(contingency_matrix(y, c, sparse=True), len(y)))
+        denom = mean_h - emi
+        denom = np.where(denom < 0, np.minimum(denom, -np.finfo(float).eps), np.maximum(denom, np.finfo(float).eps))
+        ami = np.where(mean_h > 0, (mi - emi) / denom, 1.0)
+    return {"ari": ari, "nmi": nmi, "ami": ami}
+
+
+def _probe_table(rng, n, classes, folds, accuracy):
+    """A probe's unit table: ``classes`` labels (some absent, when ``classes`` exceeds what the draw holds), folds,
+    predictions right with probability ``accuracy`` and otherwise any class (ties between folds' F1 included)."""
+    y = rng.integers(0, classes, n)
+    pred = np.where(rng.random(n) < accuracy, y, rng.integers(0, classes + 1, n))
+    return pd.DataFrame({"fold": rng.integers(0, folds, n), "y": y, "y_pred": pred,
+                         "correct": (y == pred).astype(float)})
+
+
+def _unit_weights(rng, n, k):
+    """Bootstrap draws plus rows with zeros (a unit, a class or a fold absent) and one all-zero row."""
+    W = _draws(rng, n, k)
+    W[: k // 3] *= rng.random((k // 3, n)) < 0.5
+    W[k // 3: k // 2, : n // 2] = 0.0
+    W[-1] = 0.0
+    return W
+
+
+def _same(a, b):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_fold_accuracy_and_macro_f1_equal_the_per_draw_loops(seed):
+    from embeval_report.metrics import classification as nc
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 400))
+    classes = int(rng.choice([1, 2, 3, 9, 13]))  # one class; more than eight (numpy's pairwise sums unroll by 8)
+    folds = int(rng.choice([1, 2, 5, 11]))
+    units = _probe_table(rng, n, classes, folds, float(rng.choice([0.0, 0.5, 1.0])))
+    if seed % 4 == 3 and classes > 2 and folds > 1:  # an empty class in the middle of the codes and an empty fold
+        units = units[(units["y"] != 1) & (units["fold"] != 0)].reset_index(drop=True)
+    W = _unit_weights(rng, len(units), int(rng.integers(2, 60)))
+    with np.errstate(all="ignore"), __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore")
+        old_acc, old_f1 = _old_fold_accuracy_weighted(units, W), _old_fold_macro_f1_weighted(units, W)
+    assert _same(nc.fold_accuracy_weighted(units, W), old_acc)
+    assert _same(nc.fold_macro_f1_weighted(units, W), old_f1)
+    f1 = nc.fold_macro_f1_weighted.bind(units)
+    assert _same(np.concatenate([f1(W[:5]), f1(W[5:])]), old_f1)
+    ones = np.ones((1, len(units)))  # every unit once: the table's own macro-F1
+    assert _same(nc.fold_macro_f1_weighted(units, ones), [nc.fold_macro_f1(units)])
+
+
+def test_masked_row_means_equal_each_rows_mean():
+    from embeval_report.metrics.classification import masked_row_means
+
+    rng = np.random.default_rng(3)
+    values = rng.random((200, 37)) * 10.0 ** rng.integers(-3, 4, (200, 37))
+    mask = rng.random((200, 37)) < rng.random((200, 1))
+    mask[:20] = mask[20]  # shared patterns
+    mask[-1] = False
+    with __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore")
+        expected = [values[r][mask[r]].mean() for r in range(200)]
+    assert _same(masked_row_means(values, mask), expected)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_partition_scores_equal_the_per_batch_version(seed):
+    from embeval_report.metrics import clustering as cl
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 500))
+    ky, kc = int(rng.choice([1, 2, 4, 9])), int(rng.choice([1, 3, 10]))
+    y = rng.integers(0, ky, n)
+    cluster = np.where(rng.random(n) < 0.7, y % kc, rng.integers(0, kc, n))  # agreeing, and ties
+    if seed % 3 == 2 and n > 30:  # an empty class and an empty cluster between the codes
+        y, cluster = np.where(y == 1, 0, y), np.where(cluster == 1, 0, cluster)
+    units = pd.DataFrame({"y": y, "cluster": cluster})
+    W = _unit_weights(rng, n, int(rng.integers(2, 40)))
+    with np.errstate(all="ignore"):
+        old = _old_weighted_partition_scores(units, W)
+        new = cl.weighted_partition_scores(units, W)
+        for metric in ("ari", "nmi", "ami"):
+            assert _same(new[metric], old[metric]), metric
+            assert _same(cl.partition_boot(units, W, metric=metric), old[metric]), metric
+            bound = paired.bound_boot(partial(cl.partition_boot, metric=metric), units)
+            assert _same(np.concatenate([bound(W[:3]), bound(W[3:])]), old[metric]), metric

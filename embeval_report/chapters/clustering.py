@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -69,7 +70,7 @@ def clustering_plan(inputs: LabelInputs, settings) -> cl.ClusterPlan:
 
 
 def _weighted(metric: str):
-    return lambda table, W: cl.weighted_partition_scores(table, W)[metric]
+    return partial(cl.partition_boot, metric=metric)  # bound to each table once by the paired bootstrap
 
 
 #: k-means against the labels, scored per entity: its cluster and its silhouettes

@@ -45,6 +45,7 @@ from ..kernels import as_numpy
 from ..stats import t_interval
 from .labels import (N_FOLDS, LabelSet, OnLabels, Standardiser, as_labelset, map_fits, per_group,  # noqa: F401
                      prepare_labels, small_problem, stratified_subsample, threads)
+from .scoring import PreparedBoot
 from .spec import MIN_INTERVAL_N, MetricSpec, specs
 
 TRAIN_FRACTIONS = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -244,39 +245,87 @@ def fold_macro_f1(units: pd.DataFrame) -> float:
     return float(np.mean([row.mean() for row in f1[present]]))
 
 
-def _fold_counts(units: pd.DataFrame, W: np.ndarray, codes: np.ndarray, size: int,
-                 weights: np.ndarray | None = None) -> np.ndarray:
-    """Per bootstrap draw (rows of the unit counts ``W``) the weighted count of each code: ``W @ one-hot(codes)``
-    (times ``weights``), (draws × ``size``), through a sparse one-hot (a dense one is units × size, and its product
-    the bulk of a paired bootstrap); integer-valued, so exact as the bincount of the drawn rows."""
-    onehot = sparse.csr_matrix((np.ones(len(units)) if weights is None else np.asarray(weights, float),
-                                (np.arange(len(units)), codes)), shape=(len(units), size))
-    return np.asarray(onehot.T @ np.asarray(W, float).T).T
+def _onehots(n: int, *codings) -> tuple:
+    """What :func:`_counted` reads: the one-hots of ``codings`` (each ``(codes, size)`` or ``(codes, size, weights)``
+    over ``n`` units) transposed and stacked as one sparse matrix (codes × units), and their sizes."""
+    blocks = [sparse.csr_matrix((np.ones(n) if len(c) < 3 else np.asarray(c[2], float), (np.arange(n), c[0])),
+                                shape=(n, c[1])).T for c in codings]
+    return sparse.vstack(blocks, format="csr"), [c[1] for c in codings]
 
 
-def fold_accuracy_weighted(units: pd.DataFrame, W: np.ndarray) -> np.ndarray:
-    """:func:`fold_accuracy` of many bootstrap draws at once from their unit counts ``W`` (draws × units): the
-    same value as on the drawn rows, bit for bit."""
+def _counted(onehots: tuple, W: np.ndarray) -> list[np.ndarray]:
+    """Per bootstrap draw (rows of the unit counts ``W``) the weighted count of each code of each coding:
+    ``W @ one-hot`` (draws × size), all codings by one sparse product (a dense one-hot is units × size, and its
+    product the bulk of a paired bootstrap); integer-valued, so exact as the bincount of the drawn rows."""
+    stacked, sizes = onehots
+    counts = stacked @ np.ascontiguousarray(np.asarray(W, float).T)
+    edges = np.cumsum([0, *sizes])
+    return [np.ascontiguousarray(counts[lo:hi].T) for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+def masked_row_means(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per row ``r`` of ``values`` (rows × m) ``values[r][mask[r]].mean()``, bit for bit, without a loop over the
+    rows: the rows sharing a mask are averaged together (a C-ordered block's row means sum each row pairwise as a
+    one-row array's mean does); NaN for a row whose mask is empty."""
+    out = np.empty(len(values))
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for rows, cols in _mask_groups(mask):
+            out[rows] = np.ascontiguousarray(values[np.ix_(rows, cols)]).mean(axis=1)
+    return out
+
+
+def _mask_groups(mask: np.ndarray):
+    """The rows of a boolean ``mask`` (rows × m) grouped by their pattern: ``(rows, columns set)`` per pattern."""
+    patterns, inverse = np.unique(mask, axis=0, return_inverse=True)
+    inverse = np.ravel(inverse)
+    for j, pattern in enumerate(patterns):
+        yield np.flatnonzero(inverse == j), np.flatnonzero(pattern)
+
+
+def _accuracy_terms(units: pd.DataFrame) -> tuple:
     f = units["fold"].to_numpy()
     F = int(f.max()) + 1
-    counts = _fold_counts(units, W, f, F)
-    per_fold = _fold_counts(units, W, f, F, units["correct"].to_numpy(float)) / np.maximum(counts, 1)
-    return np.array([row[c > 0].mean() for row, c in zip(per_fold, counts)])
+    return _onehots(len(units), (f, F), (f, F, units["correct"].to_numpy(float)))
 
 
-def fold_macro_f1_weighted(units: pd.DataFrame, W: np.ndarray) -> np.ndarray:
-    """:func:`fold_macro_f1` of many bootstrap draws at once (``W``: draws × units), bit for bit."""
+def _accuracy_weighted(onehots: tuple, W: np.ndarray) -> np.ndarray:
+    counts, correct = _counted(onehots, W)
+    return masked_row_means(correct / np.maximum(counts, 1), counts > 0)
+
+
+#: :func:`fold_accuracy` of many bootstrap draws at once from their unit counts ``W`` (draws × units): the same value
+#: as on the drawn rows, bit for bit (a :class:`~.scoring.PreparedBoot`: the fold one-hots made once per table)
+fold_accuracy_weighted = PreparedBoot(_accuracy_terms, _accuracy_weighted)
+
+
+def _macro_f1_terms(units: pd.DataFrame) -> tuple:
     f, y, p = (units[c].to_numpy(np.int64) for c in ("fold", "y", "y_pred"))
     C, F = int(max(y.max(), p.max())) + 1, int(f.max()) + 1
-    tp = _fold_counts(units, W, f * C + y, F * C, (y == p).astype(float)).reshape(-1, F, C)
-    denom = (_fold_counts(units, W, f * C + y, F * C) + _fold_counts(units, W, f * C + p, F * C)).reshape(-1, F, C)
-    present = _fold_counts(units, W, f, F) > 0
-    out = np.empty(len(W))
-    for r in range(len(W)):
-        classes = np.flatnonzero(np.bincount(y, weights=W[r], minlength=C) > 0)  # the drawn table's classes
-        f1 = np.divide(2.0 * tp[r], denom[r], out=np.zeros((F, C)), where=denom[r] > 0)[:, classes]
-        out[r] = np.mean([row.mean() for row in f1[present[r]]])
+    return C, F, _onehots(len(units), (f * C + y, F * C, (y == p).astype(float)), (f * C + y, F * C),
+                          (f * C + p, F * C), (f, F), (y, C))
+
+
+def _macro_f1_weighted(terms: tuple, W: np.ndarray) -> np.ndarray:
+    C, F, onehots = terms
+    k = len(W)
+    tp, true, pred, folds, of_class = _counted(onehots, W)
+    tp, denom = tp.reshape(k, F, C), (true + pred).reshape(k, F, C)
+    present = folds > 0
+    classes = of_class > 0  # the drawn table's classes
+    f1 = np.divide(2.0 * tp, denom, out=np.zeros((k, F, C)), where=denom > 0)
+    out = np.empty(k)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a draw without classes or folds: NaN, as the loop gave
+        for rows, drawn in _mask_groups(classes):
+            out[rows] = masked_row_means(np.ascontiguousarray(f1[rows][:, :, drawn]).mean(axis=2), present[rows])
     return out
+
+
+#: :func:`fold_macro_f1` of many bootstrap draws at once (``W``: draws × units), bit for bit, without a loop over the
+#: draws (a :class:`~.scoring.PreparedBoot`: the one-hots made once per table; the draws sharing their classes and
+#: folds averaged together, :func:`masked_row_means`)
+fold_macro_f1_weighted = PreparedBoot(_macro_f1_terms, _macro_f1_weighted)
 
 
 def evaluate_node_classification(X, labels, *, n_folds: int = N_FOLDS, train_fractions=TRAIN_FRACTIONS,

@@ -52,6 +52,7 @@ from ..stats import bootstrap_ci, bootstrap_weights, percentile_interval
 from .kmeans import (KMEANS_N_INIT, MINIBATCH_SIZE, MINIBATCH_THRESHOLD, SWEEP_METHOD, kmeans_fit,  # noqa: F401
                      kmeans_restarts, sweep_fits)
 from .labels import N_FOLDS, LabelSet, OnLabels, _cores, as_labelset, aside, per_group, threads
+from .scoring import PreparedBoot
 from .spec import MetricSpec, specs
 
 N_SEED_RUNS = 20  # MiniBatchKMeans (at most N_SEED_RUNS_LARGE of them); with Lloyd, not 0: the fit's restarts
@@ -287,45 +288,76 @@ def weighted_partition_scores(units: pd.DataFrame, W: np.ndarray) -> dict[str, n
     r"""ARI, NMI and AMI of the clusters with the classes when the entities carry the weights of each row of
     ``W`` (resamples × entities, the counts of bootstrap draws), all rows at once from the weighted contingency
     tables :math:`n_{ij}` (row sums :math:`a_i`, column sums :math:`b_j`, total :math:`n`):
-    :math:`\mathrm{ARI}` by Hubert & Arabie's formula, :math:`I = \sum_{ij} rac{n_{ij}}n \lograc{n\,n_{ij}}{a_i b_j}`,
-    :math:`\mathrm{NMI} = I / 	frac12(H_Y + H_K)`, :math:`\mathrm{AMI} = (I - E[I]) / (	frac12(H_Y + H_K) - E[I])`
+    :math:`\mathrm{ARI}` by Hubert & Arabie's formula, :math:`I = \sum_{ij} \frac{n_{ij}}n \log\frac{n\,n_{ij}}{a_i b_j}`,
+    :math:`\mathrm{NMI} = I / \tfrac12(H_Y + H_K)`, :math:`\mathrm{AMI} = (I - E[I]) / (\tfrac12(H_Y + H_K) - E[I])`
     with the expected mutual information :math:`E[I]` of the unweighted table held fixed (its change over
     resamples is of order :math:`E[I]/\sqrt n`, far below the spread of :math:`I`; computing it per resample
     costs ~50 ms). With ``W`` all ones the three equal scikit-learn's to rounding."""
+    return _weighted_scores(_partition_terms(units), W)
+
+
+SCORES = ("ari", "nmi", "ami")
+
+
+def _partition_terms(units: pd.DataFrame, metric: str | None = None) -> tuple:
+    """What :func:`_weighted_scores` reads of a unit table, once: the (class, cluster) one-hot, the shape of the
+    contingency table, the expected mutual information of the unweighted table (only when AMI is asked for) and the
+    scores asked for (``metric``; ``None``: all three)."""
     from scipy import sparse
     from sklearn.metrics.cluster import contingency_matrix
     from sklearn.metrics.cluster._expected_mutual_info_fast import expected_mutual_information
 
+    wanted = SCORES if metric is None else (metric,)
     y, c = units["y"].to_numpy(np.int64), units["cluster"].to_numpy(np.int64)
     ky, kc = int(y.max()) + 1, int(c.max()) + 1
     onehot = sparse.csr_matrix((np.ones(len(y)), (np.arange(len(y)), y * kc + c)), shape=(len(y), ky * kc))
-    N = np.asarray(onehot.T @ np.asarray(W, float).T).T.reshape(len(W), ky, kc)
+    emi = (float(expected_mutual_information(contingency_matrix(y, c, sparse=True), len(y)))
+           if "ami" in wanted else None)
+    return onehot.T.tocsr(), ky, kc, emi, wanted
+
+
+def _weighted_scores(terms: tuple, W: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`weighted_partition_scores` from :func:`_partition_terms`: the scores it asks for only."""
+    onehot_t, ky, kc, emi, wanted = terms
+    N = np.asarray(onehot_t @ np.asarray(W, float).T).T.reshape(len(W), ky, kc)
     a, b, n = N.sum(2), N.sum(1), N.sum((1, 2))
+    out = {}
 
     def comb2(x):
         return (x * (x - 1) / 2).sum(-1)
 
-    s_ij, s_a, s_b, s_n = comb2(N.reshape(len(W), -1)), comb2(a), comb2(b), n * (n - 1) / 2
-    expected = s_a * s_b / s_n
-    top = (s_a + s_b) / 2
     with np.errstate(divide="ignore", invalid="ignore"):
-        ari = np.where(top == expected, 1.0, (s_ij - expected) / (top - expected))
-        p = N / n[:, None, None]
-        outer = a[:, :, None] * b[:, None, :] / n[:, None, None] ** 2
-        mi = np.where(N > 0, p * np.log(np.where(N > 0, p, 1.0) / np.where(N > 0, outer, 1.0)), 0.0).sum((1, 2))
-        mi = np.clip(mi, 0.0, None)
+        if "ari" in wanted:
+            s_ij, s_a, s_b, s_n = comb2(N.reshape(len(W), -1)), comb2(a), comb2(b), n * (n - 1) / 2
+            expected = s_a * s_b / s_n
+            top = (s_a + s_b) / 2
+            out["ari"] = np.where(top == expected, 1.0, (s_ij - expected) / (top - expected))
+        if "nmi" in wanted or "ami" in wanted:
+            p = N / n[:, None, None]
+            outer = a[:, :, None] * b[:, None, :] / n[:, None, None] ** 2
+            mi = np.where(N > 0, p * np.log(np.where(N > 0, p, 1.0) / np.where(N > 0, outer, 1.0)), 0.0).sum((1, 2))
+            mi = np.clip(mi, 0.0, None)
 
-        def entropy(m):
-            q = m / n[:, None]
-            return -np.where(m > 0, q * np.log(np.where(m > 0, q, 1.0)), 0.0).sum(1)
+            def entropy(m):
+                q = m / n[:, None]
+                return -np.where(m > 0, q * np.log(np.where(m > 0, q, 1.0)), 0.0).sum(1)
 
-        mean_h = (entropy(a) + entropy(b)) / 2
-        nmi = np.where(mean_h > 0, mi / mean_h, 1.0)
-        emi = float(expected_mutual_information(contingency_matrix(y, c, sparse=True), len(y)))
-        denom = mean_h - emi
-        denom = np.where(denom < 0, np.minimum(denom, -np.finfo(float).eps), np.maximum(denom, np.finfo(float).eps))
-        ami = np.where(mean_h > 0, (mi - emi) / denom, 1.0)
-    return {"ari": ari, "nmi": nmi, "ami": ami}
+            mean_h = (entropy(a) + entropy(b)) / 2
+            if "nmi" in wanted:
+                out["nmi"] = np.where(mean_h > 0, mi / mean_h, 1.0)
+            if "ami" in wanted:
+                denom = mean_h - emi
+                denom = np.where(denom < 0, np.minimum(denom, -np.finfo(float).eps),
+                                 np.maximum(denom, np.finfo(float).eps))
+                out["ami"] = np.where(mean_h > 0, (mi - emi) / denom, 1.0)
+    return out
+
+
+#: ``partition_boot(units, W, metric=m)``: one of :func:`weighted_partition_scores`'s scores (``"ari"``, ``"nmi"`` or
+#: ``"ami"``), the only one computed, bit for bit the same; a :class:`~.scoring.PreparedBoot` (``partial(partition_boot,
+#: metric=m)`` reads its table once: the one-hot and the expected mutual information made once per table)
+partition_boot = PreparedBoot(lambda units, metric: _partition_terms(units, metric),
+                              lambda terms, W: _weighted_scores(terms, W)[terms[-1][0]])
 
 
 def partition_bootstrap(units: pd.DataFrame, n_boot: int, seed: int, *, chunk: int = 100) -> dict[str, np.ndarray]:
