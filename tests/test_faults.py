@@ -833,10 +833,13 @@ def _pid_file(folder: Path, chapter: str, timeout: float = 180) -> int:
 
 
 def _kill_when_computing(folder: Path, chapter: str, who: str = "kernel") -> threading.Thread:
-    """A thread that kills the kernel of ``chapter`` (or its worker process, ``who="worker"``) once it computes."""
+    """A thread that kills the kernel of ``chapter`` (or its worker process, ``who="worker"``: the kernel's ancestor
+    this process started; the kernel is a fork of the worker's template) once it computes."""
     def kill():
         pid = _pid_file(folder, chapter)
-        os.kill(psutil.Process(pid).ppid() if who == "worker" else pid, signal.SIGKILL)
+        if who == "worker":
+            pid = next(p.pid for p in psutil.Process(pid).parents() if p.ppid() == os.getpid())
+        os.kill(pid, signal.SIGKILL)
 
     thread = threading.Thread(target=kill, daemon=True)
     thread.start()

@@ -237,10 +237,10 @@ def _papermill_engine() -> str:
 
 
 def execute_chapter(ch: ChapterSpec, staging: Path, params: dict, *, timeout: int | None = None,
-                    kernel: WarmKernel | None = None) -> ChapterOutcome:
-    """Execute one chapter in its own kernel (``kernel``, started ahead, or a new one, released here); failures
-    are caught and recorded, never raised: a kernel that died fails the chapter with how it ended, a cell that
-    ran past ``timeout`` seconds with that."""
+                    kernel: WarmKernel | None = None, forks: KernelForks | None = None) -> ChapterOutcome:
+    """Execute one chapter in its own kernel (``kernel``, started ahead, or a new one, forked from ``forks`` when
+    given, released here); failures are caught and recorded, never raised: a kernel that died fails the chapter
+    with how it ended, a cell that ran past ``timeout`` seconds with that."""
     import papermill as pm
 
     target = staging / "chapters" / ch.filename
@@ -249,7 +249,7 @@ def execute_chapter(ch: ChapterSpec, staging: Path, params: dict, *, timeout: in
     own, watch = kernel is None, None
     try:
         if own:
-            kernel = WarmKernel(target.parent)
+            kernel = WarmKernel(target.parent, forks)
         watch = kernel.watch()
         pm.execute_notebook(str(ch.notebook), str(target), parameters=params, kernel_name="python3",
                             engine_name=_papermill_engine(),
@@ -456,13 +456,16 @@ def _parallel(ready: list[ChapterSpec], staging: Path, params: dict, timeout: in
 
 def _execute_in_worker(chapter, name: str, staging: Path, params: dict, timeout: int | None) -> tuple:
     """:func:`execute_chapter` in a ``--jobs`` worker: the chapter's declaration found there from its module's name
-    (a declaration may hold what does not pickle, such as a lambda), its outcome sent back without it."""
+    (a declaration may hold what does not pickle, such as a lambda), its outcome sent back without it. Its kernel
+    is a fork of the worker's own template (:mod:`.kernel_forks`, started with the worker's first chapter and
+    ending with the worker): a worker's later chapters do not each start a Python that imports the chapters'
+    libraries again (a 240 x 12 report at ``--jobs 2``: 106.7 CPU-s, against 32.4 at ``--jobs 1``)."""
     if isinstance(chapter, str):
         import importlib
         from dataclasses import replace
 
         chapter = replace(importlib.import_module(chapter).CHAPTER, module=chapter)
-    o = execute_chapter(chapter, staging, params, timeout=timeout)
+    o = execute_chapter(chapter, staging, params, timeout=timeout, forks=KernelForks.shared())
     return o.status, o.reason, o.seconds, o.peak_rss, o.peak_anon
 
 
