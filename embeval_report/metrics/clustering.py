@@ -356,8 +356,7 @@ def _weighted_scores(terms: tuple, W: np.ndarray) -> dict[str, np.ndarray]:
 #: ``partition_boot(units, W, metric=m)``: one of :func:`weighted_partition_scores`'s scores (``"ari"``, ``"nmi"`` or
 #: ``"ami"``), the only one computed, bit for bit the same; a :class:`~.scoring.PreparedBoot` (``partial(partition_boot,
 #: metric=m)`` reads its table once: the one-hot and the expected mutual information made once per table)
-partition_boot = PreparedBoot(lambda units, metric: _partition_terms(units, metric),
-                              lambda terms, W: _weighted_scores(terms, W)[terms[-1][0]])
+partition_boot = PreparedBoot(_partition_terms, lambda terms, W: _weighted_scores(terms, W)[terms[-1][0]])
 
 
 def partition_bootstrap(units: pd.DataFrame, n_boot: int, seed: int, *, chunk: int = 100) -> dict[str, np.ndarray]:

@@ -317,7 +317,8 @@ class Standardiser(StandardScaler):
 
     def fit(self, X, y=None, sample_weight=None):
         if not (_handle_zeros_in_scale is not None and self.with_mean and self.with_std and sample_weight is None
-                and isinstance(X, np.ndarray) and X.dtype == np.float64 and X.ndim == 2 and len(X) >= 2 and X.shape[1] >= 1):
+                and isinstance(X, np.ndarray) and X.dtype == np.float64 and X.ndim == 2 and len(X) >= 2
+                and X.shape[1] >= 1):
             return super().fit(X, y, sample_weight)
         total = X.sum(axis=0)
         if not np.isfinite(total).all():  # a NaN (or an infinity) somewhere: scikit-learn's checks and NaN handling
