@@ -407,20 +407,20 @@ def _options() -> int:
 
 
 def _render(args) -> int:
-    from .report.render import render_report
+    from .report.render import render_each
 
     _check_formats(args.formats)
     if not (args.dir / "chapters").is_dir():
         raise InputError(f"{args.dir}: not an executed report folder (no chapters/ inside)")
     written = []
-    for fmt in args.formats:  # each format on its own: a failing PDF never loses the HTML
-        try:
-            written.append(render_report(args.dir, title=args.title, formats=(fmt,), renderer=args.renderer,
-                                         pdf_engine=args.pdf_engine, pdf_timeout=args.pdf_timeout)[fmt])
-        except InputError:  # a link where the report file goes: one line, exit 2
-            raise
-        except Exception as exc:
-            print(f"embeval-report: warning: {fmt} rendering failed: {terminal_line(exc)}", file=sys.stderr)
+    for fmt, done in render_each(args.dir, title=args.title, formats=args.formats, renderer=args.renderer,
+                                 pdf_engine=args.pdf_engine, pdf_timeout=args.pdf_timeout).items():
+        if isinstance(done, InputError):  # a link where the report file goes: one line, exit 2
+            raise done
+        if isinstance(done, Exception):  # each format on its own: a failing PDF never loses the HTML
+            print(f"embeval-report: warning: {fmt} rendering failed: {terminal_line(done)}", file=sys.stderr)
+        else:
+            written.append(done)
     for path in written:
         print(path)
     return ExitCode.OK if written else ExitCode.RENDER

@@ -397,3 +397,45 @@ def test_sorted_attributes_keeps_the_page_beautifulsoup_wrote():
     soup = str(BeautifulSoup(body, features="html.parser"))
     assert sorted_attributes(body) != body
     assert sanitize_page(page.format(sorted_attributes(body))) == sanitize_page(page.format(soup))
+
+
+def _pdf_without_dates(path) -> bytes:
+    """The PDF's bytes without what Typst stamps on each rendering (dates, and the document id made from them)."""
+    data = path.read_bytes()
+    data = re.sub(rb"D:\d{14}Z", b"D:", data)
+    data = re.sub(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", b"T", data)
+    return re.sub(rb"\((?:[A-Za-z0-9+/]{22}==)\)|>[A-Za-z0-9+/]{22}==<", b"ID", data)
+
+
+def test_render_each_side_by_side_writes_the_files_of_one_after_the_other(report, tmp_path):
+    """render_each: the builtin HTML and PDF side by side (two threads), the same files as render_report's, which
+    renders them one after the other; each format's exception in place of its file."""
+    import shutil
+
+    from embeval_report.report.render import render_each
+    from embeval_report.report.render import pdf as pdf_module
+
+    out, files = report
+    other = tmp_path / "out"
+    shutil.copytree(out, other)
+    for name in ("report.html", "report.pdf"):
+        (other / name).unlink()
+    done = render_each(other, title="Tiny <script>alert(1)</script> report", renderer="builtin")
+    assert done == {"html": other / "report.html", "pdf": other / "report.pdf"}
+    assert done["html"].read_bytes() == files["html"].read_bytes()
+    assert _pdf_without_dates(done["pdf"]) == _pdf_without_dates(files["pdf"])
+
+    boom = RuntimeError("typst exploded")
+    original = pdf_module._compile
+    try:
+        def fail(*args):
+            raise boom
+        pdf_module._compile = fail
+        (other / "report.html").unlink()
+        done = render_each(other, formats=("pdf", "html"), renderer="builtin")
+    finally:
+        pdf_module._compile = original
+    assert list(done) == ["pdf", "html"] and isinstance(done["pdf"], RuntimeError)
+    assert done["html"] == other / "report.html" and done["html"].exists()
+    bad = render_each(other, formats=("html", "docx"), renderer="builtin")  # each on its own, as before
+    assert bad["html"] == other / "report.html" and isinstance(bad["docx"], ValueError) and "docx" in str(bad["docx"])

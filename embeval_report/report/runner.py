@@ -36,7 +36,7 @@ from .kernel_forks import KernelForks
 from .findings import derive_findings
 from .metrics_file import metrics_document
 from .outdir import OutputFolder, raise_write_fault
-from .render import PDF_TIMEOUT, PdfTimeout, render_report
+from .render import PDF_TIMEOUT, PdfTimeout, render_each
 from .rigor import adjust_report
 from .shared_graph import close_client, cluster_check, cluster_lost, dask_client, shared_graph
 
@@ -229,19 +229,20 @@ def write_metrics(run: Run) -> None:
 
 
 def render(run: Run, *, formats, renderer, pdf_engine, pdf_timeout=PDF_TIMEOUT) -> tuple[dict, dict]:
-    """Each format on its own (a failing PDF never loses the HTML; nor one past its time limit): ``(files, errors)``."""
+    """Each format on its own (a failing PDF never loses the HTML; nor one past its time limit; the builtin
+    renderer's two side by side, :func:`~.render.render_each`): ``(files, errors)``."""
     shutil.rmtree(run.cache, ignore_errors=True)
     (run.staging / ".progress").unlink(missing_ok=True)
     files, errors = {}, {}
-    for fmt in formats:
-        try:
-            files.update(render_report(run.staging, title=run.info["title"], formats=(fmt,), renderer=renderer,
-                                       pdf_engine=pdf_engine, pdf_timeout=pdf_timeout))
-        except PdfTimeout as exc:
-            errors[fmt] = str(exc)
-        except Exception as exc:
-            raise_write_fault(exc)  # a full disk stops the run; another failure loses only this format
-            errors[fmt] = error_text(exc)
+    for fmt, done in render_each(run.staging, title=run.info["title"], formats=formats, renderer=renderer,
+                                 pdf_engine=pdf_engine, pdf_timeout=pdf_timeout).items():
+        if isinstance(done, PdfTimeout):
+            errors[fmt] = str(done)
+        elif isinstance(done, Exception):
+            raise_write_fault(done)  # a full disk stops the run; another failure loses only this format
+            errors[fmt] = error_text(done)
+        else:
+            files[fmt] = done
     return files, errors
 
 

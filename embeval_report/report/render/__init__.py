@@ -34,7 +34,7 @@ from .html import render_html
 from .pdf import PDF_TIMEOUT, PdfTimeout, render_pdf
 from .quarto import PDF_ENGINES, _render_quarto
 
-__all__ = ["render_report", "quarto_available", "PDF_TIMEOUT", "PdfTimeout"]
+__all__ = ["render_report", "render_each", "quarto_available", "PDF_TIMEOUT", "PdfTimeout"]
 
 log = logging.getLogger(__name__)
 
@@ -50,19 +50,7 @@ def render_report(out_dir, *, title: str | None = None, formats=("html", "pdf"),
     limit in seconds (None: none); past it the PDF is not written and :class:`PdfTimeout` says so in one line
     (the other formats are written first). Returns ``{format: path}`` of the files written.
     """
-    out_dir = Path(out_dir)
-    if isinstance(formats, str):
-        formats = (formats,)
-    formats = tuple(dict.fromkeys(f.lower() for f in formats))
-    unknown = [f for f in formats if f not in ("html", "pdf")]
-    if unknown:
-        raise ValueError(f"unknown report format(s): {', '.join(unknown)} (expected html, pdf)")
-    if renderer not in ("auto", "quarto", "builtin"):
-        raise ValueError(f"renderer must be auto, quarto or builtin, not {renderer!r}")
-    if pdf_engine not in PDF_ENGINES:
-        raise ValueError(f"pdf_engine must be {' or '.join(PDF_ENGINES)}, not {pdf_engine!r}")
-    if not (out_dir / "chapters").is_dir():
-        raise FileNotFoundError(f"{out_dir / 'chapters'}: no executed chapters to render")
+    out_dir, formats = Path(out_dir), _checked(out_dir, formats, renderer, pdf_engine)
     final_title, header_items, meta = read_header(out_dir, title)
 
     result: dict[str, Path] = {}
@@ -84,3 +72,70 @@ def render_report(out_dir, *, title: str | None = None, formats=("html", "pdf"),
     if "pdf" in formats and "pdf" not in result:
         result["pdf"] = render_pdf(out_dir, load_chapters(out_dir), final_title, header_items, meta, pdf_timeout)
     return result
+
+
+def _checked(out_dir, formats, renderer: str, pdf_engine: str) -> tuple[str, ...]:
+    """The formats asked for (lower case, each once); a ValueError for an unknown format, renderer or engine, a
+    FileNotFoundError for a folder without executed chapters."""
+    if isinstance(formats, str):
+        formats = (formats,)
+    formats = tuple(dict.fromkeys(f.lower() for f in formats))
+    unknown = [f for f in formats if f not in ("html", "pdf")]
+    if unknown:
+        raise ValueError(f"unknown report format(s): {', '.join(unknown)} (expected html, pdf)")
+    if renderer not in ("auto", "quarto", "builtin"):
+        raise ValueError(f"renderer must be auto, quarto or builtin, not {renderer!r}")
+    if pdf_engine not in PDF_ENGINES:
+        raise ValueError(f"pdf_engine must be {' or '.join(PDF_ENGINES)}, not {pdf_engine!r}")
+    if not (Path(out_dir) / "chapters").is_dir():
+        raise FileNotFoundError(f"{Path(out_dir) / 'chapters'}: no executed chapters to render")
+    return formats
+
+
+def render_each(out_dir, *, title: str | None = None, formats=("html", "pdf"), renderer: str = "auto",
+                pdf_engine: str = "typst", pdf_timeout: float | None = PDF_TIMEOUT) -> dict[str, Path | Exception]:
+    """Each format of :func:`render_report` on its own (a failing PDF never loses the HTML, nor one past its time
+    limit): ``{format: the file written, or the exception that stopped it}``, in the order of ``formats``.
+
+    The builtin renderer writes the HTML and the PDF side by side: the PDF (mostly pandoc's and Typst's processes)
+    in this thread, the HTML in a second one, each from its own copy of the chapters (read here first, one after
+    the other: reading silences nbformat's warnings, which a second thread must not do at the same time). The same
+    files as one after the other; on the 2-core machine the demo's rendering takes the PDF's time alone. A Quarto
+    render, and a ValueError for arguments :func:`render_report` refuses, stay as they are."""
+    try:
+        checked = _checked(out_dir, formats, renderer, pdf_engine)
+    except (ValueError, FileNotFoundError):  # each format then fails on its own, with this error
+        checked = None
+    quarto = renderer == "quarto" or (renderer == "auto" and quarto_available())
+    if checked is None or quarto or set(checked) != {"html", "pdf"}:
+        done = {}
+        for fmt in checked or ((formats,) if isinstance(formats, str) else formats):
+            try:
+                done[fmt] = render_report(out_dir, title=title, formats=(fmt,), renderer=renderer,
+                                          pdf_engine=pdf_engine, pdf_timeout=pdf_timeout)[fmt]
+            except Exception as exc:
+                done[fmt] = exc
+        return done
+    import threading
+
+    out_dir, written = Path(out_dir), {}
+    try:
+        final_title, header_items, meta = read_header(out_dir, title)
+        chapters = {fmt: load_chapters(out_dir) for fmt in checked}
+    except Exception as exc:  # what stops one format stops both, as in render_report
+        return {fmt: exc for fmt in checked}
+
+    def html() -> None:
+        try:
+            written["html"] = render_html(out_dir, chapters["html"], final_title, header_items, meta)
+        except Exception as exc:
+            written["html"] = exc
+
+    second = threading.Thread(target=html, name="embeval-render-html", daemon=True)  # an interrupt does not wait
+    second.start()
+    try:
+        written["pdf"] = render_pdf(out_dir, chapters["pdf"], final_title, header_items, meta, pdf_timeout)
+    except Exception as exc:
+        written["pdf"] = exc
+    second.join()
+    return {fmt: written[fmt] for fmt in checked}
