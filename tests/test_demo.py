@@ -67,3 +67,43 @@ def test_demo_command_writes_the_full_report(demo_report):
         json.loads(path.read_text(), parse_constant=refuse)
     html = (out / "report.html").read_text()
     assert "all-but-the-top" in html.lower()
+
+
+
+def _pid_of(tag):
+    import os
+
+    return tag, os.getpid()
+
+
+def _fails(tag):
+    raise ValueError(f"planted {tag}")
+
+
+def test_a_demo_writer_beside_the_others_runs_in_a_fork(monkeypatch):
+    """demo.beside.Beside: the writer runs in a forked child (another pid) and hands back its value; what it raises
+    comes back as one RuntimeError naming it; stop() ends a child not asked for; with forks switched off the
+    writer runs here when asked."""
+    import os
+    import threading
+    import time
+
+    from embeval_report.demo.beside import Beside
+
+    assert threading.active_count() == 1  # else the fork is (rightly) refused
+    b = Beside("probe", _pid_of, "x")
+    child = b.pid
+    assert child not in (None, os.getpid()) and b.result() == ("x", child)
+    with pytest.raises(ProcessLookupError):  # reaped
+        os.kill(child, 0)
+    with pytest.raises(RuntimeError, match=r"demo data \(broken\): ValueError: planted y"):
+        Beside("broken", _fails, "y").result()
+    slow = Beside("slow", time.sleep, 60)
+    child, started = slow.pid, time.monotonic()
+    slow.stop()  # an interrupted demo: the child ends with it, at once
+    assert slow.pid is None and time.monotonic() - started < 10
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+    monkeypatch.setenv("EMBEVAL_FORK_KERNELS", "0")
+    here = Beside("probe", _pid_of, "z")
+    assert here.pid is None and here.result() == ("z", os.getpid())

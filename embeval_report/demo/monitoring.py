@@ -35,10 +35,11 @@ def demo_side_data(folder, seed: int = 0) -> dict:
     from ..monitoring.profile import build_profile, save_profile
     from ..monitoring.score import score_batch
     from .drift import demo_snapshots
+    from .world import streaming_embeddings
 
     folder = Path(folder)
-    X = np.load(folder / "vectors.npy")
-    ids = np.array((folder / "ids.txt").read_text().split())
+    X, meta = streaming_embeddings(seed=seed)  # vectors.npy and ids.txt: written beside this (:mod:`.beside`)
+    ids = meta["id"].to_numpy().astype(str)
     rng = np.random.default_rng([seed, 82, 7])
     in_profile = np.zeros(len(X), bool)
     in_profile[rng.permutation(len(X))[: len(X) // 2]] = True
