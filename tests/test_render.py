@@ -437,5 +437,15 @@ def test_render_each_side_by_side_writes_the_files_of_one_after_the_other(report
         pdf_module._compile = original
     assert list(done) == ["pdf", "html"] and isinstance(done["pdf"], RuntimeError)
     assert done["html"] == other / "report.html" and done["html"].exists()
+    original = pdf_module.report_parts
+    try:  # the PDF fails before its markdown is made (before the HTML's thread would start): the HTML follows
+        def fail_early(*args):
+            raise boom
+        pdf_module.report_parts = fail_early
+        (other / "report.html").unlink()
+        done = render_each(other, title="Tiny <script>alert(1)</script> report", renderer="builtin")
+    finally:
+        pdf_module.report_parts = original
+    assert done["pdf"] is boom and done["html"].read_bytes() == files["html"].read_bytes()
     bad = render_each(other, formats=("html", "docx"), renderer="builtin")  # each on its own, as before
     assert bad["html"] == other / "report.html" and isinstance(bad["docx"], ValueError) and "docx" in str(bad["docx"])

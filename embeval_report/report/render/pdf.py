@@ -189,8 +189,9 @@ def _typst_document(preamble: str, bodies: list[str], n_body: int) -> str:
 
 
 def render_pdf(out_dir: Path, chapters: list[ChapterDoc], title: str, header_items, meta: dict,
-               timeout: float | None = PDF_TIMEOUT) -> Path:
-    """``report.pdf``; raises :class:`PdfTimeout` when it takes longer than ``timeout`` seconds (None: no limit)."""
+               timeout: float | None = PDF_TIMEOUT, converting=None) -> Path:
+    """``report.pdf``; raises :class:`PdfTimeout` when it takes longer than ``timeout`` seconds (None: no limit).
+    ``converting()``, when given, is called once the report's markdown is made, as pandoc starts on it."""
     deadline = _Deadline(timeout)
     tdir = templates_dir()
     lua = tdir / "embeval.lua"
@@ -205,6 +206,8 @@ def render_pdf(out_dir: Path, chapters: list[ChapterDoc], title: str, header_ite
         # a huge --columns keeps pandoc from fixing relative column widths (from the dashes of
         # long pipe-table lines): Typst then sizes the columns to their content and page width
         typst_args = [f"--lua-filter={lua}", "--columns=100000"]
+        if converting is not None:
+            converting()
         try:
             bodies = _pandoc(brk.join(parts), "typst", typst_args).split(_CHAPTER_BREAK)
             if len(bodies) != len(units):
