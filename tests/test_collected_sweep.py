@@ -183,8 +183,8 @@ def test_mutual_proximitys_column_bound_in_the_collected_sweep_keeps_the_lists(n
     found, scored = {}, {}
     limit_block, exact = sweep._limit_block, hr._MutualProximity.exact
     for bound in (True, False):
-        def no_column_bound(s, blk, entries, plans, limits, corpus64, zs):
-            limit_block(s, blk, entries, plans, limits, corpus64, zs)
+        def no_column_bound(s, blk, entries, plans, limits, corpus64, zs, csls):
+            limit_block(s, blk, entries, plans, limits, corpus64, zs, csls)
             for z in zs:
                 if z is not None:
                     z[s:s + len(blk.q)] = -torch.inf  # every column passes

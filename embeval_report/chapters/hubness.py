@@ -564,7 +564,7 @@ CHAPTER = ChapterSpec(
     name="hubness", title="Hubness", order=40,
     description="Do a few points crowd every nearest-neighbour list? k-occurrence skewness, Robin Hood and Gini indices, hub and antihub occurrence, the hubs by id, and CSLS / mutual proximity before and after (seed 000 §217.1).",
     requires=("vectors",),
-    options=(K,), graph=True, graph_rescored=("mutual_proximity",), precheck=precheck,
+    options=(K,), graph=True, graph_rescored=("mutual_proximity", "csls"), precheck=precheck,
     effects=(Effect("hubness", ("k_occurrence_skewness",), "A few points crowd most neighbour lists (hubness)",
                     "Use CSLS or mutual proximity for neighbour search (compared in this chapter):"),),
     kind="diagnostic", remedies=("centring",),

@@ -518,3 +518,36 @@ def _collected_lists(k: int, blk: _Block, corpus64: _Rows64, sq64, corpus_t, met
         idx[now], val[now] = _rescore_lists(k, prefix, need[now], blk.q64[now], corpus64, sq64, metric)
         more = more[need[more] > W]
     return idx, val
+
+
+#: float64 values a padded per-row table holds at once (:func:`_kth`)
+PAD_VALUES = 4 * 2**20
+
+
+def _kth(r: torch.Tensor, v: torch.Tensor, counts: torch.Tensor, starts: torch.Tensor, k: int) -> torch.Tensor:
+    """Per row (entries grouped by row ``r``; every row with at least k) the k-th largest of its values ``v``."""
+    m = len(counts)
+    if bool((counts < k).any()):  # cannot happen (:mod:`.sweep`): a row keeps k entries that are in any list
+        raise RuntimeError("a row kept fewer entries than its list holds")
+    pos = torch.arange(len(r)) - starts[r]
+    out = torch.empty(m, dtype=v.dtype)
+    width = int(counts.max()) if m else 0
+    step = max(1, PAD_VALUES // max(1, width))
+    for a in range(0, m, step):
+        at = (r >= a) & (r < a + step) if step < m else slice(None)
+        pad = torch.full((min(step, m - a), width), -torch.inf, dtype=v.dtype)
+        pad[r[at] - a, pos[at]] = v[at]
+        out[a:a + step] = torch.topk(pad, k, dim=1).values[:, -1]
+    return out
+
+
+def _padded_cosines(r: torch.Tensor, c: torch.Tensor, q64: torch.Tensor, corpus64) -> tuple:
+    """Per row of ``q64`` (``r`` grouped; at least one entry each) its columns ``c`` padded to the longest row's count
+    (short rows repeat their last entry), their float64 cosines, and which are real entries."""
+    m = len(q64)
+    counts = torch.bincount(r, minlength=m)
+    starts = torch.cumsum(counts, 0) - counts
+    at = torch.arange(int(counts.max()))[None, :]
+    valid = at < counts[:, None]
+    cand = c[(starts[:, None] + at.clamp_max(counts[:, None] - 1))]
+    return cand, _exact_scores(corpus64, None, q64, cand, "cosine"), valid

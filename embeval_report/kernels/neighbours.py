@@ -65,7 +65,7 @@ from .device import (
 from .graph_cache import cached_graph, cached_products, stored_product
 from .graph_cache import folder as graph_folder
 from .prefetch import read_rows
-from .rescoring import MutualProximity
+from .rescoring import MutualProximity, SweptCsls, csls_key
 from . import sweep
 from .tiles import RowPotential, RunningTopK, feed_views, first_columns, sweep_tiles, upper_triangle
 
@@ -196,12 +196,20 @@ def self_sweep(X, graphs: dict, *, device, desc: str | None, potential: bool | N
     A sweep without re-scored graphs or the potential takes the device's fastest exact product
     (:func:`~.device.exact_product`). Products already in :mod:`.graph_cache` are not recomputed; returns
     name -> (indices, scores). ``stats`` (a dict) receives the product that ran (see :func:`_search`).
+
+    A :class:`~.rescoring.SweptCsls` graph (CSLS with r of this sweep's cosine graph) is ranked only where the sweep
+    computes the cosine graph and is collected (:func:`~.sweep.collected_sweep`); it is stored under
+    :func:`~.rescoring.csls_key` of its r (where a later search with that r finds it) and is absent from the result
+    otherwise.
     """
     X = np.ascontiguousarray(as_numpy(X), dtype=np.float32)
     dev = resolve_device(device)
 
     fast = candidate_dtype(dev) != torch.float32
+    swept = {name: graph for name, graph in graphs.items() if isinstance(graph[1], SweptCsls)}
+    graphs = {name: graph for name, graph in graphs.items() if name not in swept}
     stored = {name: f"{name}-fast" if fast and rescore is None else name for name, (_, rescore) in graphs.items()}
+    swept_found = {}
 
     def compute(missing: dict) -> dict:
         out = {}
@@ -217,16 +225,21 @@ def self_sweep(X, graphs: dict, *, device, desc: str | None, potential: bool | N
                                product=exact_product(dev), stats=stats)
             out[name] = found[0]
         if names:
-            rescored = any(graphs[name][1] is not None for name in names)
+            plans = [(missing[name], graphs[name][1]) for name in names]
+            rescored = any(rescore is not None for _, rescore in plans) or bool(swept) and _collects(X, plans, dev)
             pot = potential_key(SWEEP_POTENTIAL_T)
             wanted = sweeps_potential(dev, rescored) if potential is None else potential
             t = SWEEP_POTENTIAL_T if wanted and stored_product(X, pot) is None else None  # summed once per space
             product = FP32 if rescored or t is not None else exact_product(dev)
-            plans = [(missing[name], graphs[name][1]) for name in names]
-            collected = sweep.collected_sweep(X, plans, dev, desc, t, _Sweep) if product is FP32 and _collects(
-                X, plans, dev) else None  # limits from bfloat16, then one float32 pass
+            cosine = max((missing[name] for name in names if graphs[name][1] is None), default=0)
+            csls = {name: (max(k, cosine), rescore) for name, (k, rescore) in swept.items()
+                    if rescore.neighborhood <= cosine}  # r from the cosine graph of this sweep
+            collected = sweep.collected_sweep(X, plans + list(csls.values()), dev, desc, t, _Sweep) if (
+                product is FP32 and _collects(X, plans, dev)) else None  # limits from bfloat16, then one float32 pass
             if collected is not None:
                 found, rows = collected
+                for name, lists in zip(csls, found[len(plans):]):
+                    out[csls_key(swept[name][1].r)] = swept_found[name] = lists
                 if stats is not None:
                     stats.update(product="bf16+fp32", searched_again=0, queries=len(X), sweep="collected",
                                  workers=min(2, torch.get_num_threads()))  # the triangle's workers (_Sweep.pair)
@@ -237,7 +250,8 @@ def self_sweep(X, graphs: dict, *, device, desc: str | None, potential: bool | N
         return out
 
     found = cached_products(X, {stored[name]: k for name, (k, _) in graphs.items()}, True, compute)
-    return {name: found[stored[name]] for name in graphs}
+    return {name: found[stored[name]] for name in graphs} | {
+        name: tuple(np.array(a[:, :swept[name][0]]) for a in lists) for name, lists in swept_found.items()}
 
 
 def _collects(X: np.ndarray, plans: list, dev: torch.device) -> bool:
@@ -384,7 +398,8 @@ class _Sweep:
     triangle of the Gram, or one after another)."""
 
     def __init__(self, X: np.ndarray, Q: np.ndarray, plans: list, metric: str, drop_self: bool, dev: torch.device,
-                 desc: str | None, potential_t: float | None, product: Product | None, corpus64: _Rows64 | None = None):
+                 desc: str | None, potential_t: float | None, product: Product | None, corpus64: _Rows64 | None = None,
+                 tight: bool = False):
         if potential_t is not None and product is not FP32:
             raise ValueError("the swept potential needs float32 products")
         self.X, self.Q, self.plans, self.metric, self.drop_self = X, Q, plans, metric, drop_self
@@ -406,7 +421,7 @@ class _Sweep:
         #: instead of its lists; ``on_tile(tile, s, t)`` sees each tile of the upper triangle before the potential
         #: and ``on_row(s, q64)`` is called when block s is finished
         self.on_block = self.on_tile = self.on_row = None
-        self.tight = False  # on_block takes each row's k largest products only (:func:`~.candidates._collect`)
+        self.tight = tight  # on_block takes each row's k largest products only (:func:`~.candidates._collect`)
 
     def _choose_pass(self) -> None:
         """Kept entries (one plain plan, or one linear re-scoring such as CSLS, on a product with a bound) or fixed

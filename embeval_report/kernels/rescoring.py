@@ -3,6 +3,7 @@ tile of cosines in float32 and the kept candidates exactly in float64."""
 from __future__ import annotations
 
 import functools
+import hashlib
 
 import numpy as np
 import torch
@@ -22,6 +23,27 @@ class Csls:
 
     def exact(self, rows, cols, cos64):
         return 2 * cos64 - self.r64[cols]
+
+
+def csls_key(r: np.ndarray) -> str:
+    """The graph-cache key of the CSLS graph with the rows' r (float64): a digest of r, so a graph ranked by other r
+    is never read for it."""
+    return f"csls-r{hashlib.blake2b(np.asarray(r, dtype=np.float64).tobytes(), digest_size=6).hexdigest()}"
+
+
+class SweptCsls:
+    """CSLS whose r is the mean of the first ``neighborhood`` similarities of the cosine graph of the same sweep (the
+    float64 mean of its float32 values, as :func:`~embeval_report.metrics.hubness_reduction.hubness_reduction_effect`
+    takes it), ranked inside the set's collected sweep (:mod:`.swept_csls`); ``r`` is set when the sweep ends, and the
+    graph is stored under :func:`csls_key` of it."""
+
+    def __init__(self, neighborhood: int):
+        self.neighborhood = int(neighborhood)
+        self.r: np.ndarray | None = None
+
+    def r_of(self, cosine_similarities: np.ndarray) -> np.ndarray:
+        """r from the cosine graph's similarities (n, k >= neighborhood), as the hubness chapter computes it."""
+        return np.array(cosine_similarities[:, :self.neighborhood]).astype(np.float64).mean(1)
 
 
 class MutualProximity:
@@ -54,13 +76,24 @@ class MutualProximity:
     def floor(self, rows, kth):
         """log Φ(z_y) ≤ 0, so a cosine with log Φ(z_x) ≤ kth cannot beat kth: z_x ≤ Φ⁻¹(exp(kth))."""
         z = torch.special.ndtri(torch.exp(kth.double()))
-        return (self.mu64[rows] + self.sd64[rows] * z - 1e-5).float()  # 1e-5: float32 rounding of the scores
+        return (self.cosine_at(rows, z) - 1e-5).float()  # 1e-5: float32 rounding of the scores
+
+    def column_z(self, kth):
+        """Per row the z-score a column needs to reach ``kth`` (float64): log Φ(z_x) ≤ 0, so a column reaching it
+        needs log Φ(z_y) ≥ kth, z_y ≥ Φ⁻¹(e^kth) = −Φ⁻¹(−expm1(kth)) (well conditioned where kth is near 0). Each
+        caller adds the margin of its own scores' rounding: :meth:`column_floor` (float32 z-scores) and the collected
+        sweep (float64 cosines, :func:`~.sweep._limit_block`)."""
+        return -torch.special.ndtri(-torch.expm1(kth.double()))
+
+    def cosine_at(self, idx, z):
+        """The cosine (float64) at z-score ``z`` of rows ``idx``: μ + σ z."""
+        return self.mu64[idx] + self.sd64[idx] * z
 
     def column_floor(self, kth):
-        """Per row the column z-score at or below which no column can beat ``kth``: log Φ(z_x) ≤ 0, so a column
-        beating it needs log Φ(z_y) > kth, z_y > Φ⁻¹(e^kth) = −Φ⁻¹(−expm1(kth)), less a margin of 1e-3 far above
-        the float32 scores' rounding (the same float32 z_y as :meth:`scores`'); −inf where that is not finite."""
-        z = -torch.special.ndtri(-torch.expm1(kth.double())) - 1e-3
+        """Per row the column z-score at or below which no column can beat ``kth`` (:meth:`column_z`), less a margin
+        of 1e-3 far above the float32 scores' rounding (the same float32 z_y as :meth:`scores`'); −inf where that is
+        not finite."""
+        z = self.column_z(kth) - 1e-3
         return torch.where(torch.isfinite(z), z, -torch.inf).float()
 
     def can_beat(self, cols, cos, column_floor):

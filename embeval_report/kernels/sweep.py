@@ -26,8 +26,10 @@ import numpy as np
 import torch
 
 from . import device as _device
-from .candidates import GROUP, _exact_scores, _top_k
+from .candidates import GROUP, _exact_scores, _kth, _padded_cosines, _top_k
 from .device import BF16, FP32, mask_indices, round_down, true_indices, unit_rows
+from .rescoring import SweptCsls
+from .swept_csls import CslsInSweep
 
 #: float64-scored entries per list entry from which a row's limits are set when a plan is mutual proximity (its top-k
 #: are not the cosine's: the k-th score among more of the cosine's first entries is closer to the row's own)
@@ -53,25 +55,24 @@ COLLECT_MIN_ROWS = 50_000
 #: 30,000 x 384 at about 205). A set with a strong common direction, whose rows' nearest cosines crowd within a
 #: bfloat16 product's error of each other, keeps hundreds (10,000 x 384 with mean cosine 0.88: about 360)
 KEPT16_PER_MAC = 1 / 50_000
-#: float64 values a padded per-row table holds at once (:func:`_kth`)
-PAD_VALUES = 4 * 2**20
 
 
 def collected_sweep(X: np.ndarray, plans: list, dev: torch.device, desc: str | None,
                     potential_t: float | None, sweep_class) -> tuple[list, np.ndarray | None]:
-    """The lists of ``plans`` (``(k, None)``: the cosine graph; ``(k, MutualProximity)``) and, with ``potential_t``,
-    the rows' log Gaussian potential, of the self sweep of ``X`` (see the module). ``sweep_class``:
-    :class:`~.neighbours._Sweep`. Returns what :func:`~.neighbours._search` returns, or None when the rows would keep
-    more than :data:`KEPT_PER_ROW` entries each (the caller then merges lists tile by tile)."""
+    """The lists of ``plans`` (``(k, None)``: the cosine graph; ``(k, MutualProximity)``; ``(k, SweptCsls)``, after a
+    cosine plan of at least its neighbourhood: :mod:`.swept_csls`) and, with ``potential_t``, the rows' log Gaussian
+    potential, of the self sweep of ``X`` (see the module). ``sweep_class``: :class:`~.neighbours._Sweep`. Returns
+    what :func:`~.neighbours._search` returns, or None when the rows would keep more than :data:`KEPT_PER_ROW` entries
+    each (the caller then merges lists tile by tile)."""
     n = len(X)
     longest = max(k for k, _ in plans)
-    pre = sweep_class(X, X, [(_entries(plans, n - 1), None)], "cosine", True, dev, None, None, BF16)
+    pre = sweep_class(X, X, [(_entries(plans, n - 1), None)], "cosine", True, dev, None, None, BF16, tight=True)
     if crowded(pre, longest):
         return None
-    pre.tight = True  # each row's K largest products (K: :func:`_entries`), not every entry near them
-    limits = [torch.full((n,), torch.inf, dtype=torch.float64) for _ in plans]  # per plan
+    limits = [torch.full((n,), torch.inf, dtype=torch.float64) for _ in plans]  # per plan (CSLS: none)
     zs = [None if rescore is None else torch.empty(n, dtype=torch.float64) for _, rescore in plans]
-    pre.on_block = lambda s, blk, entries: _limit_block(s, blk, entries, plans, limits, pre.corpus64, zs)
+    csls = _csls_plans(plans, n)
+    pre.on_block = lambda s, blk, entries: _limit_block(s, blk, entries, plans, limits, pre.corpus64, zs, csls)
     pre.run()
     limit = torch.stack(limits).amin(0)
     if _kept_per_row(pre, limit) > KEPT_PER_ROW:
@@ -79,12 +80,42 @@ def collected_sweep(X: np.ndarray, plans: list, dev: torch.device, desc: str | N
     tiles = sweep_class(X, X, [], "cosine", True, dev, desc, potential_t, FP32, corpus64=pre.corpus64)
     bound32 = max(float(tiles.inputs(s)[2].bound.max()) for s in tiles.starts)  # any float32 product's, either way
     limit32 = round_down(limit - bound32, torch.float32)
+    for state in csls.values():
+        state.thresholds(bound32)
+    keep32 = _keep_thresholds(limit32, list(csls.values()))
     kept: dict = {s: [] for s in tiles.starts}
     out = [(np.empty((n, k), dtype=np.int64), np.empty((n, k), dtype=np.float32)) for k, _ in plans]
-    tiles.on_tile = lambda tile, s, t: _keep(tile, s, t, limit32, kept)
-    tiles.on_row = lambda s, q64: _lists_block(s, q64, kept.pop(s), plans, limits, bound32, tiles.corpus64, out, zs)
+    tiles.on_tile = lambda tile, s, t: _keep(tile, s, t, limit32, kept, keep32)
+    tiles.on_row = lambda s, q64: _lists_block(s, q64, kept.pop(s), plans, limits, bound32, tiles.corpus64, out, zs,
+                                               limit32, csls)
     tiles.run()
+    for i, state in csls.items():
+        out[i] = state.lists(out)
     return out, tiles.log_potential
+
+
+def _csls_plans(plans: list, n: int) -> dict:
+    """Plan index -> :class:`~.swept_csls.CslsInSweep` of each :class:`~.rescoring.SweptCsls` plan (r from the first
+    plain plan)."""
+    cosine = next((i for i, (_, rescore) in enumerate(plans) if rescore is None), None)
+    out = {}
+    for i, (k, rescore) in enumerate(plans):
+        if isinstance(rescore, SweptCsls):
+            if cosine is None or plans[cosine][0] < rescore.neighborhood:
+                raise ValueError("a swept CSLS plan needs a cosine plan of at least its neighbourhood in the sweep")
+            out[i] = CslsInSweep(n, k, rescore, cosine, _entries(plans, n - 1))
+    return out
+
+
+def _keep_thresholds(limit32: torch.Tensor, csls: list):
+    """What :func:`_keep` compares with: the rows' limits, or with swept CSLS ``(limit32, a32, h32)``: an entry is kept
+    at or above the lower of its row's limit and ``a32[row] + h32[column]`` (:mod:`.swept_csls`, step 3; one CSLS
+    plan: the lowest a32 and h32 of several)."""
+    if not csls:
+        return None
+    a32 = torch.stack([c.a32 for c in csls]).amin(0)
+    h32 = torch.stack([c.h32 for c in csls]).amin(0)
+    return limit32, a32, h32
 
 
 def _kept_per_row(pre, limit: torch.Tensor) -> float:
@@ -144,28 +175,12 @@ def _grouped(r: torch.Tensor, c: torch.Tensor, p: torch.Tensor, m: int):
     return r, c, p, counts, torch.cumsum(counts, 0) - counts
 
 
-def _kth(r: torch.Tensor, v: torch.Tensor, counts: torch.Tensor, starts: torch.Tensor, k: int) -> torch.Tensor:
-    """Per row (entries grouped by row ``r``; every row with at least k) the k-th largest of its values ``v``."""
-    m = len(counts)
-    if bool((counts < k).any()):  # cannot happen (see the module): a row keeps k entries that are in any list
-        raise RuntimeError("a row kept fewer entries than its list holds")
-    pos = torch.arange(len(r)) - starts[r]
-    out = torch.empty(m, dtype=v.dtype)
-    width = int(counts.max()) if m else 0
-    step = max(1, PAD_VALUES // max(1, width))
-    for a in range(0, m, step):
-        at = (r >= a) & (r < a + step) if step < m else slice(None)
-        pad = torch.full((min(step, m - a), width), -torch.inf, dtype=v.dtype)
-        pad[r[at] - a, pos[at]] = v[at]
-        out[a:a + step] = torch.topk(pad, k, dim=1).values[:, -1]
-    return out
-
-
-def _limit_block(s: int, blk, entries, plans: list, limits: list, corpus64, zs: list) -> None:
+def _limit_block(s: int, blk, entries, plans: list, limits: list, corpus64, zs: list, csls: dict) -> None:
     """Each plan's limits of the rows of block ``s`` (see the module, step 1): the first K entries of each row by
     bfloat16 product (K: the longest list) scored in float64; any k of them bound the row's k-th score from below.
     A mutual-proximity plan also keeps in ``zs`` its rows' z = Φ⁻¹(e^τ), which bounds the columns too
-    (:func:`_lists_block`)."""
+    (:func:`_lists_block`). A swept CSLS plan takes the bounds on r of its rows from the same entries
+    (:meth:`~.swept_csls.CslsInSweep.limit_block`)."""
     m = len(blk.q)
     r, c, p, counts, starts = _grouped(*entries, m)
     if int(counts.min()) < max(k for k, _ in plans):  # cannot happen: the pass keeps each row's largest products
@@ -174,61 +189,110 @@ def _limit_block(s: int, blk, entries, plans: list, limits: list, corpus64, zs: 
     cand = c[starts[:, None] + torch.arange(K)[None, :]]
     cos64 = _exact_scores(corpus64, None, blk.q64, cand, "cosine")
     rows = torch.arange(s, s + m)
+    for state in csls.values():
+        state.limit_block(s, cand, cos64, p[starts + K - 1], blk.bound)
     for (k, rescore), limit, zrows in zip(plans, limits, zs):
+        if isinstance(rescore, SweptCsls):
+            continue
         if rescore is None:
             limit[s:s + m] = torch.topk(cos64, k, dim=1).values[:, -1]
             continue
         tau = torch.topk(rescore.exact(rows[:, None], cand, cos64), k, dim=1).values[:, -1]
-        # 1 - Φ(z) = -expm1(τ), well conditioned where τ is near 0; at least the smallest double (z ≈ 37.5)
-        z = -torch.special.ndtri((-torch.expm1(tau)).clamp_min(torch.finfo(torch.float64).tiny))
-        limit[s:s + m] = rescore.mu64[rows] + rescore.sd64[rows] * z - MP_MARGIN
+        # τ at most minus the smallest double: 1 - Φ(z) = -expm1(τ) at least that (z ≈ 37.5), finite
+        z = rescore.column_z(tau.clamp_max(-torch.finfo(torch.float64).tiny))
+        limit[s:s + m] = rescore.cosine_at(rows, z) - MP_MARGIN
         zrows[s:s + m] = z
 
 
-def _keep(tile: torch.Tensor, s: int, t: int, limit32: torch.Tensor, kept: dict) -> None:
+def _keep(tile: torch.Tensor, s: int, t: int, limit32: torch.Tensor, kept: dict, csls=None) -> None:
     """The entries of tile (s, t) of the upper triangle at or above their row's limit: from the tile (rows of block
     s) and, off the diagonal, from its transpose (rows of block t), with rows counted from their block's start.
     Read through the maxima of groups of :data:`~.candidates.GROUP` entries, one pass over contiguous memory per
     direction (a tile's group g: columns, or rows, g, g + G, ..., g + 31 G); only the groups whose maximum reaches
-    the limit are read entry by entry, and the last columns (rows), fewer than a group, directly."""
+    the limit are read entry by entry, and the last columns (rows), fewer than a group, directly. With swept CSLS
+    (``csls``: :func:`_keep_thresholds`) an entry's limit is the lower of its row's and ``a32[row] + h32[column]``,
+    and a group's the lower of its row's and ``a32[row]`` plus the least ``h32`` of its columns (:class:`_Floors`)."""
     m, w = tile.shape
-    lim = limit32[s:s + m]
     G = w // GROUP
     groups = tile[:, :G * GROUP].view(m, GROUP, G)
-    r, g = mask_indices(groups.amax(1) >= lim[:, None])
+    f = _Floors(limit32, csls, s, m, t, G)
+    r, g = mask_indices(groups.amax(1) >= f.groups())
     vals = groups[r, :, g]
-    i, a = mask_indices(vals >= lim[r, None])
-    kept[s].append((r[i], t + g[i] + a * G, vals[i, a]))
+    i, b = mask_indices(vals >= f.entries(r, g))
+    kept[s].append((r[i], t + g[i] + b * G, vals[i, b]))
     if G * GROUP < w:
-        r, c = mask_indices(tile[:, G * GROUP:] >= lim[:, None])
+        r, c = mask_indices(tile[:, G * GROUP:] >= f.rest(t + G * GROUP, t + w))
         kept[s].append((r, t + G * GROUP + c, tile[r, G * GROUP + c]))
     if t == s:
         return
-    lim = limit32[t:t + w]
     G = m // GROUP
     groups = tile[:G * GROUP].view(GROUP, G, w)
-    g, c = mask_indices(groups.amax(0) >= lim[None, :])
+    f = _Floors(limit32, csls, t, w, s, G)
+    g, c = mask_indices(groups.amax(0) >= f.groups().T)
     vals = groups[:, g, c].T
-    i, a = mask_indices(vals >= lim[c, None])
-    kept[t].append((c[i], s + g[i] + a * G, vals[i, a]))
+    i, b = mask_indices(vals >= f.entries(c, g))
+    kept[t].append((c[i], s + g[i] + b * G, vals[i, b]))
     if G * GROUP < m:
-        r, c = mask_indices(tile[G * GROUP:] >= lim[None, :])
+        r, c = mask_indices(tile[G * GROUP:] >= f.rest(s + G * GROUP, s + m).T)
         kept[t].append((c, s + G * GROUP + r, tile[G * GROUP + r, c]))
 
 
+class _Floors:
+    """What :func:`_keep` compares the entries of rows ``row0:row0 + m`` with, their columns from ``col0`` in groups of
+    :data:`~.candidates.GROUP` (group g: columns g, g + G, ...): the rows' limits, or with swept CSLS the lower of
+    those and ``a32[row] + h32[column]`` (float32 sums, as :meth:`~.swept_csls.CslsInSweep.kept` makes them)."""
+
+    def __init__(self, limit32: torch.Tensor, csls, row0: int, m: int, col0: int, G: int):
+        self.lim = limit32[row0:row0 + m]
+        self.csls = csls is not None
+        if self.csls:
+            self.a, self.h32 = csls[1][row0:row0 + m], csls[2]
+            self.hT = self.h32[col0:col0 + G * GROUP].view(GROUP, G).T.contiguous()  # group g's h in row g
+
+    def groups(self) -> torch.Tensor:
+        """(rows, groups): the least floor of each row's entries in each group."""
+        if not self.csls:
+            return self.lim[:, None]
+        return torch.minimum(self.lim[:, None], self.a[:, None] + self.hT.amin(1)[None, :])
+
+    def entries(self, r: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """(len(r), GROUP): the floors of the entries of group g[i] of row r[i]."""
+        if not self.csls:
+            return self.lim[r, None]
+        floor = self.hT[g]
+        floor += self.a[r, None]
+        return torch.minimum(floor, self.lim[r, None], out=floor)
+
+    def rest(self, c0: int, c1: int) -> torch.Tensor:
+        """(rows, c1 - c0): the floors of columns c0:c1, past the groups."""
+        if not self.csls:
+            return self.lim[:, None]
+        return torch.minimum(self.lim[:, None], self.h32[None, c0:c1] + self.a[:, None])
+
+
 def _lists_block(s: int, q64: torch.Tensor, entries: list, plans: list, limits: list, bound32: float, corpus64,
-                 out: list, zs: list) -> None:
-    """The float64 lists of the rows of block ``s`` from their float32 kept entries (see the module, step 3)."""
+                 out: list, zs: list, limit32: torch.Tensor, csls: dict) -> None:
+    """The float64 lists of the rows of block ``s`` from their float32 kept entries (see the module, step 3); swept
+    CSLS plans take the entries they kept (:meth:`~.swept_csls.CslsInSweep.block`), the other lists those at or above
+    the rows' limits only."""
     m = len(q64)
-    r, c, p, counts, starts = _grouped(*(torch.cat(x) for x in zip(*entries)), m)
+    r, c, p = (torch.cat(x) for x in zip(*entries))
+    for state in csls.values():
+        state.block(s, q64, r, c, p, corpus64)
+    if csls:
+        at = true_indices(p >= limit32[s + r])
+        r, c, p = r[at], c[at], p[at]
+    r, c, p, counts, starts = _grouped(r, c, p, m)
     for (k, rescore), limit, zrows, (idx, val) in zip(plans, limits, zs, out):
+        if isinstance(rescore, SweptCsls):
+            continue
         if rescore is None:  # within 2 B32 of the row's k-th float32 product
             keep = p >= (p[starts + k - 1] - 2 * bound32)[r]
         else:  # above the row's limit and the column's (log Φ(z_y) ≥ τ: the same z), and the score interval of
             # cosines within B32 reaches the k-th lower score
             keep = true_indices(p >= limit[s:s + m][r] - bound32)
             rk, ck, pk = r[keep], c[keep], p[keep]
-            col = true_indices(pk >= rescore.mu64[ck] + rescore.sd64[ck] * zrows[s:s + m][rk] - MP_MARGIN - bound32)
+            col = true_indices(pk >= rescore.cosine_at(ck, zrows[s:s + m][rk]) - MP_MARGIN - bound32)
             keep, rk, ck, pk = keep[col], rk[col], ck[col], pk[col]
             n_keep = torch.bincount(rk, minlength=m)
             lo = rescore.exact(rk + s, ck, pk - bound32)
@@ -241,14 +305,8 @@ def _lists_block(s: int, q64: torch.Tensor, entries: list, plans: list, limits: 
 def _best_of(k: int, r: torch.Tensor, c: torch.Tensor, q64: torch.Tensor, corpus64, rescore) -> tuple:
     """Per row of ``q64`` (``r`` grouped; at least k entries each) the k best of its columns ``c`` by float64 score
     (the cosine, or for ``rescore = (MutualProximity, first row)`` its score of it); exact ties: the lower index."""
-    m = len(q64)
-    counts = torch.bincount(r, minlength=m)
-    starts = torch.cumsum(counts, 0) - counts
-    at = torch.arange(int(counts.max()))[None, :]
-    valid = at < counts[:, None]
-    cand = c[(starts[:, None] + at.clamp_max(counts[:, None] - 1))]  # short rows repeat their last entry
-    score = _exact_scores(corpus64, None, q64, cand, "cosine")
+    cand, score, valid = _padded_cosines(r, c, q64, corpus64)
     if rescore is not None:
-        score = rescore[0].exact(torch.arange(rescore[1], rescore[1] + m)[:, None], cand, score)
+        score = rescore[0].exact(torch.arange(rescore[1], rescore[1] + len(q64))[:, None], cand, score)
     cand = torch.where(valid, cand, torch.iinfo(torch.int64).max)  # padding sorts after every real column
     return _top_k(cand, score.masked_fill(~valid, -torch.inf), k)

@@ -14,7 +14,6 @@ matrix), and the k-occurrence recomputed from their neighbour lists:
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,8 @@ from ..kernels import as_numpy, block_moments, knn, resolve_device, self_sweep, 
 from ..kernels.pairs import cosine_mean_sd_rows
 from ..kernels.rescoring import Csls as _Csls
 from ..kernels.rescoring import MutualProximity as _MutualProximity
+from ..kernels.rescoring import SweptCsls as _SweptCsls
+from ..kernels.rescoring import csls_key as _csls_key
 from .hubness_measures import (K_DEFAULT, check_k, k_occurrence, label_agreement, neighbour_overlap, occurrence_cis,
                                occurrence_measures, top_slot_share)
 from .hubness_measures import SPECS as MEASURE_SPECS
@@ -74,7 +75,10 @@ def reduced_knn(X, k: int, methods=tuple(REDUCTIONS), *, neighborhood: int = K_D
     """The k-NN graphs of ``X`` under each hubness reduction (``"csls"``, ``"mutual_proximity"``), from one
     sweep over the cosine Gram (:func:`~embeval_report.kernels.self_sweep`); graphs of this space already
     computed in the run are read from its cache. ``with_cosine`` adds the plain cosine graph (``"cosine"``)
-    to the same sweep (CSLS then needs ``r``). Returns method -> ``(indices (n, k), scores)``."""
+    to the same sweep; CSLS without ``r`` then takes r of that graph (its first ``neighborhood`` similarities, as
+    :func:`hubness_reduction_effect` takes them) and is ranked only where the sweep can rank it itself
+    (:class:`~embeval_report.kernels.rescoring.SweptCsls`: the collected sweep of a large set), else left out of the
+    result (a later call with that r computes it). Returns method -> ``(indices (n, k), scores)``."""
     dev = resolve_device(device)
     X = as_numpy(X)
     n = len(X)
@@ -83,12 +87,17 @@ def reduced_knn(X, k: int, methods=tuple(REDUCTIONS), *, neighborhood: int = K_D
     if unknown:
         raise ValueError(f"unknown hubness reduction {sorted(unknown)[0]!r}; expected one of {', '.join(REDUCTIONS)}")
     graphs, names = {"cosine": (k, None)} if with_cosine else {}, {}
-    if "csls" in methods:
+    if "csls" in methods and r is None and with_cosine:
+        if not 1 <= neighborhood <= k:
+            raise ValueError(f"CSLS's neighbourhood must be 1 to k = {k} (r from the cosine graph), not {neighborhood}")
+        names["csls"] = "csls"
+        graphs["csls"] = (k, _SweptCsls(neighborhood))
+    elif "csls" in methods:
         if r is None:
             _, sims = knn(X, check_k(neighborhood, n - 1), metric="cosine", device=dev, desc="k-NN for CSLS r(x)")
             r = sims.astype(np.float64).mean(1)
         r = np.asarray(r, dtype=np.float64)
-        names["csls"] = f"csls-r{hashlib.blake2b(r.tobytes(), digest_size=6).hexdigest()}"
+        names["csls"] = _csls_key(r)
         graphs[names["csls"]] = (k, _Csls(r, dev))
     if "mutual_proximity" in methods:
         names["mutual_proximity"] = "mutual_proximity"
@@ -96,8 +105,9 @@ def reduced_knn(X, k: int, methods=tuple(REDUCTIONS), *, neighborhood: int = K_D
     label = ", ".join(["cosine"] * with_cosine + [REDUCTIONS[m][0] for m in names])
     found = self_sweep(X, graphs, device=dev, desc=desc or f"k-NN ({label})")
     out = {"cosine": found["cosine"]} if with_cosine else {}
-    if "csls" in names:
+    if names.get("csls") in found:
         idx, val = found[names["csls"]]
+        r = graphs[names["csls"]][1].r if r is None else r
         out["csls"] = idx, (val - r[:, None]).astype(np.float32)
     if "mutual_proximity" in names:
         idx, logmp = found["mutual_proximity"]

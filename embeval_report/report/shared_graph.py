@@ -18,7 +18,9 @@ def shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapter
     (exact mode; :func:`~embeval_report.chapters.declaration.graph_neighbours`: k + 1 neighbours for the k option),
     so chapters running side by side share one computation. The same sweep sums the all-pairs potential
     (uniformity) and ranks by every re-scoring a chapter that will run declares (``ChapterSpec.graph_rescored``: the
-    hubness chapter's mutual proximity). Returns the cosine graph's cache event plus the products of the sweep.
+    hubness chapter's mutual proximity, and its CSLS where the sweep ranks it itself: r from the sweep's own cosine
+    graph, :class:`~embeval_report.kernels.rescoring.SweptCsls`). Returns the cosine graph's cache event plus the
+    products of the sweep.
 
     With a Dask ``client`` (``--dask``, ``--scheduler``; exact precision) the cosine graph is computed on the
     cluster (:func:`~embeval_report.kernels.dask_engine.knn_blockwise`, the same lists; the workers read the
@@ -52,8 +54,8 @@ def shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapter
                     if on_lost is None:
                         raise
                     on_lost(str(exc))
-            reduced_knn(es.vectors, k, methods, with_cosine=True, device=settings.device,
-                        desc="k-NN graph (shared by the chapters)")
+            graphs = reduced_knn(es.vectors, k, methods, with_cosine=True, neighborhood=k, device=settings.device,
+                                 desc="k-NN graph (shared by the chapters)")
             recall = fast_recall(es.vectors)
     finally:
         if settings.device == "cuda":  # leave the GPU's memory to the chapter kernels
@@ -63,7 +65,8 @@ def shared_graph(es, settings: ChapterSettings, cache: Path, ready: list[Chapter
     cosine = [e for e in events if e["metric"] in ("cosine", "cosine-fast")]
     if client is not None and cosine and settings.precision == "exact":  # the cluster's event, not the cache read
         cosine = [cosine[0] | {"engine": "dask"}]
-    products = sorted({e["metric"] for e in events} | ({"potential"} if settings.precision == "exact" or methods else set()))
+    swept = {"potential"} if settings.precision == "exact" or methods else set()
+    products = sorted({e["metric"] for e in events} | swept | ({"csls"} if "csls" in graphs else set()))
     if client is not None and settings.precision == "exact" and not methods:  # no local sweep ran: no potential
         products = [p for p in products if p != "potential"]
     seconds = round(time.perf_counter() - started, 2)
