@@ -3,6 +3,7 @@
 each module imports only from its own layer or the layers below it, and no modules import each other in a
 cycle. The layers, bottom to top, are listed in docs/architecture.md."""
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,10 @@ def _target(base: str, name: str) -> str:
     return candidate if path.with_suffix(".py").exists() or path.is_dir() else base
 
 
+@functools.cache
 def imports() -> dict[str, set[str]]:
-    """Every package module -> the package modules it imports."""
+    """Every package module -> the package modules it imports (parsed once per test process: four tests read it;
+    none changes it)."""
     edges: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         module = _module_name(path)
