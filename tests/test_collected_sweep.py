@@ -233,3 +233,20 @@ def test_the_limits_pass_keeps_each_rows_largest_products_only(monkeypatch):
     for graph in ("cosine", "mutual_proximity"):
         np.testing.assert_array_equal(new[graph][0], old[graph][0])
         np.testing.assert_array_equal(new[graph][1], old[graph][1])
+
+
+def test_the_running_k_largest_merge_only_new_values_above_the_kth():
+    """candidates._merged_best (the kept-entry pass's running k largest group maxima) gives topk's values of the
+    running list and the new values: rows without a new value above their k-th, rows with several, ties, -inf."""
+    from embeval_report.kernels.candidates import _merged_best
+
+    rng = np.random.default_rng(3)
+    for k, width in ((1, 5), (10, 40), (33, 161)):
+        best = torch.full((64, k), -torch.inf)
+        for _ in range(12):
+            new = torch.from_numpy(rng.choice([0.1, 0.5, 0.9, -np.inf], (64, width)).astype(np.float32)
+                                   + rng.integers(0, 3, (64, width)).astype(np.float32) * rng.random((64, 1)).astype(
+                                       np.float32))
+            want = torch.topk(torch.cat([best, new], 1), k, dim=1).values
+            best = _merged_best(best.clone(), new, k)
+            assert torch.equal(best, want)

@@ -451,7 +451,7 @@ def _collect(k: int, blk: _Block, corpus_t, tile_cols: int, buffer: torch.Tensor
         group_max = raw.view(torch.bfloat16) if out16 else groups.amax(1)
         G4 = G // 4
         coarse = group_max[:, :4 * G4].view(m, 4, G4).amax(1) if G4 >= k else group_max
-        best = torch.topk(torch.cat([best, coarse.float(), rest.float()], 1), k, dim=1).values
+        best = _merged_best(best, torch.cat([coarse.float(), rest.float()], 1), k)
         limit = below(best[:, -1])
         if out16 and not bool((limit > 0).all()):  # raw patterns order negative values backwards
             group_max = groups.amax(1)
@@ -482,6 +482,23 @@ def _rescore_widths(need: torch.Tensor, device: torch.device) -> float:
     if rounds is None or not len(need):
         return 1.5
     return max(1.5, (int(need.max()) / int(need.min())) ** (1 / rounds) * (1 + 1e-9))  # f^r >= max / min
+
+
+def _merged_best(best: torch.Tensor, new: torch.Tensor, k: int) -> torch.Tensor:
+    """Per row the k largest of its running ``best`` (k values, descending) and ``new`` values. On the CPU only the new
+    values above their row's k-th are merged (the others cannot change its k largest values), padded per row, sorted
+    with the row's k: a sweep's limits pass of 100,000 x 384 with k = 33 took a top-k of 161 values a row each tile,
+    6 % of the sweep."""
+    if best.device.type != "cpu":  # no host round trip for the rows
+        return torch.topk(torch.cat([best, new], 1), k, dim=1).values
+    r, c = mask_indices(new > best[:, -1:])
+    if not len(r):
+        return best
+    rows, inverse, counts = torch.unique_consecutive(r, return_inverse=True, return_counts=True)
+    pad = torch.full((len(rows), int(counts.max())), -torch.inf, dtype=best.dtype)
+    pad[inverse, torch.arange(len(r)) - (torch.cumsum(counts, 0) - counts)[inverse]] = new[r, c]
+    best[rows] = torch.cat([best[rows], pad], 1).sort(dim=1, descending=True).values[:, :k]
+    return best
 
 
 def _collected_lists(k: int, blk: _Block, corpus64: _Rows64, sq64, corpus_t, metric: str, tile_cols: int,
