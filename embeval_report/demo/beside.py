@@ -27,12 +27,10 @@ class Beside:
         self.pid, self._read = None, None
         if not _may_fork():
             return
+        from ..report.kernel_forks import flush_standard_streams
+
         read, write = os.pipe()
-        for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
-            try:
-                stream.flush()
-            except (AttributeError, OSError, ValueError):
-                pass
+        flush_standard_streams()
         try:
             pid = os.fork()
         except OSError:

@@ -254,14 +254,19 @@ def _may_fork_here() -> bool:
     return pyplot is None or getattr(pyplot, "_backend_mod", None) is None
 
 
-def _fork_template(reply: int) -> _Template | None:
-    """Fork the template from this process, answering on ``reply``; None when it cannot fork."""
-    requests, feed = os.pipe()
-    for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
+def flush_standard_streams() -> None:
+    """Flush stdout and stderr before a fork, so that nothing they buffer is written twice."""
+    for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (AttributeError, OSError, ValueError):
             pass
+
+
+def _fork_template(reply: int) -> _Template | None:
+    """Fork the template from this process, answering on ``reply``; None when it cannot fork."""
+    requests, feed = os.pipe()
+    flush_standard_streams()
     parent = os.getpid()
     try:
         pid = os.fork()
