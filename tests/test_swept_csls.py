@@ -102,3 +102,36 @@ def test_csls_without_r_is_left_out_where_the_sweep_merges_tile_by_tile(enter):
         np.testing.assert_array_equal(got[name][0], plain[name][0])
     with pytest.raises(ValueError, match="neighbourhood"):
         hr.reduced_knn(X, 5, ("csls",), with_cosine=True, neighborhood=10, device="cpu")
+
+
+def test_a_report_runs_hubness_on_the_swept_csls(tmp_path, monkeypatch):
+    """In a run whose shared sweep is collected, the sweep ranks CSLS too and the hubness chapter reads it from the
+    prepared cache (the same key: the same r), with the hubness numbers of a run that does not (the chapter's own
+    search)."""
+    import json
+
+    from embeval_report.cli import main
+    from embeval_report.kernels import neighbours as nb
+
+    X = _sets()["clustered"].astype(np.float32)
+    np.save(tmp_path / "x.npy", X)
+    docs, graphs = {}, {}
+    for swept in (True, False):
+        if swept:
+            for name, value in (("COLLECT_MIN_ROWS", 0), ("KEPT16_PER_MAC", np.inf), ("KEPT_PER_ROW", np.inf)):
+                monkeypatch.setattr(sweep, name, value)
+            monkeypatch.setattr(dv, "CANDIDATES", "bf16")
+        else:
+            monkeypatch.setattr(nb, "_collects", lambda *a: False)
+        out = tmp_path / str(swept)
+        assert main(["run", str(tmp_path / "x.npy"), "--out", str(out), "--formats", "html", "--chapters",
+                     "hubness", "--jobs", "1"]) == 0
+        run = json.loads((out / "run.json").read_text())
+        assert ("csls" in run["neighbour_graph"]["products"]) is swept
+        result = json.loads((out / "results" / "hubness.json").read_text())
+        graphs[swept] = {e["metric"]: e["source"] for e in result["info"]["neighbour_graphs"]}
+        docs[swept] = json.loads((out / "metrics.json").read_text())["chapters"]["hubness"]["metrics"]
+        graph_cache.clear_memory()
+    key = next(m for m in graphs[True] if m.startswith("csls-r"))
+    assert graphs[True][key] == "cache" and graphs[False][key] == "computed"
+    assert docs[True] == docs[False]
